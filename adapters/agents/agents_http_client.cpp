@@ -1,0 +1,135 @@
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+
+#include "adapters/agents/agents_client.h"
+#include "http/client.h"
+
+namespace opgate::adapters {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string seg(const std::string& s) { return boost::urls::encode(s, boost::urls::unreserved_chars); }
+
+class AgentsHttpClient final : public AgentsClient {
+ public:
+  explicit AgentsHttpClient(AgentsHttpOptions o) : o_(std::move(o)) {
+    while (!o_.base_url.empty() && o_.base_url.back() == '/') o_.base_url.pop_back();
+  }
+
+  Result<SessionView> get_session(const std::string& id) override {
+    auto res = call("GET", "/agents/sessions/" + seg(id), "", "");
+    if (!res) return res.error();
+    if (res->status != 200) return status_error(*res);
+    json::error_code ec;
+    auto v = json::parse(res->body, ec);
+    if (ec || !v.is_object()) return make_error("bad_response", "session is not a JSON object");
+    SessionView view;
+    auto& o = v.as_object();
+    if (auto* s = o.if_contains("status"); s && s->is_string())
+      view.status = std::string(s->as_string());
+    if (auto* ra = o.if_contains("required_actions"); ra && ra->is_array()) {
+      for (auto& a : ra->as_array()) {
+        if (!a.is_object()) continue;
+        auto& ao = a.as_object();
+        auto str = [&](const char* k) {
+          auto* p = ao.if_contains(k);
+          return p && p->is_string() ? std::string(p->as_string()) : std::string();
+        };
+        if (str("type") != "function_call") continue;
+        RequiredAction action{str("call_id"), str("turn_id"), str("name"), "{}"};
+        if (auto* args = ao.if_contains("arguments")) {
+          // The platform may send arguments as an object or as JSON text.
+          action.arguments_json = args->is_string() ? std::string(args->as_string())
+                                                    : json::serialize(*args);
+        }
+        view.required_actions.push_back(std::move(action));
+      }
+    }
+    return view;
+  }
+
+  Result<SubmitVerdict> submit_result(const std::string& session_id, const pb::CallRef& call,
+                                      const pb::ToolResult& result,
+                                      const std::string& idempotency_key) override {
+    json::object event{{"type", "agent.session.input.tool_result"},
+                       {"turn_id", call.turn_id()},
+                       {"call_id", call.call_id()},
+                       {"success", result.success()}};
+    if (result.success())
+      event["output"] = result.output();
+    else
+      event["error"] = result.error();
+    std::string body = json::serialize(json::object{{"events", json::array{event}}});
+    auto res = this->call("POST", "/agents/sessions/" + seg(session_id) + "/events", body,
+                          idempotency_key);
+    if (!res) return res.error();
+    if (res->status >= 200 && res->status < 300) return SubmitVerdict::accepted;
+    if (res->status == 409) return SubmitVerdict::conflict;
+    if (res->status == 400 && res->body.find("Unknown pending tool call") != std::string::npos)
+      return SubmitVerdict::unknown_call;
+    return status_error(*res);
+  }
+
+  Result<std::string> get_turns(const std::string& id) override {
+    auto res = call("GET", "/agents/sessions/" + seg(id) + "/turns", "", "");
+    if (!res) return res.error();
+    if (res->status != 200) return status_error(*res);
+    return res->body;
+  }
+
+  Result<Page> get_items(const std::string& id, const std::string& after, int limit) override {
+    std::string path = fmt::format("/agents/sessions/{}/items?order=asc&limit={}", seg(id), limit);
+    if (!after.empty()) path += "&after=" + seg(after);
+    auto res = call("GET", path, "", "");
+    if (!res) return res.error();
+    if (res->status != 200) return status_error(*res);
+    Page page;
+    page.json = res->body;
+    json::error_code ec;
+    auto v = json::parse(res->body, ec);
+    if (ec || !v.is_object()) return make_error("bad_response", "items page is not JSON");
+    if (auto* m = v.as_object().if_contains("has_more"); m && m->is_bool())
+      page.has_more = m->as_bool();
+    if (auto* l = v.as_object().if_contains("last_id"); l && l->is_string())
+      page.last_id = std::string(l->as_string());
+    return page;
+  }
+
+ private:
+  Result<http::Response> call(const std::string& method, const std::string& path,
+                              const std::string& body, const std::string& idempotency_key) {
+    http::ClientRequest req;
+    req.method = method;
+    req.url = o_.base_url + path;
+    req.timeout = std::chrono::milliseconds(o_.timeout_ms);
+    req.headers["OpenAI-Beta"] = "agents=v1";
+    req.headers["Authorization"] = "Bearer " + o_.api_key;
+    if (!body.empty()) {
+      req.headers["Content-Type"] = "application/json";
+      req.body = body;
+    }
+    if (!idempotency_key.empty()) req.headers["Idempotency-Key"] = idempotency_key;
+    return http::send(req);
+  }
+
+  static Error status_error(const http::Response& res) {
+    return make_error(res.status >= 500 || res.status == 429 ? "agents_unavailable"
+                                                             : "agents_refused",
+                      fmt::format("agents API answered {}", res.status));
+  }
+
+  AgentsHttpOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentsClient> make_agents_http_client(AgentsHttpOptions options) {
+  return std::make_unique<AgentsHttpClient>(std::move(options));
+}
+
+}  // namespace opgate::adapters

@@ -1,0 +1,180 @@
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+
+#include "adapters/payments/provider.h"
+#include "http/client.h"
+#include "operations/proposal.h"
+
+namespace opgate::adapters {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string enc(std::string_view s) { return boost::urls::encode(s, boost::urls::unreserved_chars); }
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string str_field(const json::object& o, const char* k) {
+  auto* p = o.if_contains(k);
+  return p && p->is_string() ? std::string(p->as_string()) : std::string();
+}
+
+// A provider object (refund or balance transaction) → verdict.
+PaymentResult classify_object(const json::object& o) {
+  PaymentResult r;
+  r.object_id = str_field(o, "id");
+  r.provider_status = str_field(o, "status");
+  const std::string& st = r.provider_status;
+  if (str_field(o, "object") == "customer_balance_transaction" || st == "succeeded")
+    r.verdict = Verdict::succeeded;
+  else if (st == "pending" || st == "requires_action")
+    r.verdict = Verdict::pending;
+  else if (st == "failed" || st == "canceled")
+    r.verdict = Verdict::refused;
+  else
+    r.verdict = Verdict::pending;
+  return r;
+}
+
+class StripeProvider final : public PaymentProvider {
+ public:
+  explicit StripeProvider(StripeOptions o) : o_(std::move(o)) {
+    while (!o_.base_url.empty() && o_.base_url.back() == '/') o_.base_url.pop_back();
+  }
+
+  PaymentResult execute(const PaymentRequest& req) override {
+    std::string path, form;
+    if (req.kind == operations::kFullRefund) {
+      path = "/v1/refunds";
+      form = fmt::format("payment_intent={}&amount={}&reason=requested_by_customer&"
+                         "metadata%5Boperation_key%5D={}",
+                         enc(req.payment_intent), req.amount_minor, enc(req.operation_key));
+    } else {
+      path = fmt::format("/v1/customers/{}/balance_transactions", enc(req.customer));
+      form = fmt::format("amount={}&currency={}&description={}&metadata%5Boperation_key%5D={}",
+                         -req.amount_minor, lower(req.currency), enc("opgate " + req.reason),
+                         enc(req.operation_key));
+    }
+    http::ClientRequest http_req = base("POST", path);
+    http_req.headers["Content-Type"] = "application/x-www-form-urlencoded";
+    http_req.headers["Idempotency-Key"] = req.idempotency_key;
+    http_req.body = std::move(form);
+    auto res = http::send(http_req);
+    PaymentResult out;
+    if (!res) {
+      // Whether or not the request reached the provider, only the provider's
+      // answer may settle the operation: connect failures are retried safely
+      // under the same key, so they too stay indeterminate.
+      out.error = res.error().message;
+      return out;
+    }
+    json::error_code ec;
+    auto v = json::parse(res->body, ec);
+    const json::object* obj = (!ec && v.is_object()) ? &v.as_object() : nullptr;
+    if (res->status == 200 && obj) return classify_object(*obj);
+    if (res->status == 402 || res->status == 400 || res->status == 404) {
+      std::string type, code, message;
+      if (obj) {
+        if (auto* e = obj->if_contains("error"); e && e->is_object()) {
+          type = str_field(e->as_object(), "type");
+          code = str_field(e->as_object(), "code");
+          message = str_field(e->as_object(), "message");
+        }
+      }
+      // An idempotency error means our own earlier request is still in
+      // flight or was different; it is not a refusal of the operation.
+      if (type == "card_error" || type == "invalid_request_error") {
+        out.verdict = Verdict::refused;
+        out.error = fmt::format("{}: {}", code.empty() ? type : code, message);
+        return out;
+      }
+    }
+    out.error = fmt::format("provider answered {}", res->status);
+    return out;
+  }
+
+  LookupResult find(const PaymentRequest& req) override {
+    LookupResult out;
+    std::string path = req.kind == operations::kFullRefund
+                           ? fmt::format("/v1/refunds?payment_intent={}&limit=100",
+                                         enc(req.payment_intent))
+                           : fmt::format("/v1/customers/{}/balance_transactions?limit=100",
+                                         enc(req.customer));
+    std::string starting_after;
+    for (int page = 0; page < 100; ++page) {
+      auto http_req = base("GET", starting_after.empty()
+                                      ? path
+                                      : path + "&starting_after=" + enc(starting_after));
+      auto res = http::send(http_req);
+      if (!res) {
+        out.error = res.error().message;
+        return out;
+      }
+      json::error_code ec;
+      auto v = json::parse(res->body, ec);
+      if (res->status != 200 || ec || !v.is_object()) {
+        out.error = fmt::format("provider listing answered {}", res->status);
+        return out;
+      }
+      auto* data = v.as_object().if_contains("data");
+      if (!data || !data->is_array()) {
+        out.error = "provider listing has no data";
+        return out;
+      }
+      for (auto& item : data->as_array()) {
+        if (!item.is_object()) continue;
+        auto& o = item.as_object();
+        starting_after = str_field(o, "id");
+        auto* md = o.if_contains("metadata");
+        if (md && md->is_object() &&
+            str_field(md->as_object(), "operation_key") == req.operation_key) {
+          out.lookup = Lookup::found;
+          out.object = classify_object(o);
+          return out;
+        }
+      }
+      auto* more = v.as_object().if_contains("has_more");
+      if (!more || !more->is_bool()) {
+        out.error = "provider listing does not say whether it is complete";
+        return out;
+      }
+      if (!more->as_bool()) {
+        out.lookup = Lookup::absent;
+        return out;
+      }
+      if (starting_after.empty()) {
+        out.error = "provider listing cannot be paged";
+        return out;
+      }
+    }
+    out.error = "provider listing is too long to prove absence";
+    return out;
+  }
+
+ private:
+  http::ClientRequest base(const char* method, const std::string& path) {
+    http::ClientRequest r;
+    r.method = method;
+    r.url = o_.base_url + path;
+    r.timeout = std::chrono::milliseconds(o_.timeout_ms);
+    r.headers["Authorization"] = "Bearer " + o_.secret_key;
+    return r;
+  }
+
+  StripeOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<PaymentProvider> make_stripe_provider(StripeOptions options) {
+  return std::make_unique<StripeProvider>(std::move(options));
+}
+
+}  // namespace opgate::adapters

@@ -1,0 +1,21 @@
+// Hashing, MACs and encodings over OpenSSL. Pure functions, thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace opgate::crypto {
+
+std::string sha256(std::string_view data);  // raw 32 bytes
+std::string sha256_hex(std::string_view data);
+std::string hmac_sha256(std::string_view key, std::string_view data);  // raw
+std::string to_hex(std::string_view raw);
+std::string base64_encode(std::string_view raw);
+// Strict standard base64 (with padding); nullopt on any invalid input.
+std::optional<std::string> base64_decode(std::string_view text);
+// Constant-time equality; lengths are not secret.
+bool equal_constant_time(std::string_view a, std::string_view b);
+std::string random_hex(size_t bytes);
+
+}  // namespace opgate::crypto

@@ -1,0 +1,118 @@
+#include "common/metrics.h"
+
+#include <fmt/format.h>
+
+namespace opgate {
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)),
+      buckets_(std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1)) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  buckets_[i]++;
+  count_++;
+  double cur = sum_.load();
+  while (!sum_.compare_exchange_weak(cur, cur + value)) {
+  }
+}
+
+std::string Histogram::render(const std::string& name, const std::string& labels) const {
+  std::string out;
+  uint64_t cumulative = 0;
+  std::string sep = labels.empty() ? "" : ",";
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += buckets_[i].load();
+    out += fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bounds_[i],
+                       cumulative);
+  }
+  cumulative += buckets_[bounds_.size()].load();
+  out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, cumulative);
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_.load(), name, count_.load());
+  return out;
+}
+
+std::string Metrics::key(const std::map<std::string, std::string>& labels) {
+  std::string k;
+  for (const auto& [n, v] : labels) {
+    if (!k.empty()) k += ',';
+    std::string escaped;
+    for (char c : v) {
+      if (c == '"' || c == '\\') escaped += '\\';
+      if (c == '\n') {
+        escaped += "\\n";
+        continue;
+      }
+      escaped += c;
+    }
+    k += fmt::format("{}=\"{}\"", n, escaped);
+  }
+  return k;
+}
+
+void Metrics::inc(const std::string& name, const std::map<std::string, std::string>& labels,
+                  uint64_t by) {
+  std::string k = key(labels);
+  std::atomic<uint64_t>* c;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = counters_[name][k];
+    if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+    c = slot.get();
+  }
+  *c += by;
+}
+
+uint64_t Metrics::counter_value(const std::string& name,
+                                const std::map<std::string, std::string>& labels) const {
+  std::lock_guard lock(mu_);
+  auto it = counters_.find(name);
+  if (it == counters_.end()) return 0;
+  auto s = it->second.find(key(labels));
+  return s == it->second.end() ? 0 : s->second->load();
+}
+
+Histogram& Metrics::histogram(const std::string& name, const std::vector<double>& bounds) {
+  std::lock_guard lock(mu_);
+  auto& slot = histograms_[name];
+  if (!slot) slot = std::make_unique<Histogram>(bounds);
+  return *slot;
+}
+
+void Metrics::gauge(const std::string& name, std::function<double()> read) {
+  std::lock_guard lock(mu_);
+  gauges_[name] = std::move(read);
+}
+
+void Metrics::gauge_family(const std::string& name,
+                           std::function<std::map<std::string, double>()> read,
+                           const std::string& label) {
+  std::lock_guard lock(mu_);
+  families_[name] = {label, std::move(read)};
+}
+
+std::string Metrics::render() const {
+  std::lock_guard lock(mu_);
+  std::string out;
+  for (const auto& [name, series] : counters_) {
+    out += fmt::format("# TYPE {} counter\n", name);
+    for (const auto& [labels, value] : series)
+      out += labels.empty() ? fmt::format("{} {}\n", name, value->load())
+                            : fmt::format("{}{{{}}} {}\n", name, labels, value->load());
+  }
+  for (const auto& [name, h] : histograms_) {
+    out += fmt::format("# TYPE {} histogram\n", name);
+    out += h->render(name, "");
+  }
+  for (const auto& [name, read] : gauges_)
+    out += fmt::format("# TYPE {} gauge\n{} {}\n", name, name, read());
+  for (const auto& [name, fam] : families_) {
+    out += fmt::format("# TYPE {} gauge\n", name);
+    for (const auto& [value_label, v] : fam.second())
+      out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, fam.first, value_label, v);
+  }
+  return out;
+}
+
+}  // namespace opgate

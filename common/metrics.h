@@ -1,0 +1,55 @@
+// A small Prometheus registry: labelled counters, gauges read on demand, and
+// fixed-bucket histograms. Thread-safe: counters are atomics behind a
+// registry mutex taken only to find or create a series.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace opgate {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  std::string render(const std::string& name, const std::string& labels) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0};
+};
+
+class Metrics {
+ public:
+  // name like "opgate_webhooks_total", labels like {{"source","agents"}}.
+  void inc(const std::string& name, const std::map<std::string, std::string>& labels = {},
+           uint64_t by = 1);
+  Histogram& histogram(const std::string& name, const std::vector<double>& bounds);
+  // A gauge computed when /metrics is read.
+  void gauge(const std::string& name, std::function<double()> read);
+  // Gauges with labels, e.g. operations by state.
+  void gauge_family(const std::string& name,
+                    std::function<std::map<std::string, double>()> read,
+                    const std::string& label);
+  std::string render() const;
+  uint64_t counter_value(const std::string& name,
+                         const std::map<std::string, std::string>& labels = {}) const;
+
+ private:
+  static std::string key(const std::map<std::string, std::string>& labels);
+  mutable std::mutex mu_;
+  std::map<std::string, std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>>> counters_;
+  std::map<std::string, std::unique_ptr<Histogram>> histograms_;
+  std::map<std::string, std::function<double()>> gauges_;
+  std::map<std::string, std::pair<std::string, std::function<std::map<std::string, double>()>>>
+      families_;
+};
+
+}  // namespace opgate

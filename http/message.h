@@ -1,0 +1,44 @@
+// Plain HTTP request and response values, free of Beast types so that
+// handlers and routing stay pure and cheap to compile.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace opgate::http {
+
+struct CaseInsensitiveLess {
+  bool operator()(std::string_view a, std::string_view b) const;
+  using is_transparent = void;
+};
+using Headers = std::map<std::string, std::string, CaseInsensitiveLess>;
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path plus optional query, as received
+  Headers headers;
+  std::string body;
+  std::string remote;  // peer address, for logs
+
+  std::optional<std::string> header(std::string_view name) const;
+  std::string path() const;   // target without the query
+  std::string query() const;  // text after '?', or ""
+  // Decoded value of one query parameter.
+  std::optional<std::string> query_param(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  Headers headers;
+  std::string body;
+  bool close = false;  // close the connection after writing
+  bool drop = false;   // close without answering (simulated faults only)
+};
+
+Response json_response(int status, std::string body);
+// {"error":{"code","message"}}; the message must never carry a secret.
+Response error_response(int status, std::string_view code, std::string_view message);
+
+}  // namespace opgate::http

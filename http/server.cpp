@@ -1,0 +1,274 @@
+#include "http/server.h"
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace opgate::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+
+class Connection;
+
+// Connections refer to the Impl by plain pointer: the Impl outlives them,
+// because the io_context (declared last, destroyed first) owns every handler
+// that keeps a connection alive.
+struct Server::Impl {
+  ServerOptions options;
+  Handler handler;
+  std::atomic<bool> draining{false};
+  std::atomic<size_t> connections{0};
+  uint16_t port = 0;
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::weak_ptr<Connection>> live;
+  uint64_t next_id = 0;
+  bool stopped = false;
+  std::vector<std::thread> threads;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+
+  void accept();
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, Server::Impl* server, uint64_t id)
+      : stream_(std::move(socket)), server_(server), id_(id) {}
+
+  ~Connection() {
+    server_->connections--;
+    std::lock_guard lock(server_->mu);
+    server_->live.erase(id_);
+  }
+
+  void run() {
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&Connection::read_header, shared_from_this()));
+  }
+
+  void refuse_overloaded() {
+    Response r = error_response(503, "overloaded", "Too many connections; retry later.");
+    r.headers["Retry-After"] = "1";
+    r.close = true;
+    write(std::move(r));
+  }
+
+  // Called on drain from any thread: close if waiting for a new request.
+  void close_if_idle() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->idle_ && self->buffer_.size() == 0) {
+        beast::error_code ec;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+        self->stream_.socket().close(ec);
+      }
+    });
+  }
+
+ private:
+  void read_header() {
+    parser_.emplace();
+    parser_->body_limit(server_->options.max_body_bytes);
+    parser_->header_limit(16 * 1024);
+    idle_ = true;
+    if (server_->draining) return close();
+    // A connection that has delivered nothing yet may idle longer than one
+    // that has started a request.
+    stream_.expires_after(buffer_.size() > 0 ? server_->options.header_timeout
+                                             : server_->options.idle_timeout);
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             beast::bind_front_handler(&Connection::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    idle_ = false;
+    if (ec) return fail_read(ec);
+    auto length = parser_->content_length();
+    if (length && *length > server_->options.max_body_bytes) return too_large();
+    stream_.expires_after(server_->options.body_timeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&Connection::on_body, shared_from_this()));
+  }
+
+  void fail_read(beast::error_code ec) {
+    if (ec == bhttp::error::body_limit) return too_large();
+    if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
+        ec == beast::error::timeout || ec == net::error::operation_aborted ||
+        ec == net::error::connection_reset)
+      return close();
+    // Anything else is a malformed request: say so once, then close.
+    Response r = error_response(400, "bad_request", "The HTTP request is malformed.");
+    r.close = true;
+    write(std::move(r));
+  }
+
+  void too_large() {
+    Response r = error_response(413, "body_too_large", "The request body is over the limit.");
+    r.close = true;
+    write(std::move(r));
+  }
+
+  void on_body(beast::error_code ec, size_t) {
+    if (ec) return fail_read(ec);
+    auto& msg = parser_->get();
+    Request req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    for (const auto& field : msg) {
+      auto [it, inserted] = req.headers.emplace(std::string(field.name_string()),
+                                                std::string(field.value()));
+      if (!inserted) it->second += ", " + std::string(field.value());
+    }
+    req.body = std::move(msg.body());
+    beast::error_code ignore;
+    auto ep = stream_.socket().remote_endpoint(ignore);
+    req.remote = ep.address().to_string();
+    const bool keep_alive = msg.keep_alive();
+    Response res;
+    try {
+      res = server_->handler(std::move(req));
+    } catch (const std::exception&) {
+      res = error_response(500, "internal", "Internal error.");
+    }
+    if (res.drop) return close();
+    if (!keep_alive || server_->draining) res.close = true;
+    write(std::move(res));
+  }
+
+  void write(Response r) {
+    auto msg = std::make_shared<bhttp::response<bhttp::string_body>>();
+    msg->version(11);
+    msg->result(static_cast<unsigned>(r.status));
+    for (const auto& [k, v] : r.headers) msg->set(k, v);
+    msg->body() = std::move(r.body);
+    msg->keep_alive(!r.close);
+    msg->prepare_payload();
+    stream_.expires_after(server_->options.write_timeout);
+    bhttp::async_write(stream_, *msg,
+                       [self = shared_from_this(), msg, close = r.close](beast::error_code ec,
+                                                                         size_t) {
+                         if (ec || close) return self->close();
+                         self->read_header();
+                       });
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  Server::Impl* server_;
+  uint64_t id_;
+  bool idle_ = true;
+};
+
+void Server::Impl::accept() {
+  acceptor.async_accept(
+      net::make_strand(ioc), [self = this](beast::error_code ec, tcp::socket s) {
+        if (ec) {
+          if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
+          return self->accept();
+        }
+        if (self->draining) return;
+        const bool over = self->connections.load() >= self->options.max_connections;
+        self->connections++;
+        std::shared_ptr<Connection> conn;
+        {
+          std::lock_guard lock(self->mu);
+          uint64_t id = self->next_id++;
+          conn = std::make_shared<Connection>(std::move(s), self, id);
+          self->live[id] = conn;
+        }
+        if (over)
+          conn->refuse_overloaded();
+        else
+          conn->run();
+        self->accept();
+      });
+}
+
+Server::Server(ServerOptions options, Handler handler) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->handler = std::move(handler);
+}
+
+Server::~Server() { stop(); }
+
+Result<uint16_t> Server::start() {
+  auto& o = impl_->options;
+  auto colon = o.listen.rfind(':');
+  if (colon == std::string::npos)
+    return make_error("bad_listen", "listen address must be host:port: " + o.listen);
+  std::string host = o.listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  beast::error_code ec;
+  auto address = net::ip::make_address(host, ec);
+  if (ec) return make_error("bad_listen", "listen host must be an IP address: " + host);
+  int port = 0;
+  try {
+    port = std::stoi(o.listen.substr(colon + 1));
+  } catch (...) {
+    return make_error("bad_listen", "listen port is not a number: " + o.listen);
+  }
+  tcp::endpoint ep(address, static_cast<uint16_t>(port));
+  auto& acc = impl_->acceptor;
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return make_error("listen_failed", "cannot listen on " + o.listen + ": " + ec.message());
+  impl_->port = acc.local_endpoint().port();
+  impl_->accept();
+  for (int i = 0; i < std::max(1, o.threads); ++i)
+    impl_->threads.emplace_back([impl = impl_.get()] { impl->ioc.run(); });
+  return impl_->port;
+}
+
+void Server::drain(std::chrono::milliseconds deadline) {
+  impl_->draining = true;
+  net::post(impl_->ioc, [impl = impl_.get()] {
+    beast::error_code ec;
+    impl->acceptor.close(ec);
+  });
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (impl_->connections.load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::vector<std::shared_ptr<Connection>> conns;
+    {
+      std::lock_guard lock(impl_->mu);
+      for (auto& [id, weak] : impl_->live)
+        if (auto c = weak.lock()) conns.push_back(std::move(c));
+    }
+    for (auto& c : conns) c->close_if_idle();
+    conns.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Server::stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+  }
+  impl_->draining = true;
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads)
+    if (t.joinable()) t.join();
+  impl_->threads.clear();
+}
+
+uint16_t Server::port() const { return impl_->port; }
+size_t Server::open_connections() const { return impl_->connections.load(); }
+
+}  // namespace opgate::http

@@ -1,0 +1,61 @@
+// An HTTP/1.1 server on Beast: keep-alive and pipelined requests, a header
+// and a body timeout per request, a body limit, a connection limit, and a
+// graceful drain. The handler is a plain function from Request to Response;
+// it runs on one of the server's threads and may block briefly (a synced
+// write). Thread-safe: start/drain/stop from any one controlling thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "http/message.h"
+
+namespace opgate::http {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  int threads = 2;
+  // Connections past this get one 503 and are closed.
+  size_t max_connections = 1024;
+  // Larger bodies get 413 and the connection is closed.
+  size_t max_body_bytes = 1 << 20;
+  // A sender that has not delivered the headers (resp. the body) in time is
+  // disconnected, so a slow sender cannot hold a connection.
+  std::chrono::milliseconds header_timeout{10'000};
+  std::chrono::milliseconds body_timeout{30'000};
+  // How long a keep-alive connection may sit idle between requests.
+  std::chrono::milliseconds idle_timeout{60'000};
+  std::chrono::milliseconds write_timeout{10'000};
+};
+
+using Handler = std::function<Response(Request&&)>;
+
+class Server {
+ public:
+  Server(ServerOptions options, Handler handler);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving; returns the bound port.
+  Result<uint16_t> start();
+  // Stops accepting; idle connections close; requests in flight are answered
+  // with "Connection: close". Returns when all connections are gone or the
+  // deadline passes.
+  void drain(std::chrono::milliseconds deadline);
+  // Stops the threads. Safe to call twice.
+  void stop();
+  uint16_t port() const;
+  size_t open_connections() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace opgate::http

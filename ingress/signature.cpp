@@ -1,0 +1,65 @@
+#include "ingress/signature.h"
+
+#include <charconv>
+
+#include "common/crypto.h"
+
+namespace opgate::ingress {
+
+Result<std::string> decode_secret(std::string_view secret) {
+  constexpr std::string_view prefix = "whsec_";
+  if (secret.substr(0, prefix.size()) != prefix)
+    return make_error("bad_secret", "webhook secrets must start with whsec_");
+  auto raw = crypto::base64_decode(secret.substr(prefix.size()));
+  if (!raw || raw->empty())
+    return make_error("bad_secret", "webhook secret is not valid base64 after whsec_");
+  return *raw;
+}
+
+namespace {
+std::string signed_content(std::string_view id, std::string_view ts, std::string_view body) {
+  std::string content;
+  content.reserve(id.size() + ts.size() + body.size() + 2);
+  content.append(id).append(".").append(ts).append(".").append(body);
+  return content;
+}
+}  // namespace
+
+std::string sign(std::string_view raw_key, std::string_view webhook_id, int64_t timestamp,
+                 std::string_view body) {
+  auto content = signed_content(webhook_id, std::to_string(timestamp), body);
+  return "v1," + crypto::base64_encode(crypto::hmac_sha256(raw_key, content));
+}
+
+Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, int64_t now_s,
+              int64_t tolerance_s) {
+  int64_t ts = 0;
+  auto [ptr, ec] = std::from_chars(m.timestamp.data(), m.timestamp.data() + m.timestamp.size(), ts);
+  if (ec != std::errc() || ptr != m.timestamp.data() + m.timestamp.size() || m.timestamp.empty())
+    return make_error("bad_timestamp", "webhook-timestamp must be decimal Unix seconds");
+  if (ts < now_s - tolerance_s || ts > now_s + tolerance_s)
+    return make_error("timestamp_out_of_tolerance", "webhook-timestamp is outside the tolerance");
+
+  const auto content = signed_content(m.webhook_id, m.timestamp, m.body);
+  std::vector<std::string> expected;
+  expected.reserve(raw_keys.size());
+  for (const auto& key : raw_keys) expected.push_back(crypto::hmac_sha256(key, content));
+
+  bool matched = false;
+  std::string_view rest = m.signature;
+  while (!rest.empty()) {
+    auto space = rest.find(' ');
+    auto token = rest.substr(0, space);
+    rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    if (token.substr(0, 3) != "v1,") continue;
+    auto raw = crypto::base64_decode(token.substr(3));
+    if (!raw) continue;
+    // Check every key and signature: the work done does not depend on
+    // which one matched.
+    for (const auto& e : expected) matched |= crypto::equal_constant_time(*raw, e);
+  }
+  if (!matched) return make_error("bad_signature", "no webhook signature matches");
+  return Status::Ok();
+}
+
+}  // namespace opgate::ingress

@@ -1,0 +1,48 @@
+#include "operations/proposal.h"
+
+#include <fmt/format.h>
+
+#include "common/crypto.h"
+
+namespace opgate::operations {
+
+bool valid_identifier(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string operation_key(std::string_view owner, std::string_view order_id,
+                          std::string_view kind, int version) {
+  return fmt::format("{}:{}:{}:v{}", owner, order_id, kind, version);
+}
+
+std::string fingerprint(const pb::Proposal& p) {
+  // One field per line, "name=value", values length-prefixed so no value can
+  // forge a field boundary.
+  std::string canonical;
+  auto add = [&](std::string_view name, std::string_view value) {
+    canonical += fmt::format("{}={}:{}\n", name, value.size(), value);
+  };
+  add("kind", p.kind());
+  add("owner", p.owner());
+  add("order_id", p.order_id());
+  add("amount_minor", std::to_string(p.amount_minor()));
+  add("currency", p.currency());
+  add("payment_intent", p.payment_intent());
+  add("customer", p.customer());
+  add("payment_method", p.payment_method());
+  add("reason", p.reason());
+  add("tier", p.tier());
+  return crypto::sha256_hex(canonical);
+}
+
+std::string provider_idempotency_key(std::string_view operation_key) {
+  return "opgate-v1-" + crypto::sha256_hex(operation_key);
+}
+
+}  // namespace opgate::operations

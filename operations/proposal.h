@@ -1,0 +1,29 @@
+// Naming and binding of proposals: identifier rules, the operation key, the
+// proposal fingerprint an approval must carry, and the provider idempotency
+// key. Pure; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "opgate.pb.h"
+
+namespace opgate::operations {
+
+inline constexpr std::string_view kFullRefund = "full-refund";
+inline constexpr std::string_view kAccountCredit = "account-credit";
+
+// [A-Za-z0-9._-], 1–64 characters.
+bool valid_identifier(std::string_view id);
+
+// "{owner}:{order_id}:{kind}:v{version}"
+std::string operation_key(std::string_view owner, std::string_view order_id,
+                          std::string_view kind, int version = 1);
+
+// SHA-256 (hex) over the canonical fields an approval binds.
+std::string fingerprint(const pb::Proposal& proposal);
+
+// Stable across every retry and reconciliation of the operation.
+std::string provider_idempotency_key(std::string_view operation_key);
+
+}  // namespace opgate::operations

@@ -1,0 +1,59 @@
+// The outbox drainer: claims approved operations (durably `executing` before
+// any provider call), executes them under their fixed idempotency key,
+// settles or marks them `outcome_unknown`, reconciles unknown ones against
+// the provider's listing, and delivers saved tool results to sessions.
+// Thread-safety: run_once() is called from the worker thread only.
+#pragma once
+
+#include <string>
+
+#include "adapters/agents/agents_client.h"
+#include "adapters/payments/provider.h"
+#include "common/backoff.h"
+#include "common/metrics.h"
+#include "outbox/outbox.h"
+#include "store/journal.h"
+
+namespace opgate::outbox {
+
+struct DrainerOptions {
+  size_t batch = 64;
+  int64_t retry_base_ms = 500;
+  int64_t retry_cap_ms = 60'000;
+  int attention_after_attempts = 10;
+};
+
+class Drainer {
+ public:
+  Drainer(store::Journal& journal, Outbox& outbox, adapters::PaymentProvider& provider,
+          adapters::AgentsClient& agents, Metrics& metrics, Random random,
+          DrainerOptions options = {});
+
+  // On start-up: every `executing` operation becomes `outcome_unknown`
+  // (with a reconcile item), because its provider call may have happened.
+  Status recover_after_restart();
+  // One pass over due items; returns how many were handled.
+  size_t run_once();
+  // Reconciles one operation now (operator request).
+  Status reconcile_now(const std::string& operation_key);
+
+ private:
+  void execute(const Outbox::Entry& entry);
+  void reconcile(const Outbox::Entry& entry);
+  void deliver(const Outbox::Entry& entry);
+  // Records the provider's answer for an executing operation.
+  Status record_result(const std::string& key, const std::string& item_key,
+                       const adapters::PaymentResult& result, const std::string& principal);
+  void retry_later(const Outbox::Entry& entry, const std::string& error);
+  adapters::PaymentRequest request_for(const pb::Operation& op) const;
+
+  store::Journal& journal_;
+  Outbox& outbox_;
+  adapters::PaymentProvider& provider_;
+  adapters::AgentsClient& agents_;
+  Metrics& metrics_;
+  Random random_;
+  DrainerOptions options_;
+};
+
+}  // namespace opgate::outbox

@@ -1,0 +1,71 @@
+// Serialised read-modify-write transactions over the Store, each committed
+// as one synced batch, with a SHA-256 hash-chained audit trail: every audit
+// record in a transaction chains to the previous one, and the chain head
+// advances only when the batch is durable. Thread-safe: run() holds a mutex
+// for the whole read-modify-write, so transitions never interleave.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "opgate.pb.h"
+#include "store/store.h"
+
+namespace opgate::store {
+
+class Txn {
+ public:
+  Txn(Store& store, int64_t now_ms) : store_(store), now_ms_(now_ms) {}
+  Store& store() { return store_; }
+  Batch& batch() { return batch_; }
+  int64_t now_ms() const { return now_ms_; }
+  // seq, at_ms, prev_hash and hash are filled in at commit.
+  void audit(pb::AuditRecord record) { audits_.push_back(std::move(record)); }
+
+ private:
+  friend class Journal;
+  Store& store_;
+  int64_t now_ms_;
+  Batch batch_;
+  std::vector<pb::AuditRecord> audits_;
+};
+
+class Journal {
+ public:
+  static Result<std::unique_ptr<Journal>> open(Store& store, const Clock& clock);
+
+  // Runs fn under the journal lock; if fn returns Ok and staged anything,
+  // commits its batch (and audit records) synced. fn's error aborts without
+  // writing.
+  Status run(const std::function<Status(Txn&)>& fn);
+
+  Store& store() { return store_; }
+  const Clock& clock() const { return clock_; }
+
+ private:
+  Journal(Store& store, const Clock& clock) : store_(store), clock_(clock) {}
+  Store& store_;
+  const Clock& clock_;
+  std::mutex mu_;
+  uint64_t next_seq_ = 1;
+  std::string head_hash_;  // raw 32 bytes; empty before the first record
+};
+
+std::string audit_key(uint64_t seq);
+// The chain hash of a record given its predecessor's hash.
+std::string audit_hash(const pb::AuditRecord& record, const std::string& prev_hash);
+
+struct AuditVerification {
+  uint64_t records = 0;
+  bool ok = true;
+  uint64_t first_bad_seq = 0;
+  std::string problem;
+};
+Result<AuditVerification> verify_audit(const Store& store);
+
+}  // namespace opgate::store

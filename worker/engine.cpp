@@ -1,0 +1,53 @@
+#include "worker/engine.h"
+
+#include <spdlog/spdlog.h>
+
+namespace opgate::worker {
+
+Engine::Engine(SessionSync& sync, outbox::Drainer& drainer, std::chrono::milliseconds tick)
+    : sync_(sync), drainer_(drainer), tick_(tick) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() { thread_ = std::thread([this] { loop(); }); }
+
+void Engine::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      woken_ = false;
+    }
+    size_t work = 0;
+    try {
+      work += sync_.process_inbox();
+      work += sync_.expire_pending();
+      work += drainer_.run_once();
+    } catch (const std::exception& e) {
+      spdlog::error("worker pass failed: {}", e.what());
+    }
+    std::unique_lock lock(mu_);
+    if (stopping_) return;
+    // More may be waiting: go again at once; otherwise sleep until woken.
+    if (work == 0) cv_.wait_for(lock, tick_, [&] { return woken_ || stopping_; });
+  }
+}
+
+}  // namespace opgate::worker

@@ -1,0 +1,298 @@
+#include "worker/session_sync.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/json.hpp>
+#include <set>
+
+#include "operations/proposal.h"
+#include "operations/repository.h"
+#include "worker/tools.h"
+
+namespace opgate::worker {
+
+using store::Cf;
+namespace json = boost::json;
+
+SessionSync::SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox::Outbox& outbox,
+                         adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics)
+    : journal_(journal),
+      inbox_(inbox),
+      outbox_(outbox),
+      agents_(agents),
+      policy_(std::move(policy)),
+      metrics_(metrics) {}
+
+size_t SessionSync::process_inbox() {
+  struct Queued {
+    std::string queue_key;
+    pb::InboxEvent event;
+  };
+  std::vector<Queued> queued;
+  auto& store = journal_.store();
+  Status scanned = store.scan(Cf::inbox, "q/", [&](std::string_view k, std::string_view v) {
+    auto ev = store.get_message<pb::InboxEvent>(Cf::inbox, v);
+    pb::InboxEvent event;
+    if (ev && ev->has_value()) event = **ev;
+    queued.push_back({std::string(k), std::move(event)});
+    return queued.size() < 1024;
+  });
+  if (!scanned) {
+    spdlog::error("inbox scan failed: {}", scanned.error().message);
+    return 0;
+  }
+  if (queued.empty()) return 0;
+
+  // Group by session: one fetch answers every queued webhook of a session.
+  std::map<std::string, std::vector<std::string>> by_session;
+  std::vector<std::string> done;  // not for a session: processed by being stored
+  for (auto& q : queued) {
+    if (q.event.type() == ingress::kActionRequired && !q.event.session_id().empty())
+      by_session[q.event.session_id()].push_back(q.queue_key);
+    else
+      done.push_back(q.queue_key);
+  }
+  size_t handled = 0;
+  if (!done.empty()) {
+    Status s = journal_.run([&](store::Txn& txn) -> Status {
+      for (const auto& k : done) txn.batch().del(Cf::inbox, k);
+      return Status::Ok();
+    });
+    if (s) handled += done.size();
+  }
+  const int64_t now = journal_.clock().now_ms();
+  for (const auto& [session_id, keys] : by_session) {
+    if (auto it = retry_at_ms_.find(session_id); it != retry_at_ms_.end() && it->second > now)
+      continue;
+    auto session = store.get_message<pb::Session>(Cf::sessions, session_id);
+    if (!session) continue;
+    if (!session->has_value()) {
+      // No bound owner yet: park the events until the session is bound.
+      Status s = journal_.run([&](store::Txn& txn) -> Status {
+        for (const auto& k : keys) {
+          auto event_key = store.get(Cf::inbox, k);
+          if (!event_key || !event_key->has_value()) continue;
+          txn.batch().del(Cf::inbox, k);
+          txn.batch().put(Cf::inbox, ingress::Inbox::waiting_key(session_id, inbox_.next_seq()),
+                          **event_key);
+        }
+        return Status::Ok();
+      });
+      if (s) handled += keys.size();
+      spdlog::info("session {} is not bound; {} event(s) wait for binding", session_id,
+                   keys.size());
+      continue;
+    }
+    std::lock_guard lock(sync_mu_);
+    auto view = agents_.get_session(session_id);
+    if (!view) {
+      metrics_.inc("opgate_session_sync_total", {{"result", "error"}});
+      retry_at_ms_[session_id] = now + 1000;
+      spdlog::warn("cannot fetch session {}: {}", session_id, view.error().message);
+      continue;
+    }
+    retry_at_ms_.erase(session_id);
+    Status s = journal_.run([&](store::Txn& txn) -> Status {
+      for (const auto& action : view->required_actions)
+        if (Status a = answer(txn, **session, action); !a) return a;
+      for (const auto& k : keys) txn.batch().del(Cf::inbox, k);
+      pb::Session updated = **session;
+      updated.set_last_sync_ms(txn.now_ms());
+      txn.batch().put(Cf::sessions, session_id, updated);
+      return Status::Ok();
+    });
+    metrics_.inc("opgate_session_sync_total", {{"result", s ? "ok" : "error"}});
+    if (!s) {
+      spdlog::error("cannot store answers for session {}: {}", session_id, s.error().message);
+      continue;
+    }
+    handled += keys.size();
+  }
+  inbox_.processed(handled);
+  return handled;
+}
+
+Status SessionSync::sync(const std::string& session_id) {
+  auto session = journal_.store().get_message<pb::Session>(Cf::sessions, session_id);
+  if (!session) return session.error();
+  if (!session->has_value())
+    return make_error("not_bound", "The session is not bound to an owner; bind it first.");
+  std::lock_guard lock(sync_mu_);
+  auto view = agents_.get_session(session_id);
+  if (!view) return make_error("agents_unavailable", "Cannot fetch the session: " +
+                                                         view.error().message);
+  return journal_.run([&](store::Txn& txn) -> Status {
+    for (const auto& action : view->required_actions)
+      if (Status a = answer(txn, **session, action); !a) return a;
+    pb::Session updated = **session;
+    updated.set_last_sync_ms(txn.now_ms());
+    txn.batch().put(Cf::sessions, session_id, updated);
+    return Status::Ok();
+  });
+}
+
+Status SessionSync::answer(store::Txn& txn, const pb::Session& session,
+                           const adapters::RequiredAction& action) {
+  auto& store = txn.store();
+  if (!operations::valid_identifier(action.call_id) ||
+      !operations::valid_identifier(action.turn_id)) {
+    spdlog::warn("session {} has a required action with an invalid id; skipped",
+                 session.session_id());
+    return Status::Ok();
+  }
+  const std::string key = outbox::call_key(session.session_id(), action.turn_id, action.call_id);
+  auto existing = store.get_message<pb::ToolCall>(Cf::calls, key);
+  if (!existing) return existing.error();
+  if (existing->has_value()) {
+    auto& call = **existing;
+    // Still required although delivered: the platform did not keep it.
+    // Resending the same result under the same key is safe.
+    if (call.result_saved() && call.delivery() == "delivered") {
+      call.set_delivery("pending");
+      outbox_.stage_result(txn, call, call.result());
+    }
+    return Status::Ok();
+  }
+
+  pb::ToolCall call;
+  call.set_session_id(session.session_id());
+  call.set_turn_id(action.turn_id);
+  call.set_call_id(action.call_id);
+  call.set_name(action.name.substr(0, 128));
+  call.set_arguments_json(action.arguments_json.substr(0, 16384));
+  call.set_created_at_ms(txn.now_ms());
+  call.set_delivery("none");
+
+  OrderLookup lookup = [&](const std::string& order_id) -> std::optional<pb::Order> {
+    auto order = store.get_message<pb::Order>(Cf::orders, order_id);
+    if (!order || !order->has_value()) return std::nullopt;
+    return **order;
+  };
+  auto outcome = dispatch_tool(action.name, action.arguments_json, session.owner(), lookup,
+                               policy_, txn.now_ms() / 1000);
+  metrics_.inc("opgate_tool_calls_total",
+               {{"tool", action.name == "lookup_order" || action.name == "request_refund" ||
+                                 action.name == "issue_account_credit"
+                             ? action.name
+                             : "unknown"},
+                {"result", outcome.result ? (outcome.result->success() ? "ok" : "refused")
+                                          : "proposal"}});
+  if (outcome.result) {
+    outbox_.stage_result(txn, call, *outcome.result);
+    return Status::Ok();
+  }
+
+  pb::Proposal& proposal = *outcome.proposal;
+  const std::string op_key =
+      operations::operation_key(proposal.owner(), proposal.order_id(), proposal.kind());
+  const std::string fp = operations::fingerprint(proposal);
+  call.set_operation_key(op_key);
+  pb::CallRef ref;
+  ref.set_session_id(call.session_id());
+  ref.set_turn_id(call.turn_id());
+  ref.set_call_id(call.call_id());
+
+  auto loaded = operations::load(store, op_key);
+  if (!loaded) return loaded.error();
+  if (!loaded->has_value()) {
+    pb::Operation op;
+    op.set_key(op_key);
+    *op.mutable_proposal() = proposal;
+    op.set_fingerprint(fp);
+    op.set_session_id(call.session_id());
+    op.set_call_id(call.call_id());
+    *op.add_calls() = ref;
+    op.set_idempotency_key(operations::provider_idempotency_key(op_key));
+    op.set_expires_at_ms(txn.now_ms() + policy_.approval_ttl_s * 1000);
+    operations::create(txn, op, "system",
+                       json::serialize(json::object{{"session_id", call.session_id()},
+                                                    {"call_id", call.call_id()},
+                                                    {"tool", call.name()}}));
+    txn.batch().put(Cf::calls, key, call);
+    return Status::Ok();
+  }
+
+  pb::Operation op = **loaded;
+  if (op.fingerprint() != fp && op.state() != "settled") {
+    outbox_.stage_result(
+        txn, call,
+        failure_result(fmt::format("A different proposal for this order ({}) is already "
+                                   "awaiting a decision; it must settle first.",
+                                   op_key)));
+    return Status::Ok();
+  }
+  // The same operation, asked for again: link this call to it.
+  *op.add_calls() = ref;
+  operations::save_with_audit(txn, op, "link_call", "system",
+                              json::serialize(json::object{{"session_id", call.session_id()},
+                                                           {"call_id", call.call_id()}}));
+  if (op.state() == "settled") {
+    // Already decided: answer with the recorded outcome, never ask again.
+    outbox_.stage_result(txn, call, settled_result(op));
+  } else {
+    txn.batch().put(Cf::calls, key, call);
+  }
+  return Status::Ok();
+}
+
+Status SessionSync::bind(const std::string& session_id, const std::string& owner,
+                         const std::string& principal) {
+  if (!operations::valid_identifier(session_id) || !operations::valid_identifier(owner))
+    return make_error("bad_request",
+                      "Session id and owner must be 1-64 characters from A-Z, a-z, 0-9, '.', "
+                      "'_' and '-'.");
+  bool released = false;
+  Status s = journal_.run([&](store::Txn& txn) -> Status {
+    auto& store = txn.store();
+    auto existing = store.get_message<pb::Session>(Cf::sessions, session_id);
+    if (!existing) return existing.error();
+    if (existing->has_value()) {
+      if ((*existing)->owner() != owner)
+        return make_error("conflict", "The session is already bound to another owner.");
+      return Status::Ok();
+    }
+    pb::Session session;
+    session.set_session_id(session_id);
+    session.set_owner(owner);
+    session.set_bound_by(principal);
+    session.set_bound_at_ms(txn.now_ms());
+    txn.batch().put(Cf::sessions, session_id, session);
+    const std::string prefix = fmt::format("w/{}/", session_id);
+    Status scan = store.scan(Cf::inbox, prefix, [&](std::string_view k, std::string_view v) {
+      txn.batch().del(Cf::inbox, k);
+      txn.batch().put(Cf::inbox, ingress::Inbox::queue_key(inbox_.next_seq()), v);
+      released = true;
+      return true;
+    });
+    return scan;
+  });
+  return s;
+}
+
+size_t SessionSync::expire_pending() {
+  const int64_t now = journal_.clock().now_ms();
+  auto keys = operations::keys_in_state(journal_.store(), operations::State::pending, 4096);
+  if (!keys) return 0;
+  size_t expired = 0;
+  for (const auto& key : *keys) {
+    Status s = journal_.run([&](store::Txn& txn) -> Status {
+      auto op = operations::load(txn.store(), key);
+      if (!op) return op.error();
+      if (!op->has_value() || (*op)->state() != "pending" || (*op)->expires_at_ms() > now)
+        return Status::Ok();
+      auto& o = **op;
+      o.set_decision_reason("No decision was made before the approval time limit.");
+      if (Status a = operations::apply(txn, o, operations::Event::expire, "system",
+                                       R"({"reason":"approval TTL passed"})");
+          !a)
+        return a;
+      ++expired;
+      return outbox_.stage_settled_results(txn, o);
+    });
+    if (!s) spdlog::error("cannot expire {}: {}", key, s.error().message);
+  }
+  return expired;
+}
+
+}  // namespace opgate::worker

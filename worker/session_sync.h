@@ -1,0 +1,55 @@
+// Session sync: turns inbox events into tool results. For each session with
+// queued events it fetches the session once (a burst of webhooks is one
+// fetch), answers every required action it has not answered yet, and stores
+// the results, new operations and outbox items in the same batch that marks
+// the events processed. Events for an unbound session wait for binding.
+// Thread-safety: process_inbox() and sync() are called from the worker
+// thread; bind() from operator threads (it only moves queue entries).
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "adapters/agents/agents_client.h"
+#include "common/metrics.h"
+#include "ingress/inbox.h"
+#include "outbox/outbox.h"
+#include "store/journal.h"
+#include "worker/policy.h"
+
+namespace opgate::worker {
+
+class SessionSync {
+ public:
+  SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox::Outbox& outbox,
+              adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics);
+
+  // One pass over queued inbox events; returns how many were handled.
+  size_t process_inbox();
+  // Fetches the session and answers its required actions now.
+  Status sync(const std::string& session_id);
+  // Binds a session to an owner (idempotent; another owner is a conflict)
+  // and releases the events that waited for it.
+  Status bind(const std::string& session_id, const std::string& owner,
+              const std::string& principal);
+  // Pending operations past their TTL become settled/expired.
+  size_t expire_pending();
+
+  const PolicyConfig& policy() const { return policy_; }
+
+ private:
+  Status answer(store::Txn& txn, const pb::Session& session,
+                const adapters::RequiredAction& action);
+
+  store::Journal& journal_;
+  ingress::Inbox& inbox_;
+  outbox::Outbox& outbox_;
+  adapters::AgentsClient& agents_;
+  PolicyConfig policy_;
+  Metrics& metrics_;
+  std::mutex sync_mu_;  // one sync at a time: per-session order and no duplicate work
+  std::map<std::string, int64_t> retry_at_ms_;
+};
+
+}  // namespace opgate::worker

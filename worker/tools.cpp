@@ -1,0 +1,267 @@
+#include "worker/tools.h"
+
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
+#include <set>
+
+#include "operations/proposal.h"
+
+namespace opgate::worker {
+
+namespace json = boost::json;
+
+std::string tool_definitions_json() {
+  auto id_schema = [](std::string_view description) {
+    return json::object{{"type", "string"},
+                        {"pattern", "^[A-Za-z0-9._-]{1,64}$"},
+                        {"description", description}};
+  };
+  json::array tools;
+  tools.push_back(json::object{
+      {"type", "function"},
+      {"name", "lookup_order"},
+      {"description",
+       "Look up one of the customer's orders and the server's refund policy for it. Read-only."},
+      {"parameters",
+       json::object{{"type", "object"},
+                    {"properties", json::object{{"order_id", id_schema("The order id.")}}},
+                    {"required", json::array{"order_id"}},
+                    {"additionalProperties", false}}},
+      {"strict", true}});
+  tools.push_back(json::object{
+      {"type", "function"},
+      {"name", "request_refund"},
+      {"description",
+       "Ask for a full refund of an order. The server computes the amount; a person must "
+       "approve it before anything happens. The result reports the final outcome."},
+      {"parameters",
+       json::object{
+           {"type", "object"},
+           {"properties",
+            json::object{{"order_id", id_schema("The order id.")},
+                         {"reason", json::object{{"type", "string"},
+                                                 {"maxLength", 500},
+                                                 {"description", "Why the customer wants it."}}}}},
+           {"required", json::array{"order_id"}},
+           {"additionalProperties", false}}},
+      {"strict", false}});
+  tools.push_back(json::object{
+      {"type", "function"},
+      {"name", "issue_account_credit"},
+      {"description",
+       "Propose an account credit for an order, in the order's currency. A person must approve "
+       "it; large credits need a supervisor and some are refused by policy."},
+      {"parameters",
+       json::object{
+           {"type", "object"},
+           {"properties",
+            json::object{
+                {"order_id", id_schema("The order id.")},
+                {"amount_minor", json::object{{"type", "integer"},
+                                              {"minimum", 1},
+                                              {"description", "Amount in minor units."}}},
+                {"currency", json::object{{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+                {"reason_code",
+                 json::object{{"type", "string"},
+                              {"enum", json::array{"DELIVERY_DELAY", "DAMAGED_ITEM", "GOODWILL"}}}}}},
+           {"required", json::array{"order_id", "amount_minor", "currency", "reason_code"}},
+           {"additionalProperties", false}}},
+      {"strict", true}});
+  return json::serialize(tools);
+}
+
+pb::ToolResult failure_result(std::string error) {
+  pb::ToolResult r;
+  r.set_success(false);
+  r.set_error(std::move(error));
+  return r;
+}
+
+namespace {
+
+pb::ToolResult success_result(const json::object& output) {
+  pb::ToolResult r;
+  r.set_success(true);
+  r.set_output(json::serialize(output));
+  return r;
+}
+
+struct ArgSpec {
+  std::set<std::string> required;
+  std::set<std::string> optional;
+};
+
+// Parses and checks the argument object's shape: an object, required keys
+// present, no unknown keys. Error text names the problem, never internals.
+std::optional<std::string> check_shape(std::string_view text, const ArgSpec& spec,
+                                       json::object& out) {
+  json::error_code ec;
+  auto value = json::parse(text, ec);
+  if (ec || !value.is_object()) return "The arguments must be a JSON object.";
+  out = value.as_object();
+  for (const auto& [k, v] : out) {
+    std::string key(k);
+    if (!spec.required.count(key) && !spec.optional.count(key))
+      return fmt::format("Unknown argument '{}'; this tool does not accept it.",
+                         key.size() > 64 ? key.substr(0, 64) : key);
+  }
+  for (const auto& key : spec.required)
+    if (!out.contains(key)) return fmt::format("Missing required argument '{}'.", key);
+  return std::nullopt;
+}
+
+std::optional<std::string> get_order_id(const json::object& args, std::string& out) {
+  const auto& v = args.at("order_id");
+  if (!v.is_string()) return "order_id must be a string.";
+  out = std::string(v.as_string());
+  if (!operations::valid_identifier(out))
+    return "order_id must be 1-64 characters from A-Z, a-z, 0-9, '.', '_' and '-'.";
+  return std::nullopt;
+}
+
+constexpr std::string_view kNotFound = "No order with that id was found for this customer.";
+
+// The bound owner's order, or nothing: another owner's order is
+// indistinguishable from a missing one.
+std::optional<pb::Order> owned_order(const OrderLookup& lookup, const std::string& order_id,
+                                     const std::string& owner) {
+  auto order = lookup(order_id);
+  if (!order || order->owner() != owner) return std::nullopt;
+  return order;
+}
+
+ToolOutcome lookup_order(std::string_view args_text, const std::string& owner,
+                         const OrderLookup& lookup, const PolicyConfig& policy, int64_t now_s) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id"}, {}}, args)) return {failure_result(*e), {}};
+  std::string order_id;
+  if (auto e = get_order_id(args, order_id)) return {failure_result(*e), {}};
+  auto order = owned_order(lookup, order_id, owner);
+  if (!order) return {failure_result(std::string(kNotFound)), {}};
+  auto decision = decide_refund(*order, policy, now_s);
+  json::object out{
+      {"order",
+       json::object{{"order_id", order->order_id()},
+                    {"amount_minor", order->amount_minor()},
+                    {"currency", order->currency()},
+                    {"status", order->status()},
+                    {"payment_method", order->payment_method()},
+                    {"placed_at", order->placed_at()},
+                    // Free text from outside: data for the model, never policy input.
+                    {"note", order->note()}}},
+      {"refund_policy",
+       json::object{{"refundable", decision.allowed},
+                    {"refundable_minor", decision.refundable_minor},
+                    {"currency", order->currency()},
+                    {"window_days", policy.refund_window_days},
+                    {"requires_approval", true},
+                    {"reason", decision.reason}}}};
+  return {success_result(out), {}};
+}
+
+pb::Proposal base_proposal(const pb::Order& order, std::string_view kind) {
+  pb::Proposal p;
+  p.set_kind(std::string(kind));
+  p.set_owner(order.owner());
+  p.set_order_id(order.order_id());
+  p.set_currency(order.currency());
+  p.set_payment_intent(order.payment_intent());
+  p.set_customer(order.customer());
+  p.set_payment_method(order.payment_method());
+  p.set_order_amount_minor(order.amount_minor());
+  p.set_order_currency(order.currency());
+  p.set_order_status(order.status());
+  return p;
+}
+
+ToolOutcome request_refund(std::string_view args_text, const std::string& owner,
+                           const OrderLookup& lookup, const PolicyConfig& policy, int64_t now_s) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id"}, {"reason"}}, args))
+    return {failure_result(*e), {}};
+  std::string order_id;
+  if (auto e = get_order_id(args, order_id)) return {failure_result(*e), {}};
+  std::string reason;
+  if (auto it = args.find("reason"); it != args.end()) {
+    if (!it->value().is_string()) return {failure_result("reason must be a string."), {}};
+    reason = std::string(it->value().as_string());
+    if (reason.size() > 500) return {failure_result("reason must be at most 500 characters."), {}};
+  }
+  auto order = owned_order(lookup, order_id, owner);
+  if (!order) return {failure_result(std::string(kNotFound)), {}};
+  auto decision = decide_refund(*order, policy, now_s);
+  if (!decision.allowed) return {failure_result(decision.reason), {}};
+  pb::Proposal p = base_proposal(*order, operations::kFullRefund);
+  p.set_amount_minor(decision.refundable_minor);
+  p.set_reason(reason);
+  p.set_tier("refund");
+  p.set_effect(fmt::format("{} is returned to the customer's {} for order {}.",
+                           format_money(p.amount_minor(), p.currency()), p.payment_method(),
+                           p.order_id()));
+  return {{}, p};
+}
+
+ToolOutcome issue_account_credit(std::string_view args_text, const std::string& owner,
+                                 const OrderLookup& lookup, const PolicyConfig& policy) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id", "amount_minor", "currency", "reason_code"}, {}},
+                           args))
+    return {failure_result(*e), {}};
+  std::string order_id;
+  if (auto e = get_order_id(args, order_id)) return {failure_result(*e), {}};
+  const auto& amount = args.at("amount_minor");
+  if (!amount.is_int64() && !amount.is_uint64())
+    return {failure_result("amount_minor must be an integer number of minor units."), {}};
+  if (amount.is_uint64() && amount.as_uint64() > static_cast<uint64_t>(INT64_MAX))
+    return {failure_result("amount_minor is too large."), {}};
+  const int64_t amount_minor = amount.to_number<int64_t>();
+  const auto& currency = args.at("currency");
+  const auto& code = args.at("reason_code");
+  if (!currency.is_string() || currency.as_string().size() != 3)
+    return {failure_result("currency must be a three-letter code."), {}};
+  if (!code.is_string() || code.as_string().size() > 64)
+    return {failure_result("reason_code must be one of the allowed codes."), {}};
+  auto order = owned_order(lookup, order_id, owner);
+  if (!order) return {failure_result(std::string(kNotFound)), {}};
+  std::string cur(currency.as_string());
+  std::string reason_code(code.as_string());
+  auto decision = decide_credit(*order, amount_minor, cur, reason_code, policy);
+  if (!decision.allowed) return {failure_result(decision.reason), {}};
+  pb::Proposal p = base_proposal(*order, operations::kAccountCredit);
+  p.set_amount_minor(amount_minor);
+  p.set_reason(reason_code);
+  p.set_tier(decision.tier);
+  p.set_effect(fmt::format("{} is added to the customer's account balance ({}) for order {}.",
+                           format_money(amount_minor, cur), reason_code, p.order_id()));
+  return {{}, p};
+}
+
+}  // namespace
+
+ToolOutcome dispatch_tool(std::string_view name, std::string_view arguments_json,
+                          const std::string& owner, const OrderLookup& lookup,
+                          const PolicyConfig& policy, int64_t now_s) {
+  if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
+  if (name == "request_refund") return request_refund(arguments_json, owner, lookup, policy, now_s);
+  if (name == "issue_account_credit")
+    return issue_account_credit(arguments_json, owner, lookup, policy);
+  return {failure_result("Unknown tool; the available tools are lookup_order, request_refund "
+                         "and issue_account_credit."),
+          {}};
+}
+
+pb::ToolResult settled_result(const pb::Operation& op) {
+  json::object out{{"status", op.outcome()},
+                   {"operation_key", op.key()},
+                   {"kind", op.proposal().kind()},
+                   {"order_id", op.proposal().order_id()},
+                   {"amount_minor", op.proposal().amount_minor()},
+                   {"currency", op.proposal().currency()}};
+  if (op.outcome() == "succeeded") out["provider_object_id"] = op.provider_object_id();
+  if (!op.decision_reason().empty()) out["reason"] = op.decision_reason();
+  return success_result(out);
+}
+
+}  // namespace opgate::worker
+

@@ -1,0 +1,40 @@
+// The tools offered to the model (DESIGN.md §3.3) and their dispatch: the
+// arguments are validated outside the model, and the server computes every
+// consequential field. Pure: orders come through a lookup function and time
+// is a parameter. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "opgate.pb.h"
+#include "worker/policy.h"
+
+namespace opgate::worker {
+
+// The JSON tool definitions for session creation.
+std::string tool_definitions_json();
+
+using OrderLookup = std::function<std::optional<pb::Order>(const std::string& order_id)>;
+
+// Exactly one of `result` (answer now) or `proposal` (create or link an
+// operation, answer when it settles) is set.
+struct ToolOutcome {
+  std::optional<pb::ToolResult> result;
+  std::optional<pb::Proposal> proposal;
+};
+
+// `owner` is the session's bound owner. `arguments_json` is the model's
+// arguments as JSON text (an object).
+ToolOutcome dispatch_tool(std::string_view name, std::string_view arguments_json,
+                          const std::string& owner, const OrderLookup& lookup,
+                          const PolicyConfig& policy, int64_t now_s);
+
+pb::ToolResult failure_result(std::string error);
+
+// The result a settled operation reports to every call linked to it.
+pb::ToolResult settled_result(const pb::Operation& operation);
+
+}  // namespace opgate::worker
