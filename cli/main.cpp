@@ -1,1 +1,118 @@
-int main() { return 0; }
+// opgate: the daemon (`opgate serve`) and the operator's command line.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "cli/operator_cli.h"
+#include "common/logging.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "worker/tools.h"
+
+int main(int argc, char** argv) {
+  using namespace opgate;
+  CLI::App app{"opgate: agents propose refunds and credits; people approve; the ledger proves."};
+  app.require_subcommand(1);
+  cli::Context ctx;
+  const char* url = std::getenv("OPGATE_URL");
+  const char* token = std::getenv("OPGATE_TOKEN");
+  ctx.url = url ? url : "http://127.0.0.1:8081";
+  ctx.token = token ? token : "";
+  app.add_flag("--json", ctx.json, "print JSON instead of text");
+  int rc = 0;
+
+  auto* serve = app.add_subcommand("serve", "run the daemon");
+  std::string config_path, ports_file;
+  serve->add_option("--config", config_path, "TOML configuration file")->required();
+  serve->add_option("--ports-file", ports_file, "write the bound ports here as JSON");
+  serve->callback([&] {
+    init_json_logging();
+    auto config = daemon::load_config(config_path);
+    if (!config) {
+      std::cerr << "error: " << config.error().message << "\n";
+      rc = 2;
+      return;
+    }
+    rc = daemon::serve(*config, {ports_file});
+  });
+
+  app.add_subcommand("tools", "print the tool definitions for session creation")->callback([&] {
+    std::cout << worker::tool_definitions_json() << "\n";
+  });
+
+  std::string session, owner, key, reason, state, outcome, evidence, data_dir, file;
+  bool attention = false;
+
+  auto* sessions = app.add_subcommand("sessions", "bind, recover and inspect sessions");
+  sessions->require_subcommand(1);
+  auto* bind = sessions->add_subcommand("bind", "bind a session to the owner it acts for");
+  bind->add_option("session", session, "session id")->required();
+  bind->add_option("--owner", owner, "owner id")->required();
+  bind->callback([&] { rc = cli::bind_session(ctx, session, owner); });
+  auto* srecover = sessions->add_subcommand("recover", "sync a session now");
+  srecover->add_option("session", session)->required();
+  srecover->callback([&] { rc = cli::recover_session(ctx, session); });
+  auto* sinspect = sessions->add_subcommand("inspect", "turns, items, calls and ledger");
+  sinspect->add_option("session", session)->required();
+  sinspect->callback([&] { rc = cli::inspect_session(ctx, session); });
+
+  auto* recover = app.add_subcommand("recover", "sync a session now");
+  recover->add_option("--session", session)->required();
+  recover->callback([&] { rc = cli::recover_session(ctx, session); });
+  auto* inspect = app.add_subcommand("inspect", "turns, items, calls and ledger of a session");
+  inspect->add_option("--session", session)->required();
+  inspect->callback([&] { rc = cli::inspect_session(ctx, session); });
+
+  auto* pend = app.add_subcommand("pending", "list proposals awaiting a decision");
+  pend->add_option("--session", session, "only this session's");
+  pend->callback([&] { rc = cli::pending(ctx, session); });
+
+  auto* approve = app.add_subcommand("approve", "approve exactly the proposal shown");
+  approve->add_option("--operation", key, "operation key")->required();
+  approve->add_option("--session", session, "check it belongs to this session");
+  approve->add_flag("--yes,-y", ctx.assume_yes, "do not ask for confirmation");
+  approve->callback([&] { rc = cli::approve(ctx, key, session); });
+
+  auto* deny = app.add_subcommand("deny", "deny a pending proposal");
+  deny->add_option("--operation", key)->required();
+  deny->add_option("--reason", reason, "why (shown to the session)")
+      ->default_val("denied by operator");
+  deny->add_option("--session", session);
+  deny->callback([&] { rc = cli::deny(ctx, key, reason); });
+
+  auto* ops = app.add_subcommand("ops", "operations: list, show, reconcile, resolve");
+  ops->require_subcommand(1);
+  auto* list = ops->add_subcommand("list", "list operations");
+  list->add_option("--state", state, "pending|approved|executing|outcome_unknown|settled");
+  list->add_flag("--attention", attention, "only those needing a person");
+  list->callback([&] { rc = cli::list_operations(ctx, state, attention); });
+  auto* show = ops->add_subcommand("show", "one operation and its history");
+  show->add_option("key", key)->required();
+  show->callback([&] { rc = cli::show_operation(ctx, key); });
+  auto* rec = ops->add_subcommand("reconcile", "ask the provider now");
+  rec->add_option("key", key)->required();
+  rec->callback([&] { rc = cli::reconcile(ctx, key); });
+  auto* res = ops->add_subcommand("resolve", "settle an outcome_unknown operation by hand");
+  res->add_option("key", key)->required();
+  res->add_option("--outcome", outcome)->required()->check(CLI::IsMember({"succeeded", "failed"}));
+  res->add_option("--evidence", evidence, "what proves it")->required();
+  res->callback([&] { rc = cli::resolve(ctx, key, outcome, evidence); });
+
+  auto* audit = app.add_subcommand("audit", "the audit chain");
+  audit->require_subcommand(1);
+  auto* verify = audit->add_subcommand("verify", "verify the hash chain");
+  verify->add_option("--data-dir", data_dir, "verify a stopped daemon's data directory offline");
+  verify->callback([&] {
+    rc = data_dir.empty() ? cli::audit_verify_online(ctx)
+                          : cli::audit_verify_offline(data_dir, ctx.json);
+  });
+
+  auto* orders = app.add_subcommand("orders", "server-owned orders");
+  orders->require_subcommand(1);
+  auto* import = orders->add_subcommand("import", "upsert orders from an NDJSON file");
+  import->add_option("file", file)->required();
+  import->callback([&] { rc = cli::import_orders(ctx, file); });
+
+  CLI11_PARSE(app, argc, argv);
+  return rc;
+}

@@ -1,0 +1,392 @@
+#include "cli/operator_cli.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+#include <fstream>
+#include <iostream>
+
+#include "http/client.h"
+#include "store/journal.h"
+#include "worker/orders.h"
+#include "worker/policy.h"
+
+namespace opgate::cli {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string seg(const std::string& s) {
+  return boost::urls::encode(s, boost::urls::unreserved_chars);
+}
+
+struct Reply {
+  int status = 0;
+  json::value body;
+};
+
+// Sends one request; prints a helpful error and returns nullopt on failure.
+std::optional<Reply> call(const Context& c, const std::string& method, const std::string& path,
+                          const std::string& body = "") {
+  if (c.token.empty()) {
+    std::cerr << "error: OPGATE_TOKEN is not set; export the bearer token you were issued.\n";
+    return std::nullopt;
+  }
+  http::ClientRequest req;
+  req.method = method;
+  req.url = c.url + path;
+  req.headers["Authorization"] = "Bearer " + c.token;
+  if (!body.empty()) {
+    req.headers["Content-Type"] = "application/json";
+    req.body = body;
+  }
+  auto res = http::send(req);
+  if (!res) {
+    std::cerr << fmt::format("error: cannot reach opgate at {}: {}\n"
+                             "hint: is the daemon running? Set OPGATE_URL to its operator "
+                             "listener.\n",
+                             c.url, res.error().message);
+    return std::nullopt;
+  }
+  json::error_code ec;
+  Reply r{res->status, json::parse(res->body, ec)};
+  if (ec) r.body = json::object{{"raw", res->body}};
+  if (res->status >= 300) {
+    std::string code = "error", message = res->body;
+    if (auto* e = r.body.is_object() ? r.body.as_object().if_contains("error") : nullptr;
+        e && e->is_object()) {
+      if (auto* cd = e->as_object().if_contains("code"); cd && cd->is_string())
+        code = cd->as_string().c_str();
+      if (auto* m = e->as_object().if_contains("message"); m && m->is_string())
+        message = m->as_string().c_str();
+    }
+    if (c.json) {
+      std::cout << json::serialize(r.body) << "\n";
+    } else {
+      std::cerr << fmt::format("error ({} {}): {}\n", res->status, code, message);
+      if (res->status == 401) std::cerr << "hint: check OPGATE_TOKEN.\n";
+      if (res->status == 403) std::cerr << "hint: ask for a token with the needed scope.\n";
+    }
+    return std::nullopt;
+  }
+  return r;
+}
+
+std::string s(const json::value& v, const char* key) {
+  if (!v.is_object()) return "";
+  auto* p = v.as_object().if_contains(key);
+  if (!p || p->is_null()) return "";
+  if (p->is_string()) return std::string(p->as_string());
+  return json::serialize(*p);
+}
+
+int64_t n(const json::value& v, const char* key) {
+  auto* p = v.as_object().if_contains(key);
+  return p && p->is_int64() ? p->as_int64() : 0;
+}
+
+std::string money(const json::value& op) {
+  return worker::format_money(n(op, "amount_minor"), s(op, "currency"));
+}
+
+void print_operation_line(const json::value& op) {
+  std::string state = s(op, "state");
+  if (!s(op, "outcome").empty()) state += "/" + s(op, "outcome");
+  std::cout << fmt::format("{:<48} {:<22} {:>14}  attempts={} {}\n", s(op, "key"), state,
+                           money(op), n(op, "attempts"),
+                           s(op, "last_error").empty() ? "" : "last_error=" + s(op, "last_error"));
+}
+
+void print_proposal(const json::value& op) {
+  const auto& p = op.as_object().at("proposal");
+  std::cout << fmt::format(
+      "operation   {}\nstate       {}{}\nowner       {}\norder       {}\nkind        {}\n"
+      "amount      {}\npayment     {}\neffect      {}\ntier        {}\nfingerprint {}\n",
+      s(op, "key"), s(op, "state"), s(op, "outcome").empty() ? "" : "/" + s(op, "outcome"),
+      s(op, "owner"), s(op, "order_id"), s(op, "kind"), money(op), s(p, "payment_method"),
+      s(p, "effect"), s(p, "tier"), s(op, "fingerprint"));
+  if (const auto& a = op.as_object().at("approvals").as_array(); !a.empty()) {
+    std::cout << "approvals  ";
+    for (const auto& x : a) std::cout << " " << s(x, "principal");
+    std::cout << "\n";
+  }
+}
+
+int print_json_or(const Context& c, const Reply& r, const std::function<void()>& human) {
+  if (c.json)
+    std::cout << json::serialize(r.body) << "\n";
+  else
+    human();
+  return 0;
+}
+
+}  // namespace
+
+int bind_session(const Context& c, const std::string& session, const std::string& owner) {
+  auto r = call(c, "POST", "/v1/sessions/" + seg(session) + "/bind",
+                json::serialize(json::object{{"owner", owner}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("session {} is bound to owner {}\n", session, owner);
+  });
+}
+
+int recover_session(const Context& c, const std::string& session) {
+  auto r = call(c, "POST", "/v1/sessions/" + seg(session) + "/recover");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("session {} synced: {} call(s) known\n", session,
+                             r->body.as_object().at("calls").as_array().size());
+  });
+}
+
+int inspect_session(const Context& c, const std::string& session) {
+  auto state = call(c, "GET", "/v1/sessions/" + seg(session));
+  if (!state) return 1;
+  auto transcript = call(c, "GET", "/v1/sessions/" + seg(session) + "/transcript");
+  if (!transcript) return 1;
+  if (c.json) {
+    std::cout << json::serialize(json::object{{"session", state->body},
+                                              {"transcript", transcript->body}})
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("session {} (owner {})\n\nroot turns:\n", session,
+                           s(state->body, "owner"));
+  const auto& turns = transcript->body.as_object().at("turns");
+  if (auto* data = turns.is_object() ? turns.as_object().if_contains("data") : nullptr)
+    for (const auto& t : data->as_array())
+      if (t.as_object().at("subagent_id").is_null())
+        std::cout << fmt::format("  {} {}\n", s(t, "id"), s(t, "status"));
+  std::cout << "\nitems:\n";
+  int page_no = 0;
+  for (const auto& page : transcript->body.as_object().at("item_pages").as_array()) {
+    ++page_no;
+    std::cout << fmt::format("  page {}\n", page_no);
+    if (auto* data = page.is_object() ? page.as_object().if_contains("data") : nullptr)
+      for (const auto& item : data->as_array()) {
+        std::string type = s(item, "type");
+        std::string text = type == "message"
+                               ? s(item, "role") + ": " + s(item, "content")
+                           : type == "function_call"
+                               ? s(item, "name") + "(" + s(item, "arguments") + ") " +
+                                     s(item, "call_id")
+                               : s(item, "call_id") + " -> " + s(item, "output");
+        std::cout << fmt::format("    {:<22} {}\n", type, text);
+      }
+  }
+  std::cout << "\ncalls:\n";
+  for (const auto& call : state->body.as_object().at("calls").as_array()) {
+    const auto& result = call.as_object().at("result");
+    std::cout << fmt::format("  {} {} op={} result={} delivery={}\n", s(call, "call_id"),
+                             s(call, "name"), s(call, "operation_key"),
+                             result.is_null() ? "(none yet)" : json::serialize(result),
+                             s(call, "delivery"));
+  }
+  std::cout << "\nledger:\n";
+  const auto& ledger = state->body.as_object().at("ledger").as_array();
+  if (ledger.empty()) std::cout << "  (no rows)\n";
+  for (const auto& row : ledger)
+    std::cout << fmt::format("  {} {} {} provider={}\n", s(row, "operation_key"), s(row, "kind"),
+                             money(row), s(row, "provider_object_id"));
+  return 0;
+}
+
+int pending(const Context& c, const std::string& session) {
+  auto r = call(c, "GET", "/v1/operations?state=pending&limit=1000");
+  if (!r) return 1;
+  json::array ops;
+  for (const auto& op : r->body.as_object().at("operations").as_array()) {
+    bool linked = session.empty();
+    for (const auto& ref : op.as_object().at("calls").as_array())
+      if (s(ref, "session_id") == session) linked = true;
+    if (linked) ops.push_back(op);
+  }
+  if (c.json) {
+    std::cout << json::serialize(json::object{{"operations", ops}}) << "\n";
+    return 0;
+  }
+  if (ops.empty()) std::cout << "no pending operations\n";
+  for (const auto& op : ops) {
+    print_proposal(op);
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+int approve(const Context& c, const std::string& key, const std::string& session) {
+  auto shown = call(c, "GET", "/v1/operations/" + seg(key));
+  if (!shown) return 1;
+  const auto& op = shown->body;
+  if (!session.empty() && s(op, "session_id") != session) {
+    bool linked = false;
+    for (const auto& ref : op.as_object().at("calls").as_array())
+      if (s(ref, "session_id") == session) linked = true;
+    if (!linked) {
+      std::cerr << fmt::format("error: operation {} does not belong to session {}\n", key,
+                               session);
+      return 1;
+    }
+  }
+  if (!c.json) {
+    std::cout << "You are approving exactly this proposal:\n";
+    print_proposal(op);
+  }
+  if (!c.assume_yes && isatty(STDIN_FILENO)) {
+    std::cout << "Approve? [y/N] " << std::flush;
+    std::string answer;
+    std::getline(std::cin, answer);
+    if (answer != "y" && answer != "Y" && answer != "yes") {
+      std::cout << "not approved\n";
+      return 1;
+    }
+  }
+  // Send back exactly what was shown: the server refuses anything else.
+  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/approve",
+                json::serialize(json::object{{"amount_minor", n(op, "amount_minor")},
+                                             {"currency", s(op, "currency")},
+                                             {"fingerprint", s(op, "fingerprint")}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("approved by you; operation is now {}{}\n", s(r->body, "state"),
+                             s(r->body, "state") == "pending" ? " (waiting for a second approver)"
+                                                              : "");
+  });
+}
+
+int deny(const Context& c, const std::string& key, const std::string& reason) {
+  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/deny",
+                json::serialize(json::object{{"reason", reason}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("denied: {} is settled/denied; the session will be told\n", key);
+  });
+}
+
+int list_operations(const Context& c, const std::string& state, bool attention) {
+  std::string path = "/v1/operations?limit=1000";
+  if (!state.empty()) path += "&state=" + seg(state);
+  auto r = call(c, "GET", path);
+  if (!r) return 1;
+  json::array ops;
+  for (const auto& op : r->body.as_object().at("operations").as_array())
+    if (!attention || n(op, "attempts") >= 5 ||
+        (s(op, "state") == "outcome_unknown" && !s(op, "last_error").empty()))
+      ops.push_back(op);
+  if (c.json) {
+    std::cout << json::serialize(json::object{{"operations", ops}}) << "\n";
+    return 0;
+  }
+  if (ops.empty()) std::cout << "no operations\n";
+  for (const auto& op : ops) print_operation_line(op);
+  return 0;
+}
+
+int show_operation(const Context& c, const std::string& key) {
+  auto r = call(c, "GET", "/v1/operations/" + seg(key));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    print_proposal(r->body);
+    std::cout << fmt::format("attempts    {}\nlast error  {}\nprovider    {}\n\nhistory:\n",
+                             n(r->body, "attempts"), s(r->body, "last_error"),
+                             s(r->body, "provider_object_id"));
+    for (const auto& h : r->body.as_object().at("history").as_array())
+      std::cout << fmt::format("  #{} {} {} {} -> {} {}\n", s(h, "seq"), s(h, "principal"),
+                               s(h, "action"), s(h, "from"), s(h, "to"), s(h, "details"));
+  });
+}
+
+int reconcile(const Context& c, const std::string& key) {
+  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/reconcile");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("reconciled: {} is now {}{}\n", key, s(r->body, "state"),
+                             s(r->body, "outcome").empty() ? "" : "/" + s(r->body, "outcome"));
+  });
+}
+
+int resolve(const Context& c, const std::string& key, const std::string& outcome,
+            const std::string& evidence) {
+  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/resolve",
+                json::serialize(json::object{{"outcome", outcome}, {"evidence", evidence}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome);
+  });
+}
+
+int audit_verify_online(const Context& c) {
+  auto r = call(c, "GET", "/v1/audit/verify");
+  if (!r) return 1;
+  bool ok = r->body.as_object().at("ok").as_bool();
+  print_json_or(c, *r, [&] {
+    if (ok)
+      std::cout << fmt::format("audit chain verifies: {} records\n", s(r->body, "records"));
+    else
+      std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n",
+                               s(r->body, "first_bad_seq"), s(r->body, "problem"));
+  });
+  return ok ? 0 : 3;
+}
+
+int audit_verify_offline(const std::string& data_dir, bool as_json) {
+  store::OpenOptions o;
+  o.read_only = true;
+  o.create_if_missing = false;
+  auto st = store::Store::open(data_dir, o);
+  if (!st) {
+    std::cerr << "error: " << st.error().message << "\n";
+    return 1;
+  }
+  auto v = store::verify_audit(**st);
+  if (!v) {
+    std::cerr << "error: " << v.error().message << "\n";
+    return 1;
+  }
+  if (as_json) {
+    json::object o{{"ok", v->ok}, {"records", v->records}};
+    if (!v->ok) {
+      o["first_bad_seq"] = v->first_bad_seq;
+      o["problem"] = v->problem;
+    }
+    std::cout << json::serialize(o) << "\n";
+  } else if (v->ok) {
+    std::cout << fmt::format("audit chain verifies: {} records\n", v->records);
+  } else {
+    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v->first_bad_seq,
+                             v->problem);
+  }
+  return v->ok ? 0 : 3;
+}
+
+int import_orders(const Context& c, const std::string& file) {
+  std::ifstream in(file);
+  if (!in) {
+    std::cerr << "error: cannot read " << file << "\n";
+    return 1;
+  }
+  std::string line;
+  std::vector<pb::Order> orders;
+  size_t line_no = 0;
+  // Validate the whole file first: a bad line imports nothing.
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto order = worker::parse_order(line);
+    if (!order) {
+      std::cerr << fmt::format("error: {} line {}: {}\n", file, line_no, order.error().message);
+      return 1;
+    }
+    orders.push_back(*order);
+  }
+  for (const auto& o : orders)
+    if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), worker::order_to_json(o))) return 1;
+  std::cout << fmt::format("imported {} order(s)\n", orders.size());
+  return 0;
+}
+
+}  // namespace opgate::cli

@@ -1,0 +1,32 @@
+// The operator's command line: each function runs one command against the
+// operator API at OPGATE_URL with OPGATE_TOKEN and prints for people, or
+// JSON with --json. Returns the process exit code.
+#pragma once
+
+#include <string>
+
+namespace opgate::cli {
+
+struct Context {
+  std::string url;    // OPGATE_URL, default http://127.0.0.1:8081
+  std::string token;  // OPGATE_TOKEN
+  bool json = false;
+  bool assume_yes = false;
+};
+
+int bind_session(const Context& c, const std::string& session, const std::string& owner);
+int recover_session(const Context& c, const std::string& session);
+int inspect_session(const Context& c, const std::string& session);
+int pending(const Context& c, const std::string& session);
+int approve(const Context& c, const std::string& key, const std::string& session);
+int deny(const Context& c, const std::string& key, const std::string& reason);
+int list_operations(const Context& c, const std::string& state, bool attention);
+int show_operation(const Context& c, const std::string& key);
+int reconcile(const Context& c, const std::string& key);
+int resolve(const Context& c, const std::string& key, const std::string& outcome,
+            const std::string& evidence);
+int audit_verify_online(const Context& c);
+int audit_verify_offline(const std::string& data_dir, bool json);
+int import_orders(const Context& c, const std::string& file);
+
+}  // namespace opgate::cli

@@ -1,0 +1,51 @@
+// The daemon's configuration: the TOML keys of DESIGN.md §3.7 (a stable
+// interface), parsed strictly — an unknown key or a wrong type is an error
+// naming the key, so a typo never silently disables a control.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "ingress/webhook_handler.h"
+#include "operator/auth.h"
+#include "worker/policy.h"
+
+namespace opgate::daemon {
+
+struct Config {
+  // RocksDB directory; created 0700. The daemon refuses one that group or
+  // others can read. Every acknowledgement follows a synced write here.
+  std::string data_dir = "./data";
+
+  // Public webhook listener.
+  std::string ingress_listen = "127.0.0.1:8080";
+  size_t max_body_bytes = 262144;
+  int64_t timestamp_tolerance_s = 300;
+  // Over this many unprocessed events, new ones get 503 + Retry-After.
+  size_t max_backlog = 100000;
+  std::vector<ingress::Source> sources;
+
+  // Private operator listener (also /healthz, /readyz, /metrics).
+  std::string operator_listen = "127.0.0.1:8081";
+  std::vector<operator_api::Principal> principals;
+
+  std::string agent_base_url = "http://127.0.0.1:9001/v1";
+  std::string agent_api_key;  // read from agent.api_key_env
+  int agent_timeout_ms = 10000;
+
+  std::string payments_base_url = "http://127.0.0.1:9002";
+  std::string payments_secret_key;  // read from payments.secret_key_env
+  int payments_timeout_ms = 5000;
+
+  std::string orders_source = "embedded";
+  std::string orders_seed_file;  // relative paths are relative to the config file
+
+  worker::PolicyConfig policy;
+};
+
+// Reads the file and the environment variables it names.
+Result<Config> load_config(const std::string& path);
+
+}  // namespace opgate::daemon

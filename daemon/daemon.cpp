@@ -1,0 +1,182 @@
+#include "daemon/daemon.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "adapters/agents/agents_client.h"
+#include "adapters/payments/provider.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "ingress/inbox.h"
+#include "ingress/webhook_handler.h"
+#include "operations/repository.h"
+#include "operator/api.h"
+#include "outbox/drainer.h"
+#include "outbox/outbox.h"
+#include "store/journal.h"
+#include "worker/engine.h"
+#include "worker/orders.h"
+#include "worker/session_sync.h"
+
+namespace opgate::daemon {
+
+namespace {
+
+Status write_ports_file(const std::string& path, uint16_t ingress, uint16_t op) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << fmt::format(R"({{"ingress":{},"operator":{}}})", ingress, op) << "\n";
+    if (!out) return make_error("ports_file", "cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return make_error("ports_file", "cannot write " + path);
+  return Status::Ok();
+}
+
+size_t count_prefix(const store::Store& store, store::Cf cf, std::string_view prefix) {
+  size_t n = 0;
+  Status s = store.scan(cf, prefix, [&](std::string_view, std::string_view) {
+    ++n;
+    return true;
+  });
+  (void)s;
+  return n;
+}
+
+}  // namespace
+
+int serve(const Config& config, const ServeOptions& options) {
+  // Signals are taken by sigwait below; block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  SystemClock clock;
+  Metrics metrics;
+  auto store = store::Store::open(config.data_dir, {});
+  if (!store) {
+    spdlog::critical("cannot start: {}", store.error().message);
+    return 2;
+  }
+  auto& db = **store;
+  if (!config.orders_seed_file.empty()) {
+    auto n = worker::import_orders_file(db, config.orders_seed_file, clock.now_ms());
+    if (!n) {
+      spdlog::critical("cannot start: {}", n.error().message);
+      return 2;
+    }
+    spdlog::info("seeded {} order(s) from {}", *n, config.orders_seed_file);
+  }
+  auto journal = store::Journal::open(db, clock);
+  if (!journal) {
+    spdlog::critical("cannot start: {}", journal.error().message);
+    return 2;
+  }
+  ingress::Inbox inbox(db, clock);
+  inbox.set_backlog(count_prefix(db, store::Cf::inbox, "q/"));
+  outbox::Outbox outbox(db);
+
+  auto agents = adapters::make_agents_http_client(
+      {config.agent_base_url, config.agent_api_key, config.agent_timeout_ms});
+  auto provider = adapters::make_stripe_provider(
+      {config.payments_base_url, config.payments_secret_key, config.payments_timeout_ms});
+
+  worker::SessionSync sessions(**journal, inbox, outbox, *agents, config.policy, metrics);
+  auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
+  auto dist = std::make_shared<std::uniform_real_distribution<double>>(0.0, 1.0);
+  outbox::Drainer drainer(**journal, outbox, *provider, *agents, metrics,
+                          [rng, dist] { return (*dist)(*rng); });
+  if (Status s = drainer.recover_after_restart(); !s) {
+    spdlog::critical("cannot start: {}", s.error().message);
+    return 2;
+  }
+  worker::Engine engine(sessions, drainer);
+
+  metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
+  metrics.gauge("opgate_fsyncs_total", [&] { return static_cast<double>(db.synced_writes()); });
+  metrics.gauge_family(
+      "opgate_operations",
+      [&] {
+        std::map<std::string, double> out;
+        for (auto st : {operations::State::pending, operations::State::approved,
+                        operations::State::executing, operations::State::outcome_unknown,
+                        operations::State::settled})
+          out[std::string(operations::to_string(st))] = static_cast<double>(count_prefix(
+              db, store::Cf::operations, fmt::format("s/{}/", operations::to_string(st))));
+        return out;
+      },
+      "state");
+
+  ingress::IngressConfig ingress_config{config.sources, config.timestamp_tolerance_s,
+                                        config.max_backlog};
+  ingress::WebhookHandler webhooks(ingress_config, inbox, clock, metrics);
+  http::Router ingress_router;
+  ingress_router.add("POST", "/v1/webhooks/{source}",
+                     [&](const http::Request& req, const http::PathParams& p) {
+                       auto res = webhooks.handle(req, p.at("source"));
+                       if (res.status == 200) engine.wake();
+                       return res;
+                     });
+  http::ServerOptions ingress_options;
+  ingress_options.listen = config.ingress_listen;
+  ingress_options.max_body_bytes = config.max_body_bytes;
+  http::Server ingress_server(ingress_options,
+                              [&](http::Request&& r) { return ingress_router.dispatch(r); });
+
+  std::atomic<bool> ready{false};
+  operator_api::ApiDeps deps{**journal, outbox,   sessions,          drainer,
+                             *agents,   metrics,  config.principals, [&] { engine.wake(); },
+                             ready};
+  http::Router operator_router = operator_api::make_router(deps);
+  http::ServerOptions operator_options;
+  operator_options.listen = config.operator_listen;
+  http::Server operator_server(operator_options,
+                               [&](http::Request&& r) { return operator_router.dispatch(r); });
+
+  auto ingress_port = ingress_server.start();
+  if (!ingress_port) {
+    spdlog::critical("cannot start: {}", ingress_port.error().message);
+    return 2;
+  }
+  auto operator_port = operator_server.start();
+  if (!operator_port) {
+    spdlog::critical("cannot start: {}", operator_port.error().message);
+    return 2;
+  }
+  engine.start();
+  ready = true;
+  if (!options.ports_file.empty()) {
+    if (Status s = write_ports_file(options.ports_file, *ingress_port, *operator_port); !s) {
+      spdlog::critical("{}", s.error().message);
+      return 2;
+    }
+  }
+  spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}",
+               *ingress_port, *operator_port, config.data_dir);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("signal {} received; draining", sig);
+  ready = false;
+  webhooks.set_draining(true);
+  ingress_server.drain(std::chrono::seconds(10));
+  operator_server.drain(std::chrono::seconds(10));
+  engine.stop();
+  ingress_server.stop();
+  operator_server.stop();
+  spdlog::info("drained; exiting");
+  return 0;
+}
+
+}  // namespace opgate::daemon

@@ -1,0 +1,22 @@
+// `opgate serve`: wires the store, the two listeners, the worker and the
+// adapters together, and runs until SIGTERM or SIGINT, then drains: stop
+// accepting, answer or refuse what is in flight, finish the worker's pass,
+// flush, exit 0.
+#pragma once
+
+#include <string>
+
+#include "daemon/config.h"
+
+namespace opgate::daemon {
+
+struct ServeOptions {
+  // If set, {"ingress":port,"operator":port} is written here once listening
+  // (tests and scripts use port 0 and read the real ports back).
+  std::string ports_file;
+};
+
+// Returns the process exit code.
+int serve(const Config& config, const ServeOptions& options);
+
+}  // namespace opgate::daemon
