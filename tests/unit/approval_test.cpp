@@ -1,0 +1,109 @@
+#include <doctest/doctest.h>
+
+#include "common/crypto.h"
+#include "operations/proposal.h"
+#include "operator/auth.h"
+
+using namespace opgate;
+using namespace opgate::operator_api;
+
+namespace {
+pb::Operation pending_op(int64_t amount = 2500, std::string owner = "demo-user") {
+  pb::Operation op;
+  op.set_key(owner + ":ORDER-100:full-refund:v1");
+  op.set_state("pending");
+  auto* p = op.mutable_proposal();
+  p->set_kind("full-refund");
+  p->set_owner(owner);
+  p->set_order_id("ORDER-100");
+  p->set_amount_minor(amount);
+  p->set_currency("USD");
+  op.set_fingerprint(operations::fingerprint(*p));
+  return op;
+}
+
+Principal approver(std::string name = "alice", int64_t limit = 100000) {
+  Principal p;
+  p.name = name;
+  p.scopes = {"operations:read", "operations:approve"};
+  p.owners = {"*"};
+  p.max_amount_minor = {{"USD", limit}};
+  return p;
+}
+
+ApprovalRequest exact(const pb::Operation& op) {
+  return {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint()};
+}
+}  // namespace
+
+TEST_CASE("a token is found by its SHA-256 only, and only with the Bearer scheme") {
+  Principal p = approver();
+  p.token_sha256 = crypto::sha256_hex("s3cret-token");
+  std::vector<Principal> all{p};
+  CHECK(authenticate(all, std::string("Bearer s3cret-token")) != nullptr);
+  CHECK(authenticate(all, std::string("Bearer wrong")) == nullptr);
+  CHECK(authenticate(all, std::string("Basic s3cret-token")) == nullptr);
+  CHECK(authenticate(all, std::string("Bearer ")) == nullptr);
+  CHECK(authenticate(all, std::nullopt) == nullptr);
+}
+
+TEST_CASE("the exact proposal is approved in one step below the two-person threshold") {
+  auto op = pending_op();
+  auto r = check_approval(op, approver(), exact(op), 50000);
+  REQUIRE(r.ok());
+  CHECK(*r == ApprovalStep::complete);
+}
+
+TEST_CASE("any difference in amount, currency or fingerprint is a proposal_mismatch") {
+  auto op = pending_op();
+  auto amount = exact(op);
+  amount.amount_minor += 1;
+  auto currency = exact(op);
+  currency.currency = "GBP";
+  auto fp = exact(op);
+  fp.fingerprint[0] = fp.fingerprint[0] == 'a' ? 'b' : 'a';
+  for (const auto& req : {amount, currency, fp}) {
+    auto r = check_approval(op, approver(), req, 50000);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == "proposal_mismatch");
+  }
+}
+
+TEST_CASE("authority: scope, owner patterns, amount limit and self-approval") {
+  auto op = pending_op();
+  Principal reader = approver();
+  reader.scopes = {"operations:read"};
+  CHECK(check_approval(op, reader, exact(op), 50000).error().code == "forbidden");
+  Principal scoped = approver();
+  scoped.owners = {"team-b-*"};
+  CHECK(check_approval(op, scoped, exact(op), 50000).error().code == "forbidden");
+  scoped.owners = {"demo-*"};
+  CHECK(check_approval(op, scoped, exact(op), 50000).ok());
+  CHECK(check_approval(op, approver("alice", 2499), exact(op), 50000).error().code == "forbidden");
+  Principal no_gbp = approver();
+  no_gbp.max_amount_minor = {{"GBP", 100000}};
+  CHECK(check_approval(op, no_gbp, exact(op), 50000).error().code == "forbidden");
+  CHECK(check_approval(op, approver("demo-user"), exact(op), 50000).error().code ==
+        "self_approval");
+}
+
+TEST_CASE("above the threshold two distinct principals must approve") {
+  auto op = pending_op(60000);
+  auto first = check_approval(op, approver("alice"), exact(op), 50000);
+  REQUIRE(first.ok());
+  CHECK(*first == ApprovalStep::recorded);
+  op.add_approvals()->set_principal("alice");
+  auto again = check_approval(op, approver("alice"), exact(op), 50000);
+  REQUIRE(again.ok());
+  CHECK(*again == ApprovalStep::repeat);
+  auto second = check_approval(op, approver("bob"), exact(op), 50000);
+  REQUIRE(second.ok());
+  CHECK(*second == ApprovalStep::complete);
+}
+
+TEST_CASE("an operation that is not pending cannot be approved") {
+  auto op = pending_op();
+  op.set_state("settled");
+  op.set_outcome("denied");
+  CHECK(check_approval(op, approver(), exact(op), 50000).error().code == "invalid_state");
+}
