@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
   orders->require_subcommand(1);
   auto* import = orders->add_subcommand("import", "upsert orders from an NDJSON file");
   import->add_option("file", file)->required();
-  import->callback([&] { rc = cli::import_orders(ctx, file); });
+  import->callback([&] { rc = cli::import_orders(ctx, file);
+});
 
-  CLI11_PARSE(app, argc, argv);
-  return rc;
+CLI11_PARSE(app, argc, argv);
+return rc;
 }

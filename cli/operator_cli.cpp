@@ -46,10 +46,11 @@ std::optional<Reply> call(const Context& c, const std::string& method, const std
   }
   auto res = http::send(req);
   if (!res) {
-    std::cerr << fmt::format("error: cannot reach opgate at {}: {}\n"
-                             "hint: is the daemon running? Set OPGATE_URL to its operator "
-                             "listener.\n",
-                             c.url, res.error().message);
+    std::cerr << fmt::format(
+        "error: cannot reach opgate at {}: {}\n"
+        "hint: is the daemon running? Set OPGATE_URL to its operator "
+        "listener.\n",
+        c.url, res.error().message);
     return std::nullopt;
   }
   json::error_code ec;
@@ -96,8 +97,8 @@ std::string money(const json::value& op) {
 void print_operation_line(const json::value& op) {
   std::string state = s(op, "state");
   if (!s(op, "outcome").empty()) state += "/" + s(op, "outcome");
-  std::cout << fmt::format("{:<48} {:<22} {:>14}  attempts={} {}\n", s(op, "key"), state,
-                           money(op), n(op, "attempts"),
+  std::cout << fmt::format("{:<48} {:<22} {:>14}  attempts={} {}\n", s(op, "key"), state, money(op),
+                           n(op, "attempts"),
                            s(op, "last_error").empty() ? "" : "last_error=" + s(op, "last_error"));
 }
 
@@ -150,8 +151,8 @@ int inspect_session(const Context& c, const std::string& session) {
   auto transcript = call(c, "GET", "/v1/sessions/" + seg(session) + "/transcript");
   if (!transcript) return 1;
   if (c.json) {
-    std::cout << json::serialize(json::object{{"session", state->body},
-                                              {"transcript", transcript->body}})
+    std::cout << json::serialize(
+                     json::object{{"session", state->body}, {"transcript", transcript->body}})
               << "\n";
     return 0;
   }
@@ -170,12 +171,11 @@ int inspect_session(const Context& c, const std::string& session) {
     if (auto* data = page.is_object() ? page.as_object().if_contains("data") : nullptr)
       for (const auto& item : data->as_array()) {
         std::string type = s(item, "type");
-        std::string text = type == "message"
-                               ? s(item, "role") + ": " + s(item, "content")
-                           : type == "function_call"
-                               ? s(item, "name") + "(" + s(item, "arguments") + ") " +
-                                     s(item, "call_id")
-                               : s(item, "call_id") + " -> " + s(item, "output");
+        std::string text =
+            type == "message" ? s(item, "role") + ": " + s(item, "content")
+            : type == "function_call"
+                ? s(item, "name") + "(" + s(item, "arguments") + ") " + s(item, "call_id")
+                : s(item, "call_id") + " -> " + s(item, "output");
         std::cout << fmt::format("    {:<22} {}\n", type, text);
       }
   }
@@ -227,8 +227,7 @@ int approve(const Context& c, const std::string& key, const std::string& session
     for (const auto& ref : op.as_object().at("calls").as_array())
       if (s(ref, "session_id") == session) linked = true;
     if (!linked) {
-      std::cerr << fmt::format("error: operation {} does not belong to session {}\n", key,
-                               session);
+      std::cerr << fmt::format("error: operation {} does not belong to session {}\n", key, session);
       return 1;
     }
   }
@@ -252,9 +251,9 @@ int approve(const Context& c, const std::string& key, const std::string& session
                                              {"fingerprint", s(op, "fingerprint")}}));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
-    std::cout << fmt::format("approved by you; operation is now {}{}\n", s(r->body, "state"),
-                             s(r->body, "state") == "pending" ? " (waiting for a second approver)"
-                                                              : "");
+    std::cout << fmt::format(
+        "approved by you; operation is now {}{}\n", s(r->body, "state"),
+        s(r->body, "state") == "pending" ? " (waiting for a second approver)" : "");
   });
 }
 
@@ -314,9 +313,8 @@ int resolve(const Context& c, const std::string& key, const std::string& outcome
   auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/resolve",
                 json::serialize(json::object{{"outcome", outcome}, {"evidence", evidence}}));
   if (!r) return 1;
-  return print_json_or(c, *r, [&] {
-    std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome);
-  });
+  return print_json_or(
+      c, *r, [&] { std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome); });
 }
 
 int audit_verify_online(const Context& c) {
@@ -327,8 +325,8 @@ int audit_verify_online(const Context& c) {
     if (ok)
       std::cout << fmt::format("audit chain verifies: {} records\n", s(r->body, "records"));
     else
-      std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n",
-                               s(r->body, "first_bad_seq"), s(r->body, "problem"));
+      std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", s(r->body, "first_bad_seq"),
+                               s(r->body, "problem"));
   });
   return ok ? 0 : 3;
 }
@@ -357,8 +355,7 @@ int audit_verify_offline(const std::string& data_dir, bool as_json) {
   } else if (v->ok) {
     std::cout << fmt::format("audit chain verifies: {} records\n", v->records);
   } else {
-    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v->first_bad_seq,
-                             v->problem);
+    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v->first_bad_seq, v->problem);
   }
   return v->ok ? 0 : 3;
 }

@@ -15,9 +15,8 @@ namespace {
 class JsonStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        msg.time.time_since_epoch())
-                        .count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count();
     boost::json::object line{
         {"ts_ms", ms},
         {"level", std::string(spdlog::level::to_string_view(msg.level).data(),

@@ -24,8 +24,8 @@ std::string Histogram::render(const std::string& name, const std::string& labels
   std::string sep = labels.empty() ? "" : ",";
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += buckets_[i].load();
-    out += fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bounds_[i],
-                       cumulative);
+    out +=
+        fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bounds_[i], cumulative);
   }
   cumulative += buckets_[bounds_.size()].load();
   out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, cumulative);

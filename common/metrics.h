@@ -35,8 +35,7 @@ class Metrics {
   // A gauge computed when /metrics is read.
   void gauge(const std::string& name, std::function<double()> read);
   // Gauges with labels, e.g. operations by state.
-  void gauge_family(const std::string& name,
-                    std::function<std::map<std::string, double>()> read,
+  void gauge_family(const std::string& name, std::function<std::map<std::string, double>()> read,
                     const std::string& label);
   std::string render() const;
   uint64_t counter_value(const std::string& name,

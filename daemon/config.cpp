@@ -19,16 +19,17 @@ std::optional<Error> check_keys(const Table& table, const std::string& where,
                                 const std::set<std::string>& known) {
   for (const auto& [k, _] : table.as_table())
     if (!known.count(k))
-      return make_error("config", fmt::format("unknown key '{}{}'", where.empty() ? "" : where + ".", k));
+      return make_error("config",
+                        fmt::format("unknown key '{}{}'", where.empty() ? "" : where + ".", k));
   return std::nullopt;
 }
 
 int64_t int_or(const Table& t, const char* key, int64_t fallback) {
-  return int_or(t, key, static_cast<int64_t>(fallback));
+  return toml::find_or<int64_t>(t, key, static_cast<int64_t>(fallback));
 }
 
 std::string string_or(const Table& t, const char* key, const std::string& fallback) {
-  return string_or(t, key, std::string(fallback));
+  return toml::find_or<std::string>(t, key, std::string(fallback));
 }
 
 std::map<std::string, int64_t> amount_map(const Table& v) {
@@ -68,15 +69,16 @@ std::string env_or_empty(const std::string& name) {
 
 Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
   Config c;
-  if (auto e = check_keys(root, "", {"data_dir", "ingress", "operator", "agent", "payments",
-                                     "orders", "policy"}))
+  if (auto e = check_keys(
+          root, "", {"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy"}))
     return *e;
   c.data_dir = string_or(root, "data_dir", c.data_dir);
 
   if (root.contains("ingress")) {
     const auto& in = toml::find(root, "ingress");
-    if (auto e = check_keys(in, "ingress", {"listen", "max_body_bytes", "timestamp_tolerance_s",
-                                            "max_backlog", "sources"}))
+    if (auto e = check_keys(
+            in, "ingress",
+            {"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "sources"}))
       return *e;
     c.ingress_listen = string_or(in, "listen", c.ingress_listen);
     c.max_body_bytes = int_or(in, "max_body_bytes", c.max_body_bytes);
@@ -84,7 +86,8 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     c.max_backlog = int_or(in, "max_backlog", c.max_backlog);
     if (in.contains("sources")) {
       for (const auto& s : toml::find(in, "sources").as_array()) {
-        if (auto e = check_keys(s, "ingress.sources", {"name", "secrets", "secrets_env"})) return *e;
+        if (auto e = check_keys(s, "ingress.sources", {"name", "secrets", "secrets_env"}))
+          return *e;
         ingress::Source source;
         source.name = toml::find<std::string>(s, "name");
         std::vector<std::string> secrets;
@@ -98,8 +101,8 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
         for (const auto& secret : secrets) {
           auto key = ingress::decode_secret(secret);
           if (!key)
-            return make_error("config", fmt::format("webhook source '{}': {}", source.name,
-                                                    key.error().message));
+            return make_error(
+                "config", fmt::format("webhook source '{}': {}", source.name, key.error().message));
           source.raw_keys.push_back(*key);
         }
         c.sources.push_back(std::move(source));
@@ -113,8 +116,9 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     c.operator_listen = string_or(op, "listen", c.operator_listen);
     if (op.contains("tokens")) {
       for (const auto& t : toml::find(op, "tokens").as_array()) {
-        if (auto e = check_keys(t, "operator.tokens", {"principal", "token_sha256", "scopes",
-                                                       "owners", "max_amount_minor"}))
+        if (auto e =
+                check_keys(t, "operator.tokens",
+                           {"principal", "token_sha256", "scopes", "owners", "max_amount_minor"}))
           return *e;
         operator_api::Principal p;
         p.name = toml::find<std::string>(t, "principal");
@@ -131,8 +135,8 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
                                                      "admin"};
         for (const auto& s : p.scopes)
           if (!scopes.count(s))
-            return make_error("config", fmt::format("operator token '{}': unknown scope '{}'",
-                                                    p.name, s));
+            return make_error("config",
+                              fmt::format("operator token '{}': unknown scope '{}'", p.name, s));
         if (t.contains("owners")) p.owners = string_list(toml::find(t, "owners"));
         if (t.contains("max_amount_minor"))
           p.max_amount_minor = amount_map(toml::find(t, "max_amount_minor"));
@@ -143,21 +147,25 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
 
   if (root.contains("agent")) {
     const auto& a = toml::find(root, "agent");
-    if (auto e = check_keys(a, "agent", {"base_url", "api_key_env", "timeout_ms"})) return *e;
+    if (auto e = check_keys(a, "agent", {"base_url", "api_key_env", "timeout_ms", "ca_file"}))
+      return *e;
     c.agent_base_url = string_or(a, "base_url", c.agent_base_url);
     c.agent_api_key = env_or_empty(string_or(a, "api_key_env", "OPENAI_API_KEY"));
     c.agent_timeout_ms = int_or(a, "timeout_ms", c.agent_timeout_ms);
+    c.agent_ca_file = string_or(a, "ca_file", "");
   } else {
     c.agent_api_key = env_or_empty("OPENAI_API_KEY");
   }
 
   if (root.contains("payments")) {
     const auto& p = toml::find(root, "payments");
-    if (auto e = check_keys(p, "payments", {"base_url", "secret_key_env", "timeout_ms"})) return *e;
+    if (auto e = check_keys(p, "payments", {"base_url", "secret_key_env", "timeout_ms", "ca_file"}))
+      return *e;
     c.payments_base_url = string_or(p, "base_url", c.payments_base_url);
-    c.payments_secret_key = env_or_empty(
-        string_or(p, "secret_key_env", "OPGATE_PAYMENTS_SECRET_KEY"));
+    c.payments_secret_key =
+        env_or_empty(string_or(p, "secret_key_env", "OPGATE_PAYMENTS_SECRET_KEY"));
     c.payments_timeout_ms = int_or(p, "timeout_ms", c.payments_timeout_ms);
+    c.payments_ca_file = string_or(p, "ca_file", "");
   } else {
     c.payments_secret_key = env_or_empty("OPGATE_PAYMENTS_SECRET_KEY");
   }
@@ -175,9 +183,10 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
 
   if (root.contains("policy")) {
     const auto& p = toml::find(root, "policy");
-    if (auto e = check_keys(p, "policy", {"refund_window_days", "approval_ttl_s",
-                                          "two_person_threshold_minor", "credit_reason_codes",
-                                          "credit_hard_cap_minor", "credit_support_limit_minor"}))
+    if (auto e = check_keys(
+            p, "policy",
+            {"refund_window_days", "approval_ttl_s", "two_person_threshold_minor",
+             "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor"}))
       return *e;
     auto& pol = c.policy;
     pol.refund_window_days = int_or(p, "refund_window_days", pol.refund_window_days);
@@ -191,8 +200,9 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     if (p.contains("credit_support_limit_minor"))
       pol.credit_support_limit_minor = amount_map(toml::find(p, "credit_support_limit_minor"));
     if (pol.approval_ttl_s <= 0 || pol.refund_window_days < 0)
-      return make_error("config", "policy.approval_ttl_s must be positive and "
-                                  "policy.refund_window_days not negative");
+      return make_error("config",
+                        "policy.approval_ttl_s must be positive and "
+                        "policy.refund_window_days not negative");
   }
   if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
     return make_error("config", "ingress.max_body_bytes must be between 1 and 64 MiB");

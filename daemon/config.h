@@ -34,10 +34,13 @@ struct Config {
   std::string agent_base_url = "http://127.0.0.1:9001/v1";
   std::string agent_api_key;  // read from agent.api_key_env
   int agent_timeout_ms = 10000;
+  // https base URLs: trusted CA certificates (PEM); empty = system store.
+  std::string agent_ca_file;
 
   std::string payments_base_url = "http://127.0.0.1:9002";
   std::string payments_secret_key;  // read from payments.secret_key_env
   int payments_timeout_ms = 5000;
+  std::string payments_ca_file;
 
   std::string orders_source = "embedded";
   std::string orders_seed_file;  // relative paths are relative to the config file

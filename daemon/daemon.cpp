@@ -88,9 +88,10 @@ int serve(const Config& config, const ServeOptions& options) {
   outbox::Outbox outbox(db);
 
   auto agents = adapters::make_agents_http_client(
-      {config.agent_base_url, config.agent_api_key, config.agent_timeout_ms});
-  auto provider = adapters::make_stripe_provider(
-      {config.payments_base_url, config.payments_secret_key, config.payments_timeout_ms});
+      {config.agent_base_url, config.agent_api_key, config.agent_timeout_ms, config.agent_ca_file});
+  auto provider =
+      adapters::make_stripe_provider({config.payments_base_url, config.payments_secret_key,
+                                      config.payments_timeout_ms, config.payments_ca_file});
 
   worker::SessionSync sessions(**journal, inbox, outbox, *agents, config.policy, metrics);
   auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
@@ -109,9 +110,9 @@ int serve(const Config& config, const ServeOptions& options) {
       "opgate_operations",
       [&] {
         std::map<std::string, double> out;
-        for (auto st : {operations::State::pending, operations::State::approved,
-                        operations::State::executing, operations::State::outcome_unknown,
-                        operations::State::settled})
+        for (auto st :
+             {operations::State::pending, operations::State::approved, operations::State::executing,
+              operations::State::outcome_unknown, operations::State::settled})
           out[std::string(operations::to_string(st))] = static_cast<double>(count_prefix(
               db, store::Cf::operations, fmt::format("s/{}/", operations::to_string(st))));
         return out;
@@ -135,8 +136,8 @@ int serve(const Config& config, const ServeOptions& options) {
                               [&](http::Request&& r) { return ingress_router.dispatch(r); });
 
   std::atomic<bool> ready{false};
-  operator_api::ApiDeps deps{**journal, outbox,   sessions,          drainer,
-                             *agents,   metrics,  config.principals, [&] { engine.wake(); },
+  operator_api::ApiDeps deps{**journal, outbox,  sessions,          drainer,
+                             *agents,   metrics, config.principals, [&] { engine.wake(); },
                              ready};
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
@@ -162,8 +163,8 @@ int serve(const Config& config, const ServeOptions& options) {
       return 2;
     }
   }
-  spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}",
-               *ingress_port, *operator_port, config.data_dir);
+  spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", *ingress_port,
+               *operator_port, config.data_dir);
 
   int sig = 0;
   sigwait(&signals, &sig);

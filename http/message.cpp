@@ -1,9 +1,10 @@
 #include "http/message.h"
 
+#include <strings.h>
+
 #include <boost/json.hpp>
 #include <boost/url/params_view.hpp>
 #include <boost/url/parse.hpp>
-#include <strings.h>
 
 namespace opgate::http {
 

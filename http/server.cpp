@@ -99,9 +99,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void fail_read(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) return too_large();
-    if (ec == bhttp::error::end_of_stream || ec == net::error::eof ||
-        ec == beast::error::timeout || ec == net::error::operation_aborted ||
-        ec == net::error::connection_reset)
+    if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset)
       return close();
     // Anything else is a malformed request: say so once, then close.
     Response r = error_response(400, "bad_request", "The HTTP request is malformed.");
@@ -122,8 +121,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
     for (const auto& field : msg) {
-      auto [it, inserted] = req.headers.emplace(std::string(field.name_string()),
-                                                std::string(field.value()));
+      auto [it, inserted] =
+          req.headers.emplace(std::string(field.name_string()), std::string(field.value()));
       if (!inserted) it->second += ", " + std::string(field.value());
     }
     req.body = std::move(msg.body());
@@ -151,12 +150,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     msg->keep_alive(!r.close);
     msg->prepare_payload();
     stream_.expires_after(server_->options.write_timeout);
-    bhttp::async_write(stream_, *msg,
-                       [self = shared_from_this(), msg, close = r.close](beast::error_code ec,
-                                                                         size_t) {
-                         if (ec || close) return self->close();
-                         self->read_header();
-                       });
+    bhttp::async_write(
+        stream_, *msg,
+        [self = shared_from_this(), msg, close = r.close](beast::error_code ec, size_t) {
+          if (ec || close) return self->close();
+          self->read_header();
+        });
   }
 
   void close() {
@@ -174,28 +173,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 void Server::Impl::accept() {
-  acceptor.async_accept(
-      net::make_strand(ioc), [self = this](beast::error_code ec, tcp::socket s) {
-        if (ec) {
-          if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
-          return self->accept();
-        }
-        if (self->draining) return;
-        const bool over = self->connections.load() >= self->options.max_connections;
-        self->connections++;
-        std::shared_ptr<Connection> conn;
-        {
-          std::lock_guard lock(self->mu);
-          uint64_t id = self->next_id++;
-          conn = std::make_shared<Connection>(std::move(s), self, id);
-          self->live[id] = conn;
-        }
-        if (over)
-          conn->refuse_overloaded();
-        else
-          conn->run();
-        self->accept();
-      });
+  acceptor.async_accept(net::make_strand(ioc), [self = this](beast::error_code ec, tcp::socket s) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
+      return self->accept();
+    }
+    if (self->draining) return;
+    const bool over = self->connections.load() >= self->options.max_connections;
+    self->connections++;
+    std::shared_ptr<Connection> conn;
+    {
+      std::lock_guard lock(self->mu);
+      uint64_t id = self->next_id++;
+      conn = std::make_shared<Connection>(std::move(s), self, id);
+      self->live[id] = conn;
+    }
+    if (over)
+      conn->refuse_overloaded();
+    else
+      conn->run();
+    self->accept();
+  });
 }
 
 Server::Server(ServerOptions options, Handler handler) : impl_(std::make_unique<Impl>()) {

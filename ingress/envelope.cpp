@@ -31,8 +31,9 @@ Result<Envelope> parse_envelope(std::string_view body) {
   if (e.type.rfind("agent.session.", 0) == 0) {
     auto* sid = data->as_object().if_contains("id");
     if (!sid || !sid->is_string() || !operations::valid_identifier(sid->as_string()))
-      return make_error("bad_envelope", "data.id must be a session id of 1-64 characters "
-                                        "from A-Z, a-z, 0-9, '.', '_' and '-'.");
+      return make_error("bad_envelope",
+                        "data.id must be a session id of 1-64 characters "
+                        "from A-Z, a-z, 0-9, '.', '_' and '-'.");
     e.session_id = std::string(sid->as_string());
   }
   return e;

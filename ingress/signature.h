@@ -30,7 +30,7 @@ struct SignedMessage {
 // header matches any of the raw keys (compared in constant time).
 // Errors: "bad_timestamp" (malformed), "timestamp_out_of_tolerance",
 // "bad_signature".
-Status verify(const SignedMessage& message, const std::vector<std::string>& raw_keys,
-              int64_t now_s, int64_t tolerance_s);
+Status verify(const SignedMessage& message, const std::vector<std::string>& raw_keys, int64_t now_s,
+              int64_t tolerance_s);
 
 }  // namespace opgate::ingress

@@ -12,7 +12,8 @@ WebhookHandler::WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& 
 
 http::Response WebhookHandler::reject(const std::string& source, int status,
                                       std::string_view reason, std::string_view message) {
-  metrics_.inc("opgate_webhooks_rejected_total", {{"source", source}, {"reason", std::string(reason)}});
+  metrics_.inc("opgate_webhooks_rejected_total",
+               {{"source", source}, {"reason", std::string(reason)}});
   auto r = http::error_response(status, reason, message);
   if (status == 503) r.headers["Retry-After"] = "5";
   return r;
@@ -65,9 +66,11 @@ http::Response WebhookHandler::handle(const http::Request& req, const std::strin
     return reject(source->name, 503, "storage_unavailable",
                   "The event could not be stored; retry later.");
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  metrics_.histogram("opgate_ingest_seconds",
-                     {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  metrics_
+      .histogram("opgate_ingest_seconds",
+                 {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})
       .observe(seconds);
   if (accepted->duplicate) {
     metrics_.inc("opgate_webhooks_duplicate_total", {{"source", source->name}});

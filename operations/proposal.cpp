@@ -16,8 +16,8 @@ bool valid_identifier(std::string_view id) {
   return true;
 }
 
-std::string operation_key(std::string_view owner, std::string_view order_id,
-                          std::string_view kind, int version) {
+std::string operation_key(std::string_view owner, std::string_view order_id, std::string_view kind,
+                          int version) {
   return fmt::format("{}:{}:{}:v{}", owner, order_id, kind, version);
 }
 

@@ -17,8 +17,8 @@ inline constexpr std::string_view kAccountCredit = "account-credit";
 bool valid_identifier(std::string_view id);
 
 // "{owner}:{order_id}:{kind}:v{version}"
-std::string operation_key(std::string_view owner, std::string_view order_id,
-                          std::string_view kind, int version = 1);
+std::string operation_key(std::string_view owner, std::string_view order_id, std::string_view kind,
+                          int version = 1);
 
 // SHA-256 (hex) over the canonical fields an approval binds.
 std::string fingerprint(const pb::Proposal& proposal);

@@ -13,9 +13,8 @@ std::string index_key(std::string_view state, const std::string& key) {
   return fmt::format("s/{}/{}", state, key);
 }
 
-pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action,
-                          std::string_view from, const std::string& principal,
-                          const std::string& details) {
+pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action, std::string_view from,
+                          const std::string& principal, const std::string& details) {
   pb::AuditRecord r;
   r.set_principal(principal);
   r.set_operation_key(op.key());
@@ -32,8 +31,8 @@ Result<std::optional<pb::Operation>> load(const store::Store& store, const std::
   return store.get_message<pb::Operation>(Cf::operations, record_key(key));
 }
 
-Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state,
-                                               size_t limit, const std::string& after) {
+Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state, size_t limit,
+                                               const std::string& after) {
   std::vector<std::string> keys;
   const std::string prefix = fmt::format("s/{}/", to_string(state));
   std::string start = after.empty() ? std::string() : prefix + after + '\0';

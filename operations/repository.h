@@ -18,8 +18,8 @@ namespace opgate::operations {
 Result<std::optional<pb::Operation>> load(const store::Store& store, const std::string& key);
 
 // Keys of operations in a state, in key order, at most `limit`.
-Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state,
-                                               size_t limit, const std::string& after = {});
+Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state, size_t limit,
+                                               const std::string& after = {});
 
 // Writes a new pending operation with its "propose" audit record.
 void create(store::Txn& txn, pb::Operation& operation, const std::string& principal,
@@ -27,8 +27,8 @@ void create(store::Txn& txn, pb::Operation& operation, const std::string& princi
 
 // Applies `event` to `operation` (refused transitions are errors and stage
 // nothing), updates the record and index, and stages the audit record.
-Status apply(store::Txn& txn, pb::Operation& operation, Event event,
-             const std::string& principal, const std::string& details_json);
+Status apply(store::Txn& txn, pb::Operation& operation, Event event, const std::string& principal,
+             const std::string& details_json);
 
 // Saves a change that is not a state transition (e.g. one approval of two),
 // with an audit record naming the action.

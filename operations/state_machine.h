@@ -15,19 +15,19 @@ enum class State { pending, approved, executing, outcome_unknown, settled };
 enum class Outcome { none, succeeded, failed, denied, expired, rejected, cancelled };
 
 enum class Event {
-  approve,                // all approvals the policy requires are present
-  deny,                   // an operator denies
-  expire,                 // the approval TTL passed
-  reject,                 // the order or policy changed since the proposal
-  claim,                  // the drainer takes it, durably, before the provider call
-  provider_succeeded,     // the provider confirms success
-  provider_refused,       // a definite refusal (decline, invalid request)
-  provider_indeterminate, // timeout, 5xx, 429, connection loss
-  restart,                // the daemon started while the operation was executing
-  reconcile_succeeded,    // the reconciler found the provider object, succeeded
-  reconcile_failed,       // the reconciler found the provider object, failed
-  reconcile_absent,       // the provider proved it has no object for the key
-  resolve_succeeded,      // on-call settles by hand with evidence
+  approve,                 // all approvals the policy requires are present
+  deny,                    // an operator denies
+  expire,                  // the approval TTL passed
+  reject,                  // the order or policy changed since the proposal
+  claim,                   // the drainer takes it, durably, before the provider call
+  provider_succeeded,      // the provider confirms success
+  provider_refused,        // a definite refusal (decline, invalid request)
+  provider_indeterminate,  // timeout, 5xx, 429, connection loss
+  restart,                 // the daemon started while the operation was executing
+  reconcile_succeeded,     // the reconciler found the provider object, succeeded
+  reconcile_failed,        // the reconciler found the provider object, failed
+  reconcile_absent,        // the provider proved it has no object for the key
+  resolve_succeeded,       // on-call settles by hand with evidence
   resolve_failed,
 };
 

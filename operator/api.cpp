@@ -43,13 +43,12 @@ json::object operation_json(const pb::Operation& op) {
                  {"fingerprint", op.fingerprint()},
                  {"session_id", op.session_id()},
                  {"call_id", op.call_id()},
-                 {"proposal",
-                  json::object{{"payment_intent", p.payment_intent()},
-                               {"customer", p.customer()},
-                               {"payment_method", p.payment_method()},
-                               {"reason", p.reason()},
-                               {"effect", p.effect()},
-                               {"tier", p.tier()}}},
+                 {"proposal", json::object{{"payment_intent", p.payment_intent()},
+                                           {"customer", p.customer()},
+                                           {"payment_method", p.payment_method()},
+                                           {"reason", p.reason()},
+                                           {"effect", p.effect()},
+                                           {"tier", p.tier()}}},
                  {"approvals", approvals},
                  {"calls", calls},
                  {"decided_by", op.decided_by()},
@@ -96,10 +95,14 @@ json::object ledger_json(const pb::LedgerEntry& l) {
 }
 
 json::object call_json(const pb::ToolCall& c) {
-  json::object o{{"session_id", c.session_id()}, {"turn_id", c.turn_id()},
-                 {"call_id", c.call_id()},       {"name", c.name()},
-                 {"arguments", c.arguments_json()}, {"operation_key", c.operation_key()},
-                 {"result", nullptr},            {"delivery", c.delivery()},
+  json::object o{{"session_id", c.session_id()},
+                 {"turn_id", c.turn_id()},
+                 {"call_id", c.call_id()},
+                 {"name", c.name()},
+                 {"arguments", c.arguments_json()},
+                 {"operation_key", c.operation_key()},
+                 {"result", nullptr},
+                 {"delivery", c.delivery()},
                  {"delivery_error", c.delivery_error()}};
   if (c.result_saved())
     o["result"] = json::object{{"success", c.result().success()},
@@ -116,8 +119,10 @@ Response storage_failure(const Error& e) {
 
 Response from_error(const Error& e) {
   int status = 400;
-  if (e.code == "not_found") status = 404;
-  else if (e.code == "forbidden" || e.code == "self_approval") status = 403;
+  if (e.code == "not_found")
+    status = 404;
+  else if (e.code == "forbidden" || e.code == "self_approval")
+    status = 403;
   else if (e.code == "proposal_mismatch" || e.code == "invalid_state" || e.code == "conflict" ||
            e.code == "order_changed" || e.code == "invalid_transition")
     status = 409;
@@ -142,15 +147,17 @@ std::optional<std::string> string_field(const json::object& o, const char* k, si
   return std::string(p->as_string());
 }
 
+// Pages of saved items are fetched at this size; inspect prints each page.
+constexpr int kTranscriptPageSize = 20;
+
 class Api {
  public:
   explicit Api(ApiDeps& d) : d_(d) {}
 
   // Wraps a handler with authentication and a scope check.
-  http::RouteHandler guarded(std::string scope,
-                             std::function<Response(const Request&, const http::PathParams&,
-                                                    const Principal&)>
-                                 fn) {
+  http::RouteHandler guarded(
+      std::string scope,
+      std::function<Response(const Request&, const http::PathParams&, const Principal&)> fn) {
     return [this, scope, fn](const Request& req, const http::PathParams& params) {
       const Principal* p = authenticate(d_.principals, req.header("Authorization"));
       if (!p) {
@@ -159,7 +166,8 @@ class Api {
         return r;
       }
       if (!p->has_scope(scope))
-        return error_response(403, "forbidden", fmt::format("This token lacks the {} scope.", scope));
+        return error_response(403, "forbidden",
+                              fmt::format("This token lacks the {} scope.", scope));
       return fn(req, params, *p);
     };
   }
@@ -174,8 +182,8 @@ class Api {
     Status s = d_.sessions.bind(params.at("id"), *owner, p.name);
     if (!s) return from_error(s.error());
     d_.wake_worker();
-    return json_response(200, json::serialize(json::object{
-                                  {"session_id", params.at("id")}, {"owner", *owner}}));
+    return json_response(
+        200, json::serialize(json::object{{"session_id", params.at("id")}, {"owner", *owner}}));
   }
 
   Response recover(const Request&, const http::PathParams& params, const Principal&) {
@@ -205,14 +213,14 @@ class Api {
       auto op = operations::load(store, k);
       if (op && op->has_value()) operations.push_back(operation_json(**op));
     }
-    return json_response(200, json::serialize(json::object{
-                                  {"session_id", id},
-                                  {"owner", (*sess)->owner()},
-                                  {"bound_by", (*sess)->bound_by()},
-                                  {"last_sync_ms", (*sess)->last_sync_ms()},
-                                  {"calls", calls},
-                                  {"operations", operations},
-                                  {"ledger", ledger_rows(id, "")}}));
+    return json_response(200,
+                         json::serialize(json::object{{"session_id", id},
+                                                      {"owner", (*sess)->owner()},
+                                                      {"bound_by", (*sess)->bound_by()},
+                                                      {"last_sync_ms", (*sess)->last_sync_ms()},
+                                                      {"calls", calls},
+                                                      {"operations", operations},
+                                                      {"ledger", ledger_rows(id, "")}}));
   }
 
   json::array ledger_rows(const std::string& session, const std::string& owner) {
@@ -236,7 +244,7 @@ class Api {
     json::array pages;
     std::string after;
     for (int i = 0; i < 1000; ++i) {
-      auto page = d_.agents.get_items(id, after, 100);
+      auto page = d_.agents.get_items(id, after, kTranscriptPageSize);
       if (!page) return error_response(502, "agents_unavailable", page.error().message);
       json::error_code ec;
       pages.push_back(json::parse(page->json, ec));
@@ -244,8 +252,8 @@ class Api {
       after = page->last_id;
     }
     json::error_code ec;
-    return json_response(200, json::serialize(json::object{
-                                  {"turns", json::parse(*turns, ec)}, {"item_pages", pages}}));
+    return json_response(200, json::serialize(json::object{{"turns", json::parse(*turns, ec)},
+                                                           {"item_pages", pages}}));
   }
 
   Response list_operations(const Request& req, const http::PathParams&, const Principal&) {
@@ -340,9 +348,9 @@ class Api {
       auto& op = **loaded;
       const auto& pol = d_.sessions.policy().two_person_threshold_minor;
       auto threshold = pol.find(op.proposal().currency());
-      auto step = check_approval(op, p, request,
-                                 threshold == pol.end() ? std::nullopt
-                                                        : std::optional<int64_t>(threshold->second));
+      auto step = check_approval(
+          op, p, request,
+          threshold == pol.end() ? std::nullopt : std::optional<int64_t>(threshold->second));
       if (!step) return step.error();
       if (*step == ApprovalStep::repeat) return Status::Ok();  // same answer, nothing written
       // The order is read again: a change since the proposal rejects it.
@@ -363,8 +371,8 @@ class Api {
       auto* approval = op.add_approvals();
       approval->set_principal(p.name);
       approval->set_at_ms(txn.now_ms());
-      const std::string details = json::serialize(json::object{
-          {"amount_minor", request.amount_minor}, {"currency", request.currency}});
+      const std::string details = json::serialize(
+          json::object{{"amount_minor", request.amount_minor}, {"currency", request.currency}});
       if (*step == ApprovalStep::recorded) {
         operations::save_with_audit(txn, op, "approval_recorded", p.name, details);
         return Status::Ok();
@@ -398,7 +406,8 @@ class Api {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto reason = string_field(*body, "reason", 500);
-    if (!reason) return error_response(400, "bad_request", "reason is required (1-500 characters).");
+    if (!reason)
+      return error_response(400, "bad_request", "reason is required (1-500 characters).");
     const std::string key = params.at("key");
     Status s = d_.journal.run([&](store::Txn& txn) -> Status {
       auto loaded = operations::load(txn.store(), key);
@@ -456,8 +465,9 @@ class Api {
       op.set_decision_reason(*evidence);
       const bool ok = *outcome == "succeeded";
       if (Status a = operations::apply(
-              txn, op, ok ? operations::Event::resolve_succeeded : operations::Event::resolve_failed,
-              p.name, json::serialize(json::object{{"evidence", *evidence}}));
+              txn, op,
+              ok ? operations::Event::resolve_succeeded : operations::Event::resolve_failed, p.name,
+              json::serialize(json::object{{"evidence", *evidence}}));
           !a)
         return a;
       if (ok)
@@ -513,9 +523,8 @@ http::Router make_router(ApiDeps& deps) {
   auto api = std::make_shared<Api>(deps);
   http::Router r;
   using P = http::PathParams;
-  r.add("GET", "/healthz", [](const Request&, const P&) {
-    return json_response(200, R"({"ok":true})");
-  });
+  r.add("GET", "/healthz",
+        [](const Request&, const P&) { return json_response(200, R"({"ok":true})"); });
   r.add("GET", "/readyz", [api](const Request&, const P&) {
     return api->d_.ready ? json_response(200, R"({"ready":true})")
                          : error_response(503, "not_ready", "Starting or draining.");
@@ -527,40 +536,55 @@ http::Router make_router(ApiDeps& deps) {
     return res;
   });
   r.add("POST", "/v1/sessions/{id}/bind",
-        api->guarded("sessions:bind", [api](auto& q, auto& p, auto& who) { return api->bind(q, p, who); }));
+        api->guarded("sessions:bind",
+                     [api](auto& q, auto& p, auto& who) { return api->bind(q, p, who); }));
   r.add("POST", "/v1/sessions/{id}/recover",
-        api->guarded("sessions:bind", [api](auto& q, auto& p, auto& who) { return api->recover(q, p, who); }));
-  r.add("GET", "/v1/sessions/{id}",
-        api->guarded("operations:read", [api](auto&, auto& p, auto&) { return api->session(p.at("id")); }));
+        api->guarded("sessions:bind",
+                     [api](auto& q, auto& p, auto& who) { return api->recover(q, p, who); }));
+  r.add("GET", "/v1/sessions/{id}", api->guarded("operations:read", [api](auto&, auto& p, auto&) {
+    return api->session(p.at("id"));
+  }));
   r.add("GET", "/v1/sessions/{id}/transcript",
-        api->guarded("operations:read", [api](auto& q, auto& p, auto& who) { return api->transcript(q, p, who); }));
+        api->guarded("operations:read",
+                     [api](auto& q, auto& p, auto& who) { return api->transcript(q, p, who); }));
   r.add("GET", "/v1/operations",
-        api->guarded("operations:read", [api](auto& q, auto& p, auto& who) { return api->list_operations(q, p, who); }));
+        api->guarded("operations:read", [api](auto& q, auto& p, auto& who) {
+          return api->list_operations(q, p, who);
+        }));
   r.add("GET", "/v1/operations/{key}",
-        api->guarded("operations:read", [api](auto&, auto& p, auto&) { return api->get_operation(p.at("key")); }));
+        api->guarded("operations:read",
+                     [api](auto&, auto& p, auto&) { return api->get_operation(p.at("key")); }));
   r.add("POST", "/v1/operations/{key}/approve",
-        api->guarded("operations:approve", [api](auto& q, auto& p, auto& who) { return api->approve(q, p, who); }));
+        api->guarded("operations:approve",
+                     [api](auto& q, auto& p, auto& who) { return api->approve(q, p, who); }));
   r.add("POST", "/v1/operations/{key}/deny",
-        api->guarded("operations:approve", [api](auto& q, auto& p, auto& who) { return api->deny(q, p, who); }));
+        api->guarded("operations:approve",
+                     [api](auto& q, auto& p, auto& who) { return api->deny(q, p, who); }));
   r.add("POST", "/v1/operations/{key}/reconcile",
-        api->guarded("operations:resolve", [api](auto& q, auto& p, auto& who) { return api->reconcile(q, p, who); }));
+        api->guarded("operations:resolve",
+                     [api](auto& q, auto& p, auto& who) { return api->reconcile(q, p, who); }));
   r.add("POST", "/v1/operations/{key}/resolve",
-        api->guarded("operations:resolve", [api](auto& q, auto& p, auto& who) { return api->resolve(q, p, who); }));
+        api->guarded("operations:resolve",
+                     [api](auto& q, auto& p, auto& who) { return api->resolve(q, p, who); }));
   r.add("GET", "/v1/ledger", api->guarded("operations:read", [api](auto& q, auto&, auto&) {
-    return json_response(200, json::serialize(json::object{
-                                  {"ledger", api->ledger_rows(q.query_param("session").value_or(""),
-                                                              q.query_param("owner").value_or(""))}}));
+    return json_response(
+        200, json::serialize(
+                 json::object{{"ledger", api->ledger_rows(q.query_param("session").value_or(""),
+                                                          q.query_param("owner").value_or(""))}}));
   }));
   r.add("GET", "/v1/audit", api->guarded("operations:read", [api](auto& q, auto&, auto&) {
-    return json_response(200, json::serialize(json::object{
-                                  {"audit", api->audit_rows(q.query_param("operation").value_or(""))}}));
+    return json_response(200,
+                         json::serialize(json::object{
+                             {"audit", api->audit_rows(q.query_param("operation").value_or(""))}}));
   }));
   r.add("GET", "/v1/audit/verify",
         api->guarded("operations:read", [api](auto&, auto&, auto&) { return api->verify(); }));
-  r.add("PUT", "/v1/orders/{order_id}",
-        api->guarded("admin", [api](auto& q, auto& p, auto& who) { return api->put_order(q, p, who); }));
-  r.add("GET", "/v1/orders/{order_id}",
-        api->guarded("admin", [api](auto&, auto& p, auto&) { return api->get_order(p.at("order_id")); }));
+  r.add("PUT", "/v1/orders/{order_id}", api->guarded("admin", [api](auto& q, auto& p, auto& who) {
+    return api->put_order(q, p, who);
+  }));
+  r.add("GET", "/v1/orders/{order_id}", api->guarded("admin", [api](auto&, auto& p, auto&) {
+    return api->get_order(p.at("order_id"));
+  }));
   return r;
 }
 

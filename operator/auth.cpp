@@ -24,7 +24,8 @@ const Principal* authenticate(const std::vector<Principal>& principals,
                               const std::optional<std::string>& authorization) {
   if (!authorization) return nullptr;
   constexpr std::string_view prefix = "Bearer ";
-  if (authorization->size() <= prefix.size() || authorization->compare(0, prefix.size(), prefix) != 0)
+  if (authorization->size() <= prefix.size() ||
+      authorization->compare(0, prefix.size(), prefix) != 0)
     return nullptr;
   const std::string digest = crypto::sha256_hex(authorization->substr(prefix.size()));
   const Principal* found = nullptr;
@@ -40,9 +41,9 @@ Result<ApprovalStep> check_approval(const pb::Operation& op, const Principal& pr
   if (!principal.has_scope("operations:approve"))
     return make_error("forbidden", "This token may not approve operations.");
   if (op.state() != "pending")
-    return make_error("invalid_state", fmt::format("The operation is {}{}; it cannot be approved.",
-                                                   op.state(),
-                                                   op.outcome().empty() ? "" : "/" + op.outcome()));
+    return make_error("invalid_state",
+                      fmt::format("The operation is {}{}; it cannot be approved.", op.state(),
+                                  op.outcome().empty() ? "" : "/" + op.outcome()));
   if (request.amount_minor != p.amount_minor() || request.currency != p.currency() ||
       !crypto::equal_constant_time(request.fingerprint, op.fingerprint()))
     return make_error("proposal_mismatch",

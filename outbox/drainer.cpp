@@ -28,10 +28,14 @@ std::string details(std::initializer_list<std::pair<std::string_view, std::strin
 
 std::string_view verdict_name(adapters::Verdict v) {
   switch (v) {
-    case adapters::Verdict::succeeded: return "succeeded";
-    case adapters::Verdict::pending: return "pending";
-    case adapters::Verdict::refused: return "refused";
-    case adapters::Verdict::indeterminate: return "indeterminate";
+    case adapters::Verdict::succeeded:
+      return "succeeded";
+    case adapters::Verdict::pending:
+      return "pending";
+    case adapters::Verdict::refused:
+      return "refused";
+    case adapters::Verdict::indeterminate:
+      return "indeterminate";
   }
   return "unknown";
 }
@@ -51,8 +55,8 @@ Drainer::Drainer(store::Journal& journal, Outbox& outbox, adapters::PaymentProvi
 
 adapters::PaymentRequest Drainer::request_for(const pb::Operation& op) const {
   const auto& p = op.proposal();
-  return {p.kind(),         op.key(),         op.idempotency_key(), p.payment_intent(),
-          p.customer(),     p.amount_minor(), p.currency(),         p.reason()};
+  return {p.kind(),     op.key(),         op.idempotency_key(), p.payment_intent(),
+          p.customer(), p.amount_minor(), p.currency(),         p.reason()};
 }
 
 Status Drainer::recover_after_restart() {
@@ -153,14 +157,14 @@ void Drainer::execute(const Outbox::Entry& entry) {
   metrics_
       .histogram("opgate_provider_call_seconds", {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
       .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  metrics_.inc("opgate_provider_attempts_total", {{"result", std::string(verdict_name(result.verdict))}});
+  metrics_.inc("opgate_provider_attempts_total",
+               {{"result", std::string(verdict_name(result.verdict))}});
   if (Status r = record_result(key, entry.key, result, "system"); !r)
     spdlog::error("cannot record provider result for {}: {}", key, r.error().message);
 }
 
 Status Drainer::record_result(const std::string& key, const std::string& item_key,
-                              const adapters::PaymentResult& result,
-                              const std::string& principal) {
+                              const adapters::PaymentResult& result, const std::string& principal) {
   return journal_.run([&](store::Txn& txn) -> Status {
     auto op = operations::load(txn.store(), key);
     if (!op) return op.error();
@@ -200,8 +204,8 @@ Status Drainer::record_result(const std::string& key, const std::string& item_ke
         pb::OutboxItem item;
         item.set_kind(std::string(kReconcile));
         item.set_operation_key(key);
-        item.set_not_before_ms(txn.now_ms() + backoff_ms(0, options_.retry_base_ms,
-                                                         options_.retry_cap_ms, random_));
+        item.set_not_before_ms(
+            txn.now_ms() + backoff_ms(0, options_.retry_base_ms, options_.retry_cap_ms, random_));
         outbox_.enqueue(txn, std::move(item));
         return Status::Ok();
       }
@@ -314,8 +318,10 @@ Status Drainer::reconcile_now(const std::string& operation_key) {
   if (!op) return op.error();
   if (!op->has_value()) return make_error("not_found", "No operation with that key.");
   if ((*op)->state() != "outcome_unknown")
-    return make_error("invalid_state", "Only operations in outcome_unknown are reconciled; this "
-                                       "one is " + (*op)->state() + ".");
+    return make_error("invalid_state",
+                      "Only operations in outcome_unknown are reconciled; this "
+                      "one is " +
+                          (*op)->state() + ".");
   // Run the reconciliation against a fresh item; the scheduled one, if any,
   // finds the operation settled and removes itself.
   Outbox::Entry entry;
@@ -337,8 +343,8 @@ void Drainer::deliver(const Outbox::Entry& entry) {
     (void)s;
     return;
   }
-  auto verdict = agents_.submit_result(ref.session_id(), ref, (*call)->result(),
-                                       result_idempotency_key(ref));
+  auto verdict =
+      agents_.submit_result(ref.session_id(), ref, (*call)->result(), result_idempotency_key(ref));
   if (!verdict) {
     metrics_.inc("opgate_result_deliveries_total", {{"result", "retry"}});
     return retry_later(entry, verdict.error().message);

@@ -10,8 +10,7 @@ namespace opgate::outbox {
 
 using store::Cf;
 
-std::string call_key(const std::string& session, const std::string& turn,
-                     const std::string& call) {
+std::string call_key(const std::string& session, const std::string& turn, const std::string& call) {
   return fmt::format("{}/{}/{}", session, turn, call);
 }
 std::string call_key(const pb::CallRef& c) {

@@ -83,8 +83,8 @@ Result<AuditVerification> verify_audit(const Store& store) {
     if (r.seq() != expected_seq || key != audit_key(r.seq()))
       return fail(expected_seq, fmt::format("record {} is missing or out of order", expected_seq));
     if (r.prev_hash() != prev)
-      return fail(r.seq(), fmt::format("record {} does not link to record {}", r.seq(),
-                                       r.seq() - 1));
+      return fail(r.seq(),
+                  fmt::format("record {} does not link to record {}", r.seq(), r.seq() - 1));
     if (audit_hash(r, prev) != r.hash())
       return fail(r.seq(), fmt::format("record {} was altered: its hash does not match its "
                                        "content",

@@ -40,9 +40,7 @@ void Batch::put(Cf cf, std::string_view key, const google::protobuf::MessageLite
   ops_->push_back({cf, false, std::string(key), message.SerializeAsString()});
 }
 
-void Batch::del(Cf cf, std::string_view key) {
-  ops_->push_back({cf, true, std::string(key), {}});
-}
+void Batch::del(Cf cf, std::string_view key) { ops_->push_back({cf, true, std::string(key), {}}); }
 
 size_t Batch::count() const { return ops_->size(); }
 
@@ -70,13 +68,13 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOpt
     fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
   }
   if (o.check_permissions) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(dir.c_str(), &st) != 0)
       return make_error("data_dir", "cannot stat data directory " + dir);
     if (st.st_mode & (S_IRWXG | S_IRWXO))
-      return make_error("data_dir_permissions",
-                        "data directory " + dir +
-                            " is accessible by group or others; run chmod 700 on it");
+      return make_error(
+          "data_dir_permissions",
+          "data directory " + dir + " is accessible by group or others; run chmod 700 on it");
   }
 
   rocksdb::DBOptions db_options;
@@ -94,9 +92,9 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOpt
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s =
-      o.read_only ? rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw)
-                  : rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
+  rocksdb::Status s = o.read_only
+                          ? rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw)
+                          : rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
   if (!s.ok()) return from_rocks(s, "cannot open data directory " + dir);
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;

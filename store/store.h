@@ -9,12 +9,12 @@
 
 #include <array>
 #include <atomic>
-#include <vector>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 

@@ -9,7 +9,9 @@ Engine::Engine(SessionSync& sync, outbox::Drainer& drainer, std::chrono::millise
 
 Engine::~Engine() { stop(); }
 
-void Engine::start() { thread_ = std::thread([this] { loop(); }); }
+void Engine::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void Engine::wake() {
   {

@@ -18,11 +18,12 @@ Result<pb::Order> parse_order(std::string_view text) {
   if (ec || !v.is_object()) return make_error("bad_order", "An order must be a JSON object.");
   auto& o = v.as_object();
   static const std::set<std::string> known = {
-      "order_id", "owner",  "amount_minor", "currency",  "payment_intent", "customer",
-      "payment_method", "status", "placed_at", "note", "refunded_minor"};
+      "order_id",       "owner",  "amount_minor", "currency", "payment_intent", "customer",
+      "payment_method", "status", "placed_at",    "note",     "refunded_minor"};
   for (const auto& [k, _] : o)
     if (!known.count(std::string(k)))
-      return make_error("bad_order", fmt::format("Unknown order field '{}'.", std::string(k).substr(0, 64)));
+      return make_error("bad_order",
+                        fmt::format("Unknown order field '{}'.", std::string(k).substr(0, 64)));
   auto str = [&](const char* k, bool required, std::string& out) -> std::optional<Error> {
     auto* p = o.if_contains(k);
     if (!p) {
@@ -47,16 +48,17 @@ Result<pb::Order> parse_order(std::string_view text) {
   };
   std::string order_id, owner, currency, pi, customer, method, status, note;
   int64_t amount = 0, placed_at = 0, refunded = 0;
-  for (auto e : {str("order_id", true, order_id), str("owner", true, owner),
-                 str("currency", true, currency), str("payment_intent", true, pi),
-                 str("customer", true, customer), str("payment_method", true, method),
-                 str("status", true, status), str("note", false, note),
-                 num("amount_minor", true, amount), num("placed_at", true, placed_at),
-                 num("refunded_minor", false, refunded)})
+  for (auto e :
+       {str("order_id", true, order_id), str("owner", true, owner), str("currency", true, currency),
+        str("payment_intent", true, pi), str("customer", true, customer),
+        str("payment_method", true, method), str("status", true, status), str("note", false, note),
+        num("amount_minor", true, amount), num("placed_at", true, placed_at),
+        num("refunded_minor", false, refunded)})
     if (e) return *e;
   if (!operations::valid_identifier(order_id) || !operations::valid_identifier(owner))
-    return make_error("bad_order", "order_id and owner must be 1-64 characters from A-Z, a-z, "
-                                   "0-9, '.', '_' and '-'.");
+    return make_error("bad_order",
+                      "order_id and owner must be 1-64 characters from A-Z, a-z, "
+                      "0-9, '.', '_' and '-'.");
   if (currency.size() != 3 || !std::all_of(currency.begin(), currency.end(), ::isupper))
     return make_error("bad_order", "currency must be a three-letter upper-case code.");
   if (status != "paid" && status != "refunded" && status != "cancelled")

@@ -19,14 +19,14 @@ RefundDecision decide_refund(const pb::Order& order, const PolicyConfig& policy,
   } else if (order.status() != "paid") {
     d.reason = fmt::format("The order is {}, not paid, so it cannot be refunded.", order.status());
   } else if (now_s - order.placed_at() > policy.refund_window_days * 86400) {
-    d.reason = fmt::format("The order is outside the {}-day refund window.",
-                           policy.refund_window_days);
+    d.reason =
+        fmt::format("The order is outside the {}-day refund window.", policy.refund_window_days);
   } else {
     d.allowed = true;
-    d.reason = fmt::format("Eligible for a full refund of {} within the {}-day window; an "
-                           "operator must approve it.",
-                           format_money(d.refundable_minor, order.currency()),
-                           policy.refund_window_days);
+    d.reason = fmt::format(
+        "Eligible for a full refund of {} within the {}-day window; an "
+        "operator must approve it.",
+        format_money(d.refundable_minor, order.currency()), policy.refund_window_days);
   }
   if (!d.allowed) d.refundable_minor = 0;
   return d;
@@ -50,8 +50,8 @@ CreditDecision decide_credit(const pb::Order& order, int64_t amount_minor,
     return d;
   }
   if (order.status() != "paid") {
-    d.reason = fmt::format("The order is {}, so no credit can be issued against it.",
-                           order.status());
+    d.reason =
+        fmt::format("The order is {}, so no credit can be issued against it.", order.status());
     return d;
   }
   const int64_t refundable = refundable_minor(order);
@@ -70,15 +70,14 @@ CreditDecision decide_credit(const pb::Order& order, int64_t amount_minor,
   d.tier = (support != policy.credit_support_limit_minor.end() && amount_minor <= support->second)
                ? "support"
                : "supervisor";
-  d.reason = fmt::format("Credit of {} needs {} approval.", format_money(amount_minor, currency),
-                         d.tier);
+  d.reason =
+      fmt::format("Credit of {} needs {} approval.", format_money(amount_minor, currency), d.tier);
   return d;
 }
 
 bool order_changed(const pb::Proposal& p, const pb::Order& order) {
-  return p.order_amount_minor() != order.amount_minor() ||
-         p.order_currency() != order.currency() || p.order_status() != order.status() ||
-         p.owner() != order.owner();
+  return p.order_amount_minor() != order.amount_minor() || p.order_currency() != order.currency() ||
+         p.order_status() != order.status() || p.owner() != order.owner();
 }
 
 std::string format_money(int64_t amount_minor, const std::string& currency) {

@@ -69,7 +69,14 @@ size_t SessionSync::process_inbox() {
     if (!session) continue;
     if (!session->has_value()) {
       // No bound owner yet: park the events until the session is bound.
+      // Checked again under the journal lock, which bind() also takes: a
+      // bind that landed since the read above finds them still queued.
+      bool parked = false;
       Status s = journal_.run([&](store::Txn& txn) -> Status {
+        auto again = store.get(Cf::sessions, session_id);
+        if (!again) return again.error();
+        if (again->has_value()) return Status::Ok();
+        parked = true;
         for (const auto& k : keys) {
           auto event_key = store.get(Cf::inbox, k);
           if (!event_key || !event_key->has_value()) continue;
@@ -79,9 +86,11 @@ size_t SessionSync::process_inbox() {
         }
         return Status::Ok();
       });
-      if (s) handled += keys.size();
-      spdlog::info("session {} is not bound; {} event(s) wait for binding", session_id,
-                   keys.size());
+      if (s && parked) {
+        handled += keys.size();
+        spdlog::info("session {} is not bound; {} event(s) wait for binding", session_id,
+                     keys.size());
+      }
       continue;
     }
     std::lock_guard lock(sync_mu_);
@@ -120,8 +129,8 @@ Status SessionSync::sync(const std::string& session_id) {
     return make_error("not_bound", "The session is not bound to an owner; bind it first.");
   std::lock_guard lock(sync_mu_);
   auto view = agents_.get_session(session_id);
-  if (!view) return make_error("agents_unavailable", "Cannot fetch the session: " +
-                                                         view.error().message);
+  if (!view)
+    return make_error("agents_unavailable", "Cannot fetch the session: " + view.error().message);
   return journal_.run([&](store::Txn& txn) -> Status {
     for (const auto& action : view->required_actions)
       if (Status a = answer(txn, **session, action); !a) return a;
@@ -164,20 +173,30 @@ Status SessionSync::answer(store::Txn& txn, const pb::Session& session,
   call.set_created_at_ms(txn.now_ms());
   call.set_delivery("none");
 
+  // A refund already proposed under this key answers from the operation,
+  // before the policy is asked again: once refunded, the order would fail
+  // the policy, but the session must hear the recorded outcome.
+  if (action.name == "request_refund") {
+    if (auto op = existing_refund(store, session.owner(), action.arguments_json)) {
+      link_call(txn, *op, call);
+      return Status::Ok();
+    }
+  }
+
   OrderLookup lookup = [&](const std::string& order_id) -> std::optional<pb::Order> {
     auto order = store.get_message<pb::Order>(Cf::orders, order_id);
     if (!order || !order->has_value()) return std::nullopt;
     return **order;
   };
-  auto outcome = dispatch_tool(action.name, action.arguments_json, session.owner(), lookup,
-                               policy_, txn.now_ms() / 1000);
-  metrics_.inc("opgate_tool_calls_total",
-               {{"tool", action.name == "lookup_order" || action.name == "request_refund" ||
-                                 action.name == "issue_account_credit"
-                             ? action.name
-                             : "unknown"},
-                {"result", outcome.result ? (outcome.result->success() ? "ok" : "refused")
-                                          : "proposal"}});
+  auto outcome = dispatch_tool(action.name, action.arguments_json, session.owner(), lookup, policy_,
+                               txn.now_ms() / 1000);
+  metrics_.inc(
+      "opgate_tool_calls_total",
+      {{"tool", action.name == "lookup_order" || action.name == "request_refund" ||
+                        action.name == "issue_account_credit"
+                    ? action.name
+                    : "unknown"},
+       {"result", outcome.result ? (outcome.result->success() ? "ok" : "refused") : "proposal"}});
   if (outcome.result) {
     outbox_.stage_result(txn, call, *outcome.result);
     return Status::Ok();
@@ -222,8 +241,17 @@ Status SessionSync::answer(store::Txn& txn, const pb::Session& session,
                                    op_key)));
     return Status::Ok();
   }
+  link_call(txn, op, call);
+  return Status::Ok();
+}
+
+void SessionSync::link_call(store::Txn& txn, pb::Operation& op, pb::ToolCall& call) {
   // The same operation, asked for again: link this call to it.
-  *op.add_calls() = ref;
+  call.set_operation_key(op.key());
+  pb::CallRef* ref = op.add_calls();
+  ref->set_session_id(call.session_id());
+  ref->set_turn_id(call.turn_id());
+  ref->set_call_id(call.call_id());
   operations::save_with_audit(txn, op, "link_call", "system",
                               json::serialize(json::object{{"session_id", call.session_id()},
                                                            {"call_id", call.call_id()}}));
@@ -231,9 +259,29 @@ Status SessionSync::answer(store::Txn& txn, const pb::Session& session,
     // Already decided: answer with the recorded outcome, never ask again.
     outbox_.stage_result(txn, call, settled_result(op));
   } else {
-    txn.batch().put(Cf::calls, key, call);
+    txn.batch().put(Cf::calls, outbox::call_key(call.session_id(), call.turn_id(), call.call_id()),
+                    call);
   }
-  return Status::Ok();
+}
+
+std::optional<pb::Operation> SessionSync::existing_refund(const store::Store& store,
+                                                          const std::string& owner,
+                                                          const std::string& arguments_json) {
+  json::error_code ec;
+  auto args = json::parse(arguments_json, ec);
+  if (ec || !args.is_object()) return std::nullopt;
+  // Only well-formed requests link; anything else gets the tool's refusal.
+  for (const auto& [k, v] : args.as_object())
+    if (k != "order_id" && !(k == "reason" && v.is_string() && v.as_string().size() <= 500))
+      return std::nullopt;
+  auto* order_id = args.as_object().if_contains("order_id");
+  if (!order_id || !order_id->is_string() || !operations::valid_identifier(order_id->as_string()))
+    return std::nullopt;
+  auto op =
+      operations::load(store, operations::operation_key(owner, std::string(order_id->as_string()),
+                                                        operations::kFullRefund));
+  if (!op || !op->has_value()) return std::nullopt;
+  return **op;
 }
 
 Status SessionSync::bind(const std::string& session_id, const std::string& owner,

@@ -41,6 +41,10 @@ class SessionSync {
  private:
   Status answer(store::Txn& txn, const pb::Session& session,
                 const adapters::RequiredAction& action);
+  void link_call(store::Txn& txn, pb::Operation& op, pb::ToolCall& call);
+  static std::optional<pb::Operation> existing_refund(const store::Store& store,
+                                                      const std::string& owner,
+                                                      const std::string& arguments_json);
 
   store::Journal& journal_;
   ingress::Inbox& inbox_;

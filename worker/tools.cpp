@@ -13,9 +13,8 @@ namespace json = boost::json;
 
 std::string tool_definitions_json() {
   auto id_schema = [](std::string_view description) {
-    return json::object{{"type", "string"},
-                        {"pattern", "^[A-Za-z0-9._-]{1,64}$"},
-                        {"description", description}};
+    return json::object{
+        {"type", "string"}, {"pattern", "^[A-Za-z0-9._-]{1,64}$"}, {"description", description}};
   };
   json::array tools;
   tools.push_back(json::object{
@@ -62,9 +61,9 @@ std::string tool_definitions_json() {
                                               {"minimum", 1},
                                               {"description", "Amount in minor units."}}},
                 {"currency", json::object{{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
-                {"reason_code",
-                 json::object{{"type", "string"},
-                              {"enum", json::array{"DELIVERY_DELAY", "DAMAGED_ITEM", "GOODWILL"}}}}}},
+                {"reason_code", json::object{{"type", "string"},
+                                             {"enum", json::array{"DELIVERY_DELAY", "DAMAGED_ITEM",
+                                                                  "GOODWILL"}}}}}},
            {"required", json::array{"order_id", "amount_minor", "currency", "reason_code"}},
            {"additionalProperties", false}}},
       {"strict", true}});
@@ -141,22 +140,20 @@ ToolOutcome lookup_order(std::string_view args_text, const std::string& owner,
   if (!order) return {failure_result(std::string(kNotFound)), {}};
   auto decision = decide_refund(*order, policy, now_s);
   json::object out{
-      {"order",
-       json::object{{"order_id", order->order_id()},
-                    {"amount_minor", order->amount_minor()},
-                    {"currency", order->currency()},
-                    {"status", order->status()},
-                    {"payment_method", order->payment_method()},
-                    {"placed_at", order->placed_at()},
-                    // Free text from outside: data for the model, never policy input.
-                    {"note", order->note()}}},
-      {"refund_policy",
-       json::object{{"refundable", decision.allowed},
-                    {"refundable_minor", decision.refundable_minor},
-                    {"currency", order->currency()},
-                    {"window_days", policy.refund_window_days},
-                    {"requires_approval", true},
-                    {"reason", decision.reason}}}};
+      {"order", json::object{{"order_id", order->order_id()},
+                             {"amount_minor", order->amount_minor()},
+                             {"currency", order->currency()},
+                             {"status", order->status()},
+                             {"payment_method", order->payment_method()},
+                             {"placed_at", order->placed_at()},
+                             // Free text from outside: data for the model, never policy input.
+                             {"note", order->note()}}},
+      {"refund_policy", json::object{{"refundable", decision.allowed},
+                                     {"refundable_minor", decision.refundable_minor},
+                                     {"currency", order->currency()},
+                                     {"window_days", policy.refund_window_days},
+                                     {"requires_approval", true},
+                                     {"reason", decision.reason}}}};
   return {success_result(out), {}};
 }
 
@@ -264,4 +261,3 @@ pb::ToolResult settled_result(const pb::Operation& op) {
 }
 
 }  // namespace opgate::worker
-

@@ -43,8 +43,7 @@ class AgentsClient {
   virtual Result<SessionView> get_session(const std::string& session_id) = 0;
   // Errors are retryable (network, 5xx, 429); verdicts are final answers.
   virtual Result<SubmitVerdict> submit_result(const std::string& session_id,
-                                              const pb::CallRef& call,
-                                              const pb::ToolResult& result,
+                                              const pb::CallRef& call, const pb::ToolResult& result,
                                               const std::string& idempotency_key) = 0;
   virtual Result<std::string> get_turns(const std::string& session_id) = 0;
   virtual Result<Page> get_items(const std::string& session_id, const std::string& after,
@@ -55,6 +54,7 @@ struct AgentsHttpOptions {
   std::string base_url;  // ".../v1"
   std::string api_key;
   int timeout_ms = 10000;
+  std::string ca_file;  // https only; empty = system store
 };
 
 std::unique_ptr<AgentsClient> make_agents_http_client(AgentsHttpOptions options);

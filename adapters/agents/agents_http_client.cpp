@@ -13,7 +13,9 @@ namespace json = boost::json;
 
 namespace {
 
-std::string seg(const std::string& s) { return boost::urls::encode(s, boost::urls::unreserved_chars); }
+std::string seg(const std::string& s) {
+  return boost::urls::encode(s, boost::urls::unreserved_chars);
+}
 
 class AgentsHttpClient final : public AgentsClient {
  public:
@@ -44,8 +46,8 @@ class AgentsHttpClient final : public AgentsClient {
         RequiredAction action{str("call_id"), str("turn_id"), str("name"), "{}"};
         if (auto* args = ao.if_contains("arguments")) {
           // The platform may send arguments as an object or as JSON text.
-          action.arguments_json = args->is_string() ? std::string(args->as_string())
-                                                    : json::serialize(*args);
+          action.arguments_json =
+              args->is_string() ? std::string(args->as_string()) : json::serialize(*args);
         }
         view.required_actions.push_back(std::move(action));
       }
@@ -69,7 +71,10 @@ class AgentsHttpClient final : public AgentsClient {
                           idempotency_key);
     if (!res) return res.error();
     if (res->status >= 200 && res->status < 300) return SubmitVerdict::accepted;
-    if (res->status == 409) return SubmitVerdict::conflict;
+    // 409 is also "idempotency_key_in_use" while our own earlier request is
+    // still being processed: that one is retried, not a conflict.
+    if (res->status == 409 && res->body.find("idempotency_key_in_use") == std::string::npos)
+      return SubmitVerdict::conflict;
     if (res->status == 400 && res->body.find("Unknown pending tool call") != std::string::npos)
       return SubmitVerdict::unknown_call;
     return status_error(*res);
@@ -107,6 +112,7 @@ class AgentsHttpClient final : public AgentsClient {
     req.method = method;
     req.url = o_.base_url + path;
     req.timeout = std::chrono::milliseconds(o_.timeout_ms);
+    req.ca_file = o_.ca_file;
     req.headers["OpenAI-Beta"] = "agents=v1";
     req.headers["Authorization"] = "Bearer " + o_.api_key;
     if (!body.empty()) {
@@ -118,9 +124,9 @@ class AgentsHttpClient final : public AgentsClient {
   }
 
   static Error status_error(const http::Response& res) {
-    return make_error(res.status >= 500 || res.status == 429 ? "agents_unavailable"
-                                                             : "agents_refused",
-                      fmt::format("agents API answered {}", res.status));
+    return make_error(
+        res.status >= 500 || res.status == 429 ? "agents_unavailable" : "agents_refused",
+        fmt::format("agents API answered {}", res.status));
   }
 
   AgentsHttpOptions o_;

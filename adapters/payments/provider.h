@@ -57,6 +57,7 @@ struct StripeOptions {
   std::string base_url;
   std::string secret_key;
   int timeout_ms = 5000;
+  std::string ca_file;  // https only; empty = system store
 };
 
 std::unique_ptr<PaymentProvider> make_stripe_provider(StripeOptions options);

@@ -14,7 +14,9 @@ namespace json = boost::json;
 
 namespace {
 
-std::string enc(std::string_view s) { return boost::urls::encode(s, boost::urls::unreserved_chars); }
+std::string enc(std::string_view s) {
+  return boost::urls::encode(s, boost::urls::unreserved_chars);
+}
 
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -53,9 +55,10 @@ class StripeProvider final : public PaymentProvider {
     std::string path, form;
     if (req.kind == operations::kFullRefund) {
       path = "/v1/refunds";
-      form = fmt::format("payment_intent={}&amount={}&reason=requested_by_customer&"
-                         "metadata%5Boperation_key%5D={}",
-                         enc(req.payment_intent), req.amount_minor, enc(req.operation_key));
+      form = fmt::format(
+          "payment_intent={}&amount={}&reason=requested_by_customer&"
+          "metadata%5Boperation_key%5D={}",
+          enc(req.payment_intent), req.amount_minor, enc(req.operation_key));
     } else {
       path = fmt::format("/v1/customers/{}/balance_transactions", enc(req.customer));
       form = fmt::format("amount={}&currency={}&description={}&metadata%5Boperation_key%5D={}",
@@ -102,16 +105,14 @@ class StripeProvider final : public PaymentProvider {
 
   LookupResult find(const PaymentRequest& req) override {
     LookupResult out;
-    std::string path = req.kind == operations::kFullRefund
-                           ? fmt::format("/v1/refunds?payment_intent={}&limit=100",
-                                         enc(req.payment_intent))
-                           : fmt::format("/v1/customers/{}/balance_transactions?limit=100",
-                                         enc(req.customer));
+    std::string path =
+        req.kind == operations::kFullRefund
+            ? fmt::format("/v1/refunds?payment_intent={}&limit=100", enc(req.payment_intent))
+            : fmt::format("/v1/customers/{}/balance_transactions?limit=100", enc(req.customer));
     std::string starting_after;
     for (int page = 0; page < 100; ++page) {
-      auto http_req = base("GET", starting_after.empty()
-                                      ? path
-                                      : path + "&starting_after=" + enc(starting_after));
+      auto http_req = base(
+          "GET", starting_after.empty() ? path : path + "&starting_after=" + enc(starting_after));
       auto res = http::send(http_req);
       if (!res) {
         out.error = res.error().message;
@@ -164,6 +165,7 @@ class StripeProvider final : public PaymentProvider {
     r.method = method;
     r.url = o_.base_url + path;
     r.timeout = std::chrono::milliseconds(o_.timeout_ms);
+    r.ca_file = o_.ca_file;
     r.headers["Authorization"] = "Bearer " + o_.secret_key;
     return r;
   }

@@ -1,3 +1,5 @@
+#include "store/journal.h"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -5,7 +7,6 @@
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "operations/repository.h"
-#include "store/journal.h"
 
 using namespace opgate;
 
@@ -35,16 +36,19 @@ TEST_CASE("transitions write the record, the state index and a chained audit rec
   REQUIRE(store.ok());
   auto journal = store::Journal::open(**store, clock);
   REQUIRE(journal.ok());
-  REQUIRE((*journal)->run([&](store::Txn& txn) {
-                       auto op = new_op("u:O1:full-refund:v1");
-                       operations::create(txn, op, "system", "{}");
-                       return Status::Ok();
-                     }).ok());
-  REQUIRE((*journal)->run([&](store::Txn& txn) -> Status {
-                       auto op = operations::load(txn.store(), "u:O1:full-refund:v1");
-                       return operations::apply(txn, **op, operations::Event::approve, "alice",
-                                                "{}");
-                     }).ok());
+  REQUIRE((*journal)
+              ->run([&](store::Txn& txn) {
+                auto op = new_op("u:O1:full-refund:v1");
+                operations::create(txn, op, "system", "{}");
+                return Status::Ok();
+              })
+              .ok());
+  REQUIRE((*journal)
+              ->run([&](store::Txn& txn) -> Status {
+                auto op = operations::load(txn.store(), "u:O1:full-refund:v1");
+                return operations::apply(txn, **op, operations::Event::approve, "alice", "{}");
+              })
+              .ok());
   auto pending = operations::keys_in_state(**store, operations::State::pending, 10);
   auto approved = operations::keys_in_state(**store, operations::State::approved, 10);
   CHECK(pending->empty());
@@ -60,11 +64,13 @@ TEST_CASE("a refused transition stages nothing and writes nothing") {
   ManualClock clock(1'000'000);
   auto store = store::Store::open(dir.path.string(), {});
   auto journal = store::Journal::open(**store, clock);
-  REQUIRE((*journal)->run([&](store::Txn& txn) {
-                       auto op = new_op("u:O1:full-refund:v1");
-                       operations::create(txn, op, "system", "{}");
-                       return Status::Ok();
-                     }).ok());
+  REQUIRE((*journal)
+              ->run([&](store::Txn& txn) {
+                auto op = new_op("u:O1:full-refund:v1");
+                operations::create(txn, op, "system", "{}");
+                return Status::Ok();
+              })
+              .ok());
   const auto writes = (*store)->synced_writes();
   auto s = (*journal)->run([&](store::Txn& txn) -> Status {
     auto op = operations::load(txn.store(), "u:O1:full-refund:v1");
@@ -83,21 +89,25 @@ TEST_CASE("altering one stored audit record is named by verification, also after
     auto store = store::Store::open(dir.path.string(), {});
     auto journal = store::Journal::open(**store, clock);
     for (int i = 0; i < 5; ++i)
-      REQUIRE((*journal)->run([&](store::Txn& txn) {
-                           auto op = new_op("u:O" + std::to_string(i) + ":full-refund:v1");
-                           operations::create(txn, op, "system", "{}");
-                           return Status::Ok();
-                         }).ok());
+      REQUIRE((*journal)
+                  ->run([&](store::Txn& txn) {
+                    auto op = new_op("u:O" + std::to_string(i) + ":full-refund:v1");
+                    operations::create(txn, op, "system", "{}");
+                    return Status::Ok();
+                  })
+                  .ok());
   }
   {
     // The chain continues across a restart.
     auto store = store::Store::open(dir.path.string(), {});
     auto journal = store::Journal::open(**store, clock);
-    REQUIRE((*journal)->run([&](store::Txn& txn) {
-                         auto op = new_op("u:O9:full-refund:v1");
-                         operations::create(txn, op, "system", "{}");
-                         return Status::Ok();
-                       }).ok());
+    REQUIRE((*journal)
+                ->run([&](store::Txn& txn) {
+                  auto op = new_op("u:O9:full-refund:v1");
+                  operations::create(txn, op, "system", "{}");
+                  return Status::Ok();
+                })
+                .ok());
     auto v = store::verify_audit(**store);
     CHECK(v->ok);
     CHECK(v->records == 6);
@@ -123,8 +133,8 @@ TEST_CASE("altering one stored audit record is named by verification, also after
 TEST_CASE("a data directory readable by others is refused") {
   TempDir dir;
   std::filesystem::create_directories(dir.path);
-  std::filesystem::permissions(dir.path, std::filesystem::perms::owner_all |
-                                             std::filesystem::perms::others_read);
+  std::filesystem::permissions(
+      dir.path, std::filesystem::perms::owner_all | std::filesystem::perms::others_read);
   auto store = store::Store::open(dir.path.string(), {});
   REQUIRE_FALSE(store.ok());
   CHECK(store.error().code == "data_dir_permissions");

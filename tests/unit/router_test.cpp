@@ -1,15 +1,17 @@
+#include "http/router.h"
+
 #include <doctest/doctest.h>
 
 #include "common/backoff.h"
-#include "http/router.h"
 
 using namespace opgate;
 
 TEST_CASE("routes match with decoded path parameters; 404 and 405 otherwise") {
   http::Router r;
-  r.add("POST", "/v1/operations/{key}/approve", [](const http::Request&, const http::PathParams& p) {
-    return http::json_response(200, p.at("key"));
-  });
+  r.add("POST", "/v1/operations/{key}/approve",
+        [](const http::Request&, const http::PathParams& p) {
+          return http::json_response(200, p.at("key"));
+        });
   http::Request req;
   req.method = "POST";
   req.target = "/v1/operations/demo-user%3AORDER-100%3Afull-refund%3Av1/approve?x=1";

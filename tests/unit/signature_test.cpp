@@ -1,3 +1,5 @@
+#include "ingress/signature.h"
+
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
@@ -5,7 +7,6 @@
 #include <sstream>
 
 #include "ingress/envelope.h"
-#include "ingress/signature.h"
 
 using namespace opgate::ingress;
 namespace json = boost::json;
@@ -65,7 +66,8 @@ TEST_CASE("the timestamp must be within tolerance of the injected clock") {
   auto first = vectors().at("valid").as_array()[0].as_object();
   auto key = decode_secret(str(first, "secret"));
   const int64_t ts = first.at("timestamp").as_int64();
-  auto id = str(first, "webhook_id"), payload = str(first, "payload"), sig = str(first, "signature");
+  auto id = str(first, "webhook_id"), payload = str(first, "payload"),
+       sig = str(first, "signature");
   auto ts_text = std::to_string(ts);
   CHECK(verify({id, ts_text, sig, payload}, {*key}, ts + 300, 300).ok());
   CHECK(verify({id, ts_text, sig, payload}, {*key}, ts - 300, 300).ok());
@@ -107,7 +109,8 @@ TEST_CASE("the event envelope needs id, object, created_at, type and data") {
   CHECK_FALSE(parse_envelope("[]").ok());
   CHECK_FALSE(parse_envelope("not json").ok());
   CHECK_FALSE(parse_envelope(R"({"id":"evt_1","object":"event","type":"t","data":{}})").ok());
-  CHECK_FALSE(parse_envelope(
-                  R"({"id":"evt_1","object":"event","created_at":1,"type":"agent.session.action_required","data":{"id":"../etc"}})")
-                  .ok());
+  CHECK_FALSE(
+      parse_envelope(
+          R"({"id":"evt_1","object":"event","created_at":1,"type":"agent.session.action_required","data":{"id":"../etc"}})")
+          .ok());
 }

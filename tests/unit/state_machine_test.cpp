@@ -1,8 +1,8 @@
+#include "operations/state_machine.h"
+
 #include <doctest/doctest.h>
 
 #include <map>
-
-#include "operations/state_machine.h"
 
 using namespace opgate::operations;
 
@@ -25,8 +25,8 @@ const std::map<std::pair<State, Event>, Target> kAllowed = {
     {{State::outcome_unknown, Event::resolve_succeeded}, {State::settled, Outcome::succeeded}},
     {{State::outcome_unknown, Event::resolve_failed}, {State::settled, Outcome::failed}},
 };
-const State kStates[] = {State::pending, State::approved, State::executing,
-                         State::outcome_unknown, State::settled};
+const State kStates[] = {State::pending, State::approved, State::executing, State::outcome_unknown,
+                         State::settled};
 }  // namespace
 
 TEST_CASE("every transition of the design table is allowed with its target") {
@@ -57,8 +57,8 @@ TEST_CASE("every transition outside the design table is refused as an error") {
 }
 
 TEST_CASE("only an explicit decision moves pending; a timeout never fails an operation") {
-  for (Event e : {Event::claim, Event::provider_succeeded, Event::provider_refused,
-                  Event::restart, Event::reconcile_absent})
+  for (Event e : {Event::claim, Event::provider_succeeded, Event::provider_refused, Event::restart,
+                  Event::reconcile_absent})
     CHECK_FALSE(next(State::pending, e).ok());
   auto timeout = next(State::executing, Event::provider_indeterminate);
   REQUIRE(timeout.ok());

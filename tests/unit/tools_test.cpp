@@ -1,10 +1,11 @@
+#include "worker/tools.h"
+
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
 #include <map>
 
 #include "operations/proposal.h"
-#include "worker/tools.h"
 
 using namespace opgate;
 namespace json = boost::json;
@@ -108,8 +109,9 @@ TEST_CASE("malformed arguments and unknown tools get an accurate refusal") {
   CHECK_FALSE(f.run("lookup_order", R"({"order_id":42})").result->success());
   CHECK_FALSE(f.run("lookup_order", R"({"order_id":"ORDER 100"})").result->success());
   CHECK_FALSE(f.run("lookup_order", R"({"order_id":""})").result->success());
-  CHECK_FALSE(f.run("lookup_order", json::serialize(json::object{{"order_id", std::string(65, 'a')}}))
-                  .result->success());
+  CHECK_FALSE(
+      f.run("lookup_order", json::serialize(json::object{{"order_id", std::string(65, 'a')}}))
+          .result->success());
   auto unknown = f.run("delete_everything", "{}");
   REQUIRE(unknown.result);
   CHECK(unknown.result->error().find("Unknown tool") != std::string::npos);
@@ -144,31 +146,38 @@ TEST_CASE("an instruction hidden in order notes changes nothing the server decid
 TEST_CASE("account credits: currency, amount, cap, reason code and tier") {
   Fixture f;
   f.orders["ORDER-100"] = order("ORDER-100", "demo-user", 20000);
-  auto small = f.run("issue_account_credit",
-                     R"({"order_id":"ORDER-100","amount_minor":1500,"currency":"USD","reason_code":"DELIVERY_DELAY"})");
+  auto small = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":1500,"currency":"USD","reason_code":"DELIVERY_DELAY"})");
   REQUIRE(small.proposal);
   CHECK(small.proposal->tier() == "support");
   CHECK(small.proposal->kind() == "account-credit");
-  auto large = f.run("issue_account_credit",
-                     R"({"order_id":"ORDER-100","amount_minor":5000,"currency":"USD","reason_code":"GOODWILL"})");
+  auto large = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":5000,"currency":"USD","reason_code":"GOODWILL"})");
   REQUIRE(large.proposal);
   CHECK(large.proposal->tier() == "supervisor");
-  auto capped = f.run("issue_account_credit",
-                      R"({"order_id":"ORDER-100","amount_minor":15000,"currency":"USD","reason_code":"GOODWILL"})");
+  auto capped = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":15000,"currency":"USD","reason_code":"GOODWILL"})");
   REQUIRE(capped.result);
   CHECK_FALSE(capped.result->success());
-  auto wrong_currency = f.run("issue_account_credit",
-                              R"({"order_id":"ORDER-100","amount_minor":100,"currency":"GBP","reason_code":"GOODWILL"})");
+  auto wrong_currency = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":100,"currency":"GBP","reason_code":"GOODWILL"})");
   CHECK_FALSE(wrong_currency.result->success());
-  auto bad_code = f.run("issue_account_credit",
-                        R"({"order_id":"ORDER-100","amount_minor":100,"currency":"USD","reason_code":"BECAUSE"})");
+  auto bad_code = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":100,"currency":"USD","reason_code":"BECAUSE"})");
   CHECK_FALSE(bad_code.result->success());
-  auto negative = f.run("issue_account_credit",
-                        R"({"order_id":"ORDER-100","amount_minor":-5,"currency":"USD","reason_code":"GOODWILL"})");
+  auto negative = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":-5,"currency":"USD","reason_code":"GOODWILL"})");
   CHECK_FALSE(negative.result->success());
   f.orders["SMALL"] = order("SMALL", "demo-user", 1000);
-  auto over_refundable = f.run("issue_account_credit",
-                               R"({"order_id":"SMALL","amount_minor":1500,"currency":"USD","reason_code":"GOODWILL"})");
+  auto over_refundable = f.run(
+      "issue_account_credit",
+      R"({"order_id":"SMALL","amount_minor":1500,"currency":"USD","reason_code":"GOODWILL"})");
   CHECK_FALSE(over_refundable.result->success());
 }
 
@@ -211,5 +220,6 @@ TEST_CASE("the settled result reports status, key, amount, currency and provider
   CHECK(v.at("operation_key").as_string() == op.key());
   CHECK(v.at("provider_object_id").as_string() == "re_123");
   op.set_outcome("denied");
-  CHECK_FALSE(json::parse(worker::settled_result(op).output()).as_object().contains("provider_object_id"));
+  CHECK_FALSE(
+      json::parse(worker::settled_result(op).output()).as_object().contains("provider_object_id"));
 }

@@ -1,0 +1,186 @@
+// opgate-sim: loopback simulators of the services opgate talks to.
+//   opgate-sim payments --listen 127.0.0.1:0 --port-file FILE [--orders F] [--secret-key K]
+//   opgate-sim agent --listen 127.0.0.1:0 --port-file FILE [--webhook-url URL]
+//                    --webhook-secret whsec_... [--api-key K]
+// Each writes its bound port to --port-file (atomically), logs JSON lines on
+// stderr, and exits 0 on SIGTERM or SIGINT. Admin endpoints (no auth):
+//   both:     POST|GET|DELETE /_sim/faults, GET /_sim/stats, POST /_sim/reset
+//   payments: POST /_sim/payment_intents, POST /_sim/customers,
+//             POST /_sim/refunds/{id}/settle, GET /_sim/ledger
+//   agent:    POST /_sim/sessions, GET /_sim/sessions/{id},
+//             POST /_sim/sessions/{id}/messages, POST /_sim/sessions/{id}/notify,
+//             POST|GET /_sim/webhook_target
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "http/server.h"
+#include "ingress/signature.h"
+#include "sim/agent_sim.h"
+#include "sim/log.h"
+#include "sim/payments_sim.h"
+#include "sim/sim_http.h"
+#include "sim/webhook_sender.h"
+
+namespace {
+
+using opgate::Status;
+using opgate::sim::log_info;
+using opgate::sim::log_warn;
+
+struct CommonFlags {
+  std::string listen = "127.0.0.1:0";
+  std::string port_file;
+  int threads = 8;
+};
+
+void add_common(CLI::App* app, CommonFlags& flags) {
+  app->add_option("--listen", flags.listen, "host:port to listen on (port 0 picks one)")
+      ->capture_default_str();
+  app->add_option("--port-file", flags.port_file,
+                  "file to receive the bound port (written atomically)");
+  app->add_option("--threads", flags.threads, "server threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
+Status write_port_file(const std::string& path, uint16_t port) {
+  if (path.empty()) return Status::Ok();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.flush();
+    if (!out) return opgate::make_error("port_file", "cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return opgate::make_error("port_file", "cannot rename " + tmp + ": " + ec.message());
+  return Status::Ok();
+}
+
+// Blocks the stop signals in this thread, so every thread started later
+// inherits the mask and only wait_for_stop_signal() receives them.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int wait_for_stop_signal(const sigset_t& set) {
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+// Serves `handler` until a stop signal; returns the exit code.
+int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handler handler,
+          std::string_view name) {
+  opgate::http::ServerOptions options;
+  options.listen = flags.listen;
+  options.threads = flags.threads;
+  options.max_connections = 4096;
+  opgate::http::Server server(options, std::move(handler));
+  auto port = server.start();
+  if (!port) {
+    log_warn("cannot listen", {{"error", port.error().message}});
+    return 1;
+  }
+  if (auto written = write_port_file(flags.port_file, *port); !written) {
+    log_warn("cannot write port file", {{"error", written.error().message}});
+    server.stop();
+    return 1;
+  }
+  log_info("listening", {{"port", *port}, {"sim", name}});
+  int sig = wait_for_stop_signal(signals);
+  log_info("stopping", {{"signal", sig}});
+  opgate::sim::interrupt_delays();
+  server.drain(std::chrono::milliseconds(2000));
+  server.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t signals = block_stop_signals();
+
+  CLI::App app{"opgate-sim: simulators of the agent platform and the payment provider"};
+  app.require_subcommand(1);
+
+  CommonFlags payments_flags;
+  std::string orders_file;
+  std::string secret_key;
+  auto* payments = app.add_subcommand("payments", "Stripe-shaped payment provider");
+  add_common(payments, payments_flags);
+  payments->add_option("--orders", orders_file, "NDJSON orders whose payment intents to register")
+      ->check(CLI::ExistingFile);
+  payments->add_option("--secret-key", secret_key,
+                       "the only accepted secret key (default: any key starting sk_)");
+
+  CommonFlags agent_flags;
+  std::string webhook_url;
+  std::string webhook_secret;
+  std::string api_key;
+  auto* agent = app.add_subcommand("agent", "OpenAI Agents API (beta) with a scripted model");
+  add_common(agent, agent_flags);
+  agent->add_option("--webhook-url", webhook_url,
+                    "where to POST action_required webhooks (or set it later with "
+                    "POST /_sim/webhook_target; until then webhooks wait)");
+  agent->add_option("--webhook-secret", webhook_secret, "whsec_... signing secret")->required();
+  agent->add_option("--api-key", api_key, "the only accepted API key (default: any)");
+
+  CLI11_PARSE(app, argc, argv);
+
+  opgate::SystemClock clock;
+  if (payments->parsed()) {
+    opgate::sim::PaymentsOptions options;
+    if (!secret_key.empty()) options.secret_key = secret_key;
+    opgate::sim::PaymentsSim sim(options, clock);
+    if (!orders_file.empty()) {
+      if (auto loaded = sim.load_orders(orders_file); !loaded) {
+        log_warn("cannot load orders", {{"error", loaded.error().message}});
+        return 1;
+      }
+    }
+    return serve(
+        payments_flags, signals,
+        [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "payments");
+  }
+
+  if (!webhook_url.empty() && !webhook_url.starts_with("http://")) {
+    log_warn("bad --webhook-url", {{"error", "only http:// URLs are supported"}});
+    return 2;
+  }
+  auto raw_key = opgate::ingress::decode_secret(webhook_secret);
+  if (!raw_key) {
+    log_warn("bad --webhook-secret", {{"error", raw_key.error().message}});
+    return 2;
+  }
+  opgate::sim::WebhookSenderOptions webhook_options;
+  webhook_options.url = webhook_url;
+  webhook_options.raw_key = raw_key.value();
+  opgate::sim::WebhookSender webhooks(webhook_options, clock);
+  opgate::sim::AgentOptions options;
+  if (!api_key.empty()) options.api_key = api_key;
+  int code = 0;
+  {
+    opgate::sim::AgentSim sim(options, clock, webhooks);
+    code = serve(
+        agent_flags, signals,
+        [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "agent");
+    sim.stop();
+  }
+  webhooks.stop();
+  return code;
+}

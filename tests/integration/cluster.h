@@ -1,0 +1,101 @@
+// A real cluster for integration tests: opgate-sim payments, opgate-sim
+// agent and opgate serve as child processes on ephemeral loopback ports, in
+// a private temporary directory. Waiting is by polling a condition with a
+// deadline, never by sleeping for time to pass.
+#pragma once
+
+#include <boost/json.hpp>
+#include <boost/process.hpp>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "http/client.h"
+
+namespace opgate::testing {
+
+namespace json = boost::json;
+
+struct ClusterOptions {
+  std::vector<std::string> orders;  // NDJSON lines; default: the demo orders
+  int payments_timeout_ms = 1500;
+  int64_t approval_ttl_s = 86400;
+  std::string extra_policy;  // TOML lines appended to [policy]
+};
+
+// Tokens configured for every cluster; their principals in the comments.
+inline constexpr const char* kAdminToken = "tok-admin";      // admin: every scope
+inline constexpr const char* kAliceToken = "tok-alice";      // approver, limit 100000
+inline constexpr const char* kBobToken = "tok-bob";          // approver, limit 100000
+inline constexpr const char* kReaderToken = "tok-reader";    // operations:read only
+inline constexpr const char* kSupportToken = "tok-support";  // approver, limit 2000
+inline constexpr const char* kOncallToken = "tok-oncall";    // read + resolve
+
+struct Reply {
+  int status = 0;
+  json::value body;
+  std::string raw;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(ClusterOptions options = {});
+  ~Cluster();
+
+  // Operator API (token defaults to admin).
+  Reply op(const std::string& method, const std::string& path, const std::string& body = "",
+           const std::string& token = kAdminToken);
+  Reply agent_admin(const std::string& method, const std::string& path,
+                    const std::string& body = "");
+  Reply payments_admin(const std::string& method, const std::string& path,
+                       const std::string& body = "");
+  // Raw POST to the webhook ingress.
+  http::Response webhook(const std::string& source, const http::Headers& headers,
+                         const std::string& body);
+
+  // Creates a scripted session and binds it to `owner` (unless empty).
+  // `script` is a JSON array of {"name","arguments"}.
+  std::string create_session(const std::string& script, const std::string& owner = "demo-user");
+
+  // The operation with this key, polling until `pred` holds (or failing).
+  json::object wait_operation(const std::string& key,
+                              const std::function<bool(const json::object&)>& pred);
+  json::object wait_session_sim(const std::string& session,
+                                const std::function<bool(const json::object&)>& pred);
+  json::object operation(const std::string& key);
+  json::object approve(const std::string& key, const std::string& token = kAliceToken,
+                       int expect_status = 200);
+
+  // Runs the opgate CLI with OPGATE_URL/OPGATE_TOKEN set; returns exit code and stdout.
+  std::pair<int, std::string> cli(const std::vector<std::string>& args,
+                                  const std::string& token = kAdminToken);
+
+  void restart_daemon(bool kill9);
+  void stop_daemon_gracefully(int* exit_code = nullptr);
+  void start_daemon();
+
+  const std::filesystem::path& dir() const { return dir_; }
+  std::string webhook_secret() const { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; }
+  std::string daemon_log() const;
+
+ private:
+  void write_config();
+  uint16_t wait_port_file(const std::filesystem::path& file, boost::process::child& child);
+
+  ClusterOptions options_;
+  std::filesystem::path dir_;
+  boost::process::child payments_, agent_, daemon_;
+  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
+  int daemon_starts_ = 0;
+};
+
+// Polls `fn` until it returns true or the deadline passes.
+bool eventually(const std::function<bool()>& fn,
+                std::chrono::milliseconds deadline = std::chrono::seconds(20));
+
+std::string str(const json::value& v, const char* key);
+
+}  // namespace opgate::testing

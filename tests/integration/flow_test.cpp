@@ -1,0 +1,372 @@
+// The whole refund flow against real processes: webhook → lookup → pending
+// proposal → operator decision → provider → ledger → tool result → turn.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "cluster.h"
+
+using namespace opgate::testing;
+
+namespace {
+
+const std::string kKey = "demo-user:ORDER-100:full-refund:v1";
+const std::string kLookupThenRefund =
+    R"([{"name":"lookup_order","arguments":{"order_id":"ORDER-100"}},)"
+    R"({"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])";
+
+std::string root_status(const json::object& sim) {
+  return str(sim.at("turns").as_array().at(0), "status");
+}
+
+// Results the session received, in call order.
+std::vector<json::object> results(const json::object& sim) {
+  std::vector<json::object> out;
+  for (const auto& item : sim.at("items").as_array()) {
+    if (str(item, "type") != "function_call") continue;
+    auto* r = sim.at("results").as_object().if_contains(str(item, "call_id"));
+    if (r) out.push_back(r->as_object());
+  }
+  return out;
+}
+
+std::string last_message(const json::object& sim) {
+  std::string text;
+  for (const auto& item : sim.at("items").as_array())
+    if (str(item, "type") == "message" && str(item, "role") == "assistant")
+      text = str(item, "content");
+  return text;
+}
+
+json::array provider_refunds_for(Cluster& c, const std::string& key) {
+  auto ledger = c.payments_admin("GET", "/_sim/ledger");
+  json::array out;
+  for (const auto& r : ledger.body.at("refunds").as_array())
+    if (str(r.at("metadata"), "operation_key") == key) out.push_back(r);
+  return out;
+}
+
+int provider_posts_for(Cluster& c, const std::string& key) {
+  auto stats = c.payments_admin("GET", "/_sim/stats");
+  auto* k = stats.body.at("by_operation_key").as_object().if_contains(key);
+  return k ? static_cast<int>(k->at("posts").as_int64()) : 0;
+}
+
+json::array ledger_rows(Cluster& c, const std::string& query) {
+  auto r = c.op("GET", "/v1/ledger?" + query);
+  REQUIRE(r.status == 200);
+  return r.body.at("ledger").as_array();
+}
+
+bool is_settled(const json::object& op) { return str(op, "state") == "settled"; }
+
+}  // namespace
+
+TEST_CASE("approving the exact proposal refunds once, records the ledger and completes the turn") {
+  Cluster c;
+  auto session = c.create_session(kLookupThenRefund);
+  auto op = c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  CHECK(str(op, "owner") == "demo-user");
+  CHECK(op.at("amount_minor").as_int64() == 2500);
+  CHECK(str(op, "currency") == "USD");
+  CHECK(str(op, "kind") == "full-refund");
+  CHECK(str(op, "session_id") == session);
+  CHECK(op.at("outcome").is_null());
+
+  // The lookup was answered from server-owned data with the policy.
+  auto sim = c.wait_session_sim(session, [](auto& s) { return results(s).size() == 1; });
+  auto lookup = json::parse(str(results(sim)[0], "output"));
+  CHECK(lookup.at("refund_policy").at("refundable_minor").as_int64() == 2500);
+  CHECK(root_status(sim) == "waiting");
+  CHECK(provider_posts_for(c, kKey) == 0);
+
+  c.approve(kKey);
+  op = c.wait_operation(kKey, is_settled);
+  CHECK(str(op, "outcome") == "succeeded");
+  auto refunds = provider_refunds_for(c, kKey);
+  REQUIRE(refunds.size() == 1);
+  CHECK(refunds[0].at("amount").as_int64() == 2500);
+  CHECK(str(op, "provider_object_id") == str(refunds[0], "id"));
+  auto rows = ledger_rows(c, "session=" + session);
+  REQUIRE(rows.size() == 1);
+  CHECK(str(rows[0], "operation_key") == kKey);
+  CHECK(str(rows[0], "provider_object_id") == str(refunds[0], "id"));
+
+  sim = c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+  auto refund_result = json::parse(str(results(sim)[1], "output"));
+  CHECK(str(refund_result, "status") == "succeeded");
+  CHECK(str(refund_result, "operation_key") == kKey);
+  CHECK(last_message(sim).find("succeeded") != std::string::npos);
+}
+
+TEST_CASE("a denial makes no provider call and the session is told") {
+  Cluster c;
+  auto session = c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  auto denied =
+      c.op("POST", "/v1/operations/" + kKey + "/deny", R"({"reason":"not eligible"})", kAliceToken);
+  REQUIRE_MESSAGE(denied.status == 200, denied.raw);
+  auto sim = c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+  CHECK(str(json::parse(str(results(sim)[1], "output")), "status") == "denied");
+  CHECK(last_message(sim).find("denied") != std::string::npos);
+  CHECK(provider_posts_for(c, kKey) == 0);
+  CHECK(ledger_rows(c, "session=" + session).empty());
+  // Deciding again: the same principal's repeat is the same answer; approval is refused.
+  CHECK(
+      c.op("POST", "/v1/operations/" + kKey + "/deny", R"({"reason":"not eligible"})", kAliceToken)
+          .status == 200);
+  c.approve(kKey, kAliceToken, 409);
+}
+
+TEST_CASE("lookup answers only for the bound owner; another owner's order is not found") {
+  Cluster c;
+  auto session =
+      c.create_session(R"([{"name":"lookup_order","arguments":{"order_id":"ORDER-200"}},)"
+                       R"({"name":"lookup_order","arguments":{"order_id":"ORDER-NOPE"}},)"
+                       R"({"name":"request_refund","arguments":{"order_id":"ORDER-200"}}])");
+  auto sim = c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+  auto r = results(sim);
+  REQUIRE(r.size() == 3);
+  for (const auto& x : r) CHECK_FALSE(x.at("success").as_bool());
+  CHECK(str(r[0], "error") == str(r[1], "error"));
+  CHECK(str(r[0], "error") == str(r[2], "error"));
+  CHECK(c.op("GET", "/v1/operations?owner=demo-user").body.at("operations").as_array().empty());
+}
+
+TEST_CASE("a model-supplied owner, amount or key is rejected and creates nothing") {
+  Cluster c;
+  auto session = c.create_session(
+      R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100","amount_minor":1}},)"
+      R"({"name":"request_refund","arguments":{"order_id":"ORDER-100","owner":"other-user"}},)"
+      R"({"name":"request_refund","arguments":{"order_id":"ORDER-100","operation_key":"x"}}])");
+  auto sim = c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+  auto r = results(sim);
+  REQUIRE(r.size() == 3);
+  for (const auto& x : r) {
+    CHECK_FALSE(x.at("success").as_bool());
+    CHECK(str(x, "error").find("Unknown argument") != std::string::npos);
+  }
+  CHECK(c.op("GET", "/v1/operations/" + kKey).status == 404);
+}
+
+TEST_CASE("an instruction hidden in order notes leaves only server-computed fields") {
+  Cluster c;
+  c.create_session(R"([{"name":"lookup_order","arguments":{"order_id":"ORDER-500"}},)"
+                   R"({"name":"request_refund","arguments":{"order_id":"ORDER-500"}}])");
+  auto op = c.wait_operation("demo-user:ORDER-500:full-refund:v1",
+                             [](auto& o) { return str(o, "state") == "pending"; });
+  CHECK(str(op, "owner") == "demo-user");
+  CHECK(op.at("amount_minor").as_int64() == 3000);
+  CHECK(str(op, "currency") == "USD");
+  CHECK(op.at("approvals").as_array().empty());
+}
+
+TEST_CASE("the same request twice, from the same session or another, is one operation") {
+  Cluster c;
+  auto first =
+      c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100"}},)"
+                       R"({"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])");
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  auto second =
+      c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])");
+  auto op = c.wait_operation(kKey, [](auto& o) { return o.at("calls").as_array().size() == 2; });
+  CHECK(c.op("GET", "/v1/operations?owner=demo-user").body.at("operations").as_array().size() == 1);
+  c.approve(kKey);
+  c.wait_operation(kKey, is_settled);
+  for (const auto& s : {first, second}) {
+    auto sim = c.wait_session_sim(s, [](auto& x) { return root_status(x) == "completed"; });
+    for (const auto& r : results(sim))
+      CHECK(str(json::parse(str(r, "output")), "status") == "succeeded");
+  }
+  // The first session asked twice: the second ask was answered with the outcome.
+  auto sim = c.wait_session_sim(first, [](auto& x) { return results(x).size() == 2; });
+  CHECK(results(sim).size() == 2);
+  CHECK(provider_refunds_for(c, kKey).size() == 1);
+  CHECK(provider_posts_for(c, kKey) == 1);
+  CHECK(ledger_rows(c, "owner=demo-user").size() == 1);
+}
+
+TEST_CASE(
+    "an approval whose amount, currency or fingerprint differs is a 409 and changes nothing") {
+  Cluster c;
+  c.create_session(kLookupThenRefund);
+  auto op = c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  const auto audit_before =
+      c.op("GET", "/v1/audit?operation=" + kKey).body.at("audit").as_array().size();
+  const std::string fp = str(op, "fingerprint");
+  for (const auto& body :
+       {fmt::format(R"({{"amount_minor":2600,"currency":"USD","fingerprint":"{}"}})", fp),
+        fmt::format(R"({{"amount_minor":2500,"currency":"GBP","fingerprint":"{}"}})", fp),
+        std::string(R"({"amount_minor":2500,"currency":"USD","fingerprint":"00"})")}) {
+    auto r = c.op("POST", "/v1/operations/" + kKey + "/approve", body, kAliceToken);
+    CHECK(r.status == 409);
+    CHECK(str(r.body.at("error"), "code") == "proposal_mismatch");
+  }
+  auto bad = c.op("POST", "/v1/operations/" + kKey + "/approve", R"({"amount_minor":"2500"})",
+                  kAliceToken);
+  CHECK(bad.status == 400);
+  op = c.operation(kKey);
+  CHECK(str(op, "state") == "pending");
+  CHECK(op.at("approvals").as_array().empty());
+  CHECK(c.op("GET", "/v1/audit?operation=" + kKey).body.at("audit").as_array().size() ==
+        audit_before);
+  CHECK(provider_posts_for(c, kKey) == 0);
+}
+
+TEST_CASE("operator authentication and authority are enforced") {
+  Cluster c;
+  c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  CHECK(c.op("GET", "/v1/operations", "", "").status == 401);
+  CHECK(c.op("GET", "/v1/operations", "", "not-a-token").status == 401);
+  CHECK(c.op("GET", "/v1/operations", "", kReaderToken).status == 200);
+  c.approve(kKey, kReaderToken, 403);
+  c.approve(kKey, kSupportToken, 403);  // 2500 is over its 2000 limit
+  CHECK(str(c.operation(kKey), "state") == "pending");
+}
+
+TEST_CASE("recovering any number of times never approves, executes or duplicates") {
+  Cluster c;
+  auto session = c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  c.wait_session_sim(session, [](auto& s) { return results(s).size() == 1; });
+  for (int i = 0; i < 5; ++i) {
+    auto r = c.op("POST", "/v1/sessions/" + session + "/recover");
+    REQUIRE_MESSAGE(r.status == 200, r.raw);
+    CHECK(r.body.at("calls").as_array().size() == 2);
+    c.agent_admin("POST", "/_sim/sessions/" + session + "/notify");
+  }
+  auto [rc, out] = c.cli({"recover", "--session", session});
+  CHECK(rc == 0);
+  auto op = c.operation(kKey);
+  CHECK(str(op, "state") == "pending");
+  CHECK(op.at("approvals").as_array().empty());
+  CHECK(op.at("calls").as_array().size() == 1);
+  CHECK(provider_posts_for(c, kKey) == 0);
+  CHECK(c.op("GET", "/v1/operations").body.at("operations").as_array().size() == 1);
+}
+
+TEST_CASE("events for an unbound session wait and are processed when it is bound") {
+  Cluster c;
+  auto session = c.create_session(kLookupThenRefund, "");
+  CHECK(eventually([&] {
+    return c.agent_admin("GET", "/_sim/stats").body.at("webhooks_acked").as_int64() >= 1;
+  }));
+  CHECK(c.op("GET", "/v1/sessions/" + session).status == 404);
+  auto bound = c.op("POST", "/v1/sessions/" + session + "/bind", R"({"owner":"demo-user"})");
+  REQUIRE(bound.status == 200);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  // Binding again to another owner is refused.
+  CHECK(c.op("POST", "/v1/sessions/" + session + "/bind", R"({"owner":"other-user"})").status ==
+        409);
+}
+
+TEST_CASE("a restart at any point keeps pending operations, the ledger and the audit chain") {
+  Cluster c;
+  auto done = c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  c.approve(kKey);
+  c.wait_operation(kKey, is_settled);
+  c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-300"}}])");
+  const std::string pending_key = "demo-user:ORDER-300:full-refund:v1";
+  c.wait_operation(pending_key, [](auto& o) { return str(o, "state") == "pending"; });
+  auto audit_before = c.op("GET", "/v1/audit/verify").body;
+  CHECK(audit_before.at("ok").as_bool());
+
+  c.restart_daemon(/*kill9=*/true);
+  CHECK(str(c.operation(pending_key), "state") == "pending");
+  CHECK(str(c.operation(kKey), "outcome") == "succeeded");
+  CHECK(ledger_rows(c, "owner=demo-user").size() == 1);
+  auto audit_after = c.op("GET", "/v1/audit/verify").body;
+  CHECK(audit_after.at("ok").as_bool());
+  CHECK(audit_after.at("records").as_int64() >= audit_before.at("records").as_int64());
+
+  int exit_code = -1;
+  c.stop_daemon_gracefully(&exit_code);
+  CHECK(exit_code == 0);
+  auto [rc, out] = c.cli({"audit", "verify", "--data-dir", (c.dir() / "data").string()});
+  CHECK(rc == 0);
+  CHECK(out.find("verifies") != std::string::npos);
+  c.start_daemon();
+  CHECK(str(c.operation(pending_key), "state") == "pending");
+  // Above the two-person threshold: one approval leaves it pending.
+  c.approve(pending_key, kAliceToken);
+  CHECK(str(c.operation(pending_key), "state") == "pending");
+  c.approve(pending_key, kBobToken);
+  CHECK(str(c.wait_operation(pending_key, is_settled), "outcome") == "succeeded");
+  CHECK(ledger_rows(c, "owner=demo-user").size() == 2);
+  (void)done;
+}
+
+TEST_CASE("a payment timeout leaves the operation outcome_unknown until the provider proves it") {
+  Cluster c;
+  auto session = c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  // The provider never answers, and its listing is down: nothing proves anything.
+  c.payments_admin(
+      "POST", "/_sim/faults",
+      R"({"rules":[{"method":"POST","path_prefix":"/v1/refunds","action":"drop_before_commit","times":-1},)"
+      R"({"method":"GET","path_prefix":"/v1/refunds","action":"error_500_before_commit","times":-1}]})");
+  c.approve(kKey);
+  auto op = c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "outcome_unknown"; });
+  CHECK(op.at("outcome").is_null());
+  CHECK_FALSE(str(op, "last_error").empty());
+  // The session hears nothing invented while the outcome is unknown.
+  auto sim = c.agent_admin("GET", "/_sim/sessions/" + session).body.as_object();
+  CHECK(results(sim).size() == 1);
+  CHECK(ledger_rows(c, "session=" + session).empty());
+
+  // The provider comes back: the listing proves absence, the same key runs again.
+  c.payments_admin("DELETE", "/_sim/faults");
+  auto rec = c.op("POST", "/v1/operations/" + kKey + "/reconcile", "", kOncallToken);
+  CHECK((rec.status == 200 || rec.status == 409));
+  op = c.wait_operation(kKey, is_settled);
+  CHECK(str(op, "outcome") == "succeeded");
+  CHECK(provider_refunds_for(c, kKey).size() == 1);
+  CHECK(ledger_rows(c, "session=" + session).size() == 1);
+  c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+}
+
+TEST_CASE("a provider that commits but answers too late is found by reconciliation, once") {
+  Cluster c;
+  c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  c.payments_admin(
+      "POST", "/_sim/faults",
+      R"({"rules":[{"method":"POST","path_prefix":"/v1/refunds","action":"delay","delay_ms":2500,"times":1}]})");
+  c.approve(kKey);
+  auto op = c.wait_operation(kKey, is_settled);
+  CHECK(str(op, "outcome") == "succeeded");
+  CHECK(provider_refunds_for(c, kKey).size() == 1);
+  CHECK(ledger_rows(c, "owner=demo-user").size() == 1);
+  // The history shows it passed through outcome_unknown, not failed.
+  bool was_unknown = false;
+  for (const auto& h : op.at("history").as_array())
+    if (str(h, "to") == "outcome_unknown") was_unknown = true;
+  CHECK(was_unknown);
+}
+
+TEST_CASE("inspect shows root turn status, every page of items and the ledger rows") {
+  Cluster c;
+  std::string script = "[";
+  for (int i = 0; i < 12; ++i)
+    script += R"({"name":"lookup_order","arguments":{"order_id":"ORDER-100"}},)";
+  script += R"({"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])";
+  auto session = c.create_session(script);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  auto [prc, pending] = c.cli({"pending", "--session", session});
+  CHECK(prc == 0);
+  CHECK(pending.find(kKey) != std::string::npos);
+  auto [arc, approved] = c.cli({"approve", "--session", session, "--operation", kKey}, kAliceToken);
+  CHECK(arc == 0);
+  CHECK(approved.find("25.00 USD") != std::string::npos);
+  CHECK(approved.find("visa ending 4242") != std::string::npos);
+  c.wait_operation(kKey, is_settled);
+  c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+  auto [rc, out] = c.cli({"inspect", "--session", session});
+  CHECK(rc == 0);
+  CHECK(out.find("completed") != std::string::npos);
+  CHECK(out.find("page 2") != std::string::npos);  // 29 items in pages of 20
+  CHECK(out.find("ledger:") != std::string::npos);
+  CHECK(out.find(kKey) != std::string::npos);
+  CHECK(out.find("re_") != std::string::npos);
+}

@@ -1,0 +1,126 @@
+// The webhook ingress status table (DESIGN.md §3.1) against the real daemon.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cluster.h"
+#include "ingress/signature.h"
+
+using namespace opgate;
+using namespace opgate::testing;
+
+namespace {
+
+int64_t now_s() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string envelope(const std::string& session = "sess_demo") {
+  return fmt::format(
+      R"({{"id":"evt_1","object":"event","created_at":{},"type":"agent.session.action_required","data":{{"id":"{}"}}}})",
+      now_s(), session);
+}
+
+http::Headers signed_headers(const Cluster& c, const std::string& id, const std::string& body,
+                             int64_t ts = now_s()) {
+  auto key = ingress::decode_secret(c.webhook_secret());
+  return {{"webhook-id", id},
+          {"webhook-timestamp", std::to_string(ts)},
+          {"webhook-signature", ingress::sign(*key, id, ts, body)},
+          {"Content-Type", "application/json"}};
+}
+
+std::string error_code(const http::Response& r) {
+  return str(json::parse(r.body).at("error"), "code");
+}
+
+}  // namespace
+
+TEST_CASE("the webhook ingress answers every row of the status table") {
+  Cluster c;
+  const auto body = envelope();
+
+  auto first = c.webhook("agents", signed_headers(c, "msg_1", body), body);
+  CHECK(first.status == 200);
+  CHECK(first.body == R"({"accepted":true,"duplicate":false})");
+
+  auto again = c.webhook("agents", signed_headers(c, "msg_1", body), body);
+  CHECK(again.status == 200);
+  CHECK(again.body == R"({"accepted":true,"duplicate":true})");
+
+  const auto other_body = envelope("sess_other");
+  auto conflict = c.webhook("agents", signed_headers(c, "msg_1", other_body), other_body);
+  CHECK(conflict.status == 409);
+
+  auto headers = signed_headers(c, "msg_2", body);
+  headers["webhook-signature"] = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
+  auto forged = c.webhook("agents", headers, body);
+  CHECK(forged.status == 401);
+  CHECK(forged.body.find("whsec_") == std::string::npos);
+
+  auto stale = c.webhook("agents", signed_headers(c, "msg_3", body, now_s() - 3600), body);
+  CHECK(stale.status == 401);
+  CHECK(error_code(stale) == "timestamp_out_of_tolerance");
+
+  headers = signed_headers(c, "msg_4", body);
+  headers.erase("webhook-id");
+  CHECK(c.webhook("agents", headers, body).status == 400);
+
+  const std::string not_envelope = R"({"hello":"world"})";
+  auto bad_body = c.webhook("agents", signed_headers(c, "msg_5", not_envelope), not_envelope);
+  CHECK(bad_body.status == 400);
+  CHECK(error_code(bad_body) == "bad_envelope");
+
+  CHECK(c.webhook("nobody", signed_headers(c, "msg_6", body), body).status == 404);
+
+  headers = signed_headers(c, "msg_7", body);
+  headers["Content-Type"] = "text/plain";
+  CHECK(c.webhook("agents", headers, body).status == 415);
+
+  std::string huge = R"({"id":"evt_1","object":"event","created_at":1,"type":"x","data":{"pad":")" +
+                     std::string(300 * 1024, 'a') + R"("}})";
+  CHECK(c.webhook("agents", signed_headers(c, "msg_8", huge), huge).status == 413);
+
+  // Unknown event types are stored and acknowledged, then ignored.
+  const std::string unknown = fmt::format(
+      R"({{"id":"evt_9","object":"event","created_at":{},"type":"response.completed","data":{{"id":"resp_1"}}}})",
+      now_s());
+  CHECK(c.webhook("agents", signed_headers(c, "msg_9", unknown), unknown).status == 200);
+
+  // Nothing that was refused was stored: the daemon's counters agree.
+  auto metrics = c.op("GET", "/metrics").raw;
+  CHECK(metrics.find(R"(opgate_webhooks_accepted_total{source="agents"} 2)") != std::string::npos);
+  CHECK(metrics.find(R"(opgate_webhooks_duplicate_total{source="agents"} 1)") != std::string::npos);
+}
+
+TEST_CASE("every acknowledged webhook survives kill -9") {
+  Cluster c;
+  std::vector<std::string> acked;
+  for (int i = 0; i < 50; ++i) {
+    const std::string id = fmt::format("msg_kill_{}", i);
+    const auto body = envelope(fmt::format("sess_k{}", i));
+    if (c.webhook("agents", signed_headers(c, id, body), body).status == 200) acked.push_back(id);
+  }
+  REQUIRE(acked.size() == 50);
+  c.restart_daemon(/*kill9=*/true);
+  for (int i = 0; i < 50; ++i) {
+    const auto body = envelope(fmt::format("sess_k{}", i));
+    auto r = c.webhook("agents", signed_headers(c, acked[i], body), body);
+    CHECK(r.status == 200);
+    CHECK(r.body == R"({"accepted":true,"duplicate":true})");
+  }
+}
+
+TEST_CASE("SIGTERM drains and exits 0; readyz is ready while serving") {
+  Cluster c;
+  CHECK(c.op("GET", "/readyz", "", "").status == 200);
+  CHECK(c.op("GET", "/healthz", "", "").status == 200);
+  int code = -1;
+  c.stop_daemon_gracefully(&code);
+  CHECK(code == 0);
+  CHECK(c.daemon_log().find("drained") != std::string::npos);
+}
