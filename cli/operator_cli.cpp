@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 
@@ -97,9 +98,17 @@ std::string money(const json::value& op) {
 void print_operation_line(const json::value& op) {
   std::string state = s(op, "state");
   if (!s(op, "outcome").empty()) state += "/" + s(op, "outcome");
-  std::cout << fmt::format("{:<48} {:<22} {:>14}  attempts={} {}\n", s(op, "key"), state, money(op),
-                           n(op, "attempts"),
-                           s(op, "last_error").empty() ? "" : "last_error=" + s(op, "last_error"));
+  std::string age;
+  if (s(op, "state") == "outcome_unknown") {
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    age = fmt::format(" age={}s", (now_ms - n(op, "unknown_since_ms")) / 1000);
+  }
+  std::cout << fmt::format("{:<48} {:<22} {:>14}  attempts={}{}{}{}\n", s(op, "key"), state,
+                           money(op), n(op, "attempts"), age,
+                           s(op, "needs_attention") == "true" ? " NEEDS-ATTENTION" : "",
+                           s(op, "last_error").empty() ? "" : " last_error=" + s(op, "last_error"));
 }
 
 void print_proposal(const json::value& op) {
@@ -273,9 +282,7 @@ int list_operations(const Context& c, const std::string& state, bool attention) 
   if (!r) return 1;
   json::array ops;
   for (const auto& op : r->body.as_object().at("operations").as_array())
-    if (!attention || n(op, "attempts") >= 5 ||
-        (s(op, "state") == "outcome_unknown" && !s(op, "last_error").empty()))
-      ops.push_back(op);
+    if (!attention || s(op, "needs_attention") == "true") ops.push_back(op);
   if (c.json) {
     std::cout << json::serialize(json::object{{"operations", ops}}) << "\n";
     return 0;

@@ -70,7 +70,8 @@ std::string env_or_empty(const std::string& name) {
 Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
   Config c;
   if (auto e = check_keys(
-          root, "", {"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy"}))
+          root, "",
+          {"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy", "outbox"}))
     return *e;
   c.data_dir = string_or(root, "data_dir", c.data_dir);
 
@@ -203,6 +204,14 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
       return make_error("config",
                         "policy.approval_ttl_s must be positive and "
                         "policy.refund_window_days not negative");
+  }
+  if (root.contains("outbox")) {
+    const auto& o = toml::find(root, "outbox");
+    if (auto e = check_keys(o, "outbox", {"attention_after_attempts", "attention_after_s"}))
+      return *e;
+    c.attention.after_attempts =
+        static_cast<int>(int_or(o, "attention_after_attempts", c.attention.after_attempts));
+    c.attention.after_ms = int_or(o, "attention_after_s", c.attention.after_ms / 1000) * 1000;
   }
   if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
     return make_error("config", "ingress.max_body_bytes must be between 1 and 64 MiB");

@@ -10,6 +10,7 @@
 #include "common/result.h"
 #include "ingress/webhook_handler.h"
 #include "operator/auth.h"
+#include "outbox/outbox.h"
 #include "worker/policy.h"
 
 namespace opgate::daemon {
@@ -46,6 +47,9 @@ struct Config {
   std::string orders_seed_file;  // relative paths are relative to the config file
 
   worker::PolicyConfig policy;
+
+  // [outbox] when an outcome_unknown operation is flagged for a person.
+  outbox::AttentionPolicy attention;
 };
 
 // Reads the file and the environment variables it names.

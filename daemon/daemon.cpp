@@ -106,6 +106,21 @@ int serve(const Config& config, const ServeOptions& options) {
 
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
   metrics.gauge("opgate_fsyncs_total", [&] { return static_cast<double>(db.synced_writes()); });
+  // Oldest outcome_unknown age and how many need a person; computed on read.
+  auto unknown_stats = [&db, &clock, attention = config.attention] {
+    std::pair<double, double> out{0, 0};
+    auto keys = operations::keys_in_state(db, operations::State::outcome_unknown, 100000);
+    if (!keys) return out;
+    for (const auto& k : *keys) {
+      auto op = operations::load(db, k);
+      if (!op || !op->has_value()) continue;
+      out.first = std::max(out.first, (clock.now_ms() - (*op)->unknown_since_ms()) / 1000.0);
+      if (outbox::needs_attention(**op, clock.now_ms(), attention)) out.second += 1;
+    }
+    return out;
+  };
+  metrics.gauge("opgate_oldest_outcome_unknown_seconds", [=] { return unknown_stats().first; });
+  metrics.gauge("opgate_operations_needing_attention", [=] { return unknown_stats().second; });
   metrics.gauge_family(
       "opgate_operations",
       [&] {
@@ -136,9 +151,9 @@ int serve(const Config& config, const ServeOptions& options) {
                               [&](http::Request&& r) { return ingress_router.dispatch(r); });
 
   std::atomic<bool> ready{false};
-  operator_api::ApiDeps deps{**journal, outbox,  sessions,          drainer,
-                             *agents,   metrics, config.principals, [&] { engine.wake(); },
-                             ready};
+  operator_api::ApiDeps deps{**journal, outbox,          sessions,          drainer,
+                             *agents,   metrics,         config.principals, [&] { engine.wake(); },
+                             ready,     config.attention};
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
   operator_options.listen = config.operator_listen;

@@ -23,7 +23,7 @@ using store::Cf;
 
 namespace {
 
-json::object operation_json(const pb::Operation& op) {
+json::object operation_json(const pb::Operation& op, bool attention) {
   const auto& p = op.proposal();
   json::array approvals;
   for (const auto& a : op.approvals())
@@ -62,6 +62,7 @@ json::object operation_json(const pb::Operation& op) {
                  {"expires_at_ms", op.expires_at_ms()}};
   if (!op.outcome().empty()) o["outcome"] = op.outcome();
   if (op.state() == "outcome_unknown") o["unknown_since_ms"] = op.unknown_since_ms();
+  o["needs_attention"] = attention;
   return o;
 }
 
@@ -211,7 +212,7 @@ class Api {
     if (!s) return from_error(s.error());
     for (const auto& k : op_keys) {
       auto op = operations::load(store, k);
-      if (op && op->has_value()) operations.push_back(operation_json(**op));
+      if (op && op->has_value()) operations.push_back(operation_json(**op, attention(**op)));
     }
     return json_response(200,
                          json::serialize(json::object{{"session_id", id},
@@ -300,7 +301,7 @@ class Api {
         next = out.back().as_object().at("key").as_string().c_str();
         break;
       }
-      out.push_back(operation_json(**op));
+      out.push_back(operation_json(**op, attention(**op)));
     }
     json::object res{{"operations", out}, {"next_cursor", nullptr}};
     if (!next.empty()) res["next_cursor"] = next;
@@ -311,7 +312,7 @@ class Api {
     auto op = operations::load(d_.journal.store(), key);
     if (!op) return from_error(op.error());
     if (!op->has_value()) return error_response(404, "not_found", "No operation with that key.");
-    auto o = operation_json(**op);
+    auto o = operation_json(**op, attention(**op));
     o["history"] = audit_rows(key);
     return json_response(200, json::serialize(o));
   }
@@ -398,7 +399,7 @@ class Api {
   Response settled_conflict(const std::string& key, const Error& e) {
     auto op = operations::load(d_.journal.store(), key);
     json::object body{{"error", json::object{{"code", e.code}, {"message", e.message}}}};
-    if (op && op->has_value()) body["operation"] = operation_json(**op);
+    if (op && op->has_value()) body["operation"] = operation_json(**op, attention(**op));
     return json_response(409, json::serialize(body));
   }
 
@@ -512,6 +513,10 @@ class Api {
       o["problem"] = v->problem;
     }
     return json_response(200, json::serialize(o));
+  }
+
+  bool attention(const pb::Operation& op) const {
+    return outbox::needs_attention(op, d_.journal.clock().now_ms(), d_.attention);
   }
 
   ApiDeps& d_;

@@ -29,6 +29,7 @@ struct ApiDeps {
   std::vector<Principal> principals;
   std::function<void()> wake_worker;
   std::atomic<bool>& ready;
+  outbox::AttentionPolicy attention;
 };
 
 http::Router make_router(ApiDeps& deps);

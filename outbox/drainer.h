@@ -20,7 +20,6 @@ struct DrainerOptions {
   size_t batch = 64;
   int64_t retry_base_ms = 500;
   int64_t retry_cap_ms = 60'000;
-  int attention_after_attempts = 10;
 };
 
 class Drainer {

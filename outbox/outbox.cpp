@@ -21,6 +21,12 @@ std::string result_idempotency_key(const pb::CallRef& call) {
   return "opgate-result-" + crypto::sha256_hex(call_key(call)).substr(0, 40);
 }
 
+bool needs_attention(const pb::Operation& op, int64_t now_ms, const AttentionPolicy& policy) {
+  if (op.state() != "outcome_unknown") return false;
+  return op.attempts() >= policy.after_attempts ||
+         now_ms - op.unknown_since_ms() >= policy.after_ms;
+}
+
 Outbox::Outbox(store::Store& store) : store_(store) {
   uint64_t start = 1;
   auto last = store_.last_key(Cf::outbox, "");

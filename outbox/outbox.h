@@ -45,6 +45,14 @@ class Outbox {
   std::atomic<uint64_t> seq_;
 };
 
+// When an operation whose outcome is unknown needs a person: after this many
+// provider attempts, or this long in outcome_unknown.
+struct AttentionPolicy {
+  int after_attempts = 10;
+  int64_t after_ms = 3'600'000;
+};
+bool needs_attention(const pb::Operation& operation, int64_t now_ms, const AttentionPolicy& policy);
+
 std::string call_key(const pb::CallRef& call);
 std::string call_key(const std::string& session, const std::string& turn, const std::string& call);
 // Stable per call: a resend carries the same key.

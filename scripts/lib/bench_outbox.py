@@ -1,0 +1,56 @@
+"""Driver for scripts/bench-outbox."""
+
+import concurrent.futures
+import statistics
+import sys
+import time
+
+from cluster import Cluster, orders
+
+
+def main():
+    bin_dir, n = sys.argv[1], int(sys.argv[2])
+    c = Cluster(bin_dir, orders(n, prefix="P"))
+    try:
+        for i in range(n):
+            _, body = c.agent_admin("POST", "/_sim/sessions", {
+                "input": f"refund P{i}",
+                "script": [{"name": "request_refund", "arguments": {"order_id": f"P{i}"}}]})
+            c.op("POST", f"/v1/sessions/{body['id']}/bind", {"owner": "demo-user"})
+        deadline = time.time() + 600
+        while time.time() < deadline and len(c.operations("pending")) < n:
+            time.sleep(0.2)
+        pending = c.operations("pending")
+        print(f"{len(pending)} pending proposals ready; approving all", flush=True)
+
+        def approve(op):
+            return c.op("POST", f"/v1/operations/{op['key']}/approve", {
+                "amount_minor": op["amount_minor"], "currency": op["currency"],
+                "fingerprint": op["fingerprint"]})[0]
+
+        start = time.time()
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(approve, pending))
+        approved_s = time.time() - start
+        while time.time() < deadline:
+            ops = c.operations()
+            if all(o["state"] == "settled" for o in ops):
+                break
+            time.sleep(0.1)
+        ops = c.operations()
+        latencies = sorted((o["updated_at_ms"] - o["approvals"][0]["at_ms"]) for o in ops
+                           if o["state"] == "settled" and o["approvals"])
+        first = min(o["approvals"][0]["at_ms"] for o in ops if o["approvals"])
+        last = max(o["updated_at_ms"] for o in ops)
+        settled = sum(1 for o in ops if o["outcome"] == "succeeded")
+        print(f"operations: {n}, approved: {statuses.count(200)} in {approved_s:.2f} s")
+        print(f"settled (succeeded): {settled}")
+        print(f"settled per second: {settled / ((last - first) / 1000):.0f}")
+        print(f"approval -> settled p50: {statistics.median(latencies):.0f} ms, "
+              f"p99: {latencies[int(len(latencies) * 0.99) - 1]:.0f} ms")
+    finally:
+        c.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
