@@ -147,6 +147,9 @@ int serve(const Config& config, const ServeOptions& options) {
   http::ServerOptions ingress_options;
   ingress_options.listen = config.ingress_listen;
   ingress_options.max_body_bytes = config.max_body_bytes;
+  // Handlers block on the synced inbox write; more threads than cores let
+  // concurrent requests share one fsync.
+  ingress_options.threads = 8;
   http::Server ingress_server(ingress_options,
                               [&](http::Request&& r) { return ingress_router.dispatch(r); });
 
@@ -157,6 +160,7 @@ int serve(const Config& config, const ServeOptions& options) {
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
   operator_options.listen = config.operator_listen;
+  operator_options.threads = 4;
   http::Server operator_server(operator_options,
                                [&](http::Request&& r) { return operator_router.dispatch(r); });
 

@@ -5,6 +5,8 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <latch>
+#include <map>
 
 #include "operations/proposal.h"
 #include "operations/repository.h"
@@ -51,7 +53,10 @@ Drainer::Drainer(store::Journal& journal, Outbox& outbox, adapters::PaymentProvi
       agents_(agents),
       metrics_(metrics),
       random_(std::move(random)),
-      options_(options) {}
+      options_(options),
+      pool_(static_cast<size_t>(std::max(1, options.max_in_flight))) {}
+
+Drainer::~Drainer() { pool_.join(); }
 
 adapters::PaymentRequest Drainer::request_for(const pb::Operation& op) const {
   const auto& p = op.proposal();
@@ -91,16 +96,42 @@ size_t Drainer::run_once() {
     spdlog::error("outbox scan failed: {}", items.error().message);
     return 0;
   }
+  // Items run concurrently, at most max_in_flight at once, but the items of
+  // one operation (or one tool call) run in order on one task: one provider
+  // call at a time per operation.
+  std::map<std::string, std::vector<const Outbox::Entry*>> lanes;
   for (const auto& entry : *items) {
     const auto& kind = entry.item.kind();
-    if (kind == kExecute)
-      execute(entry);
-    else if (kind == kReconcile)
-      reconcile(entry);
-    else if (kind == kDeliverResult)
-      deliver(entry);
+    std::string lane = kind == kDeliverResult ? "call:" + call_key(entry.item.call())
+                                              : "op:" + entry.item.operation_key();
+    lanes[lane].push_back(&entry);
   }
+  std::latch done(static_cast<std::ptrdiff_t>(lanes.size()));
+  for (auto& [lane, entries] : lanes) {
+    boost::asio::post(pool_, [this, &done, list = entries] {
+      for (const auto* entry : list) {
+        const auto& kind = entry->item.kind();
+        try {
+          if (kind == kExecute)
+            execute(*entry);
+          else if (kind == kReconcile)
+            reconcile(*entry);
+          else if (kind == kDeliverResult)
+            deliver(*entry);
+        } catch (const std::exception& e) {
+          spdlog::error("outbox item {} failed: {}", entry->key, e.what());
+        }
+      }
+      done.count_down();
+    });
+  }
+  done.wait();
   return items->size();
+}
+
+int64_t Drainer::backoff(int attempt) {
+  std::lock_guard lock(random_mu_);
+  return backoff_ms(attempt, options_.retry_base_ms, options_.retry_cap_ms, random_);
 }
 
 void Drainer::retry_later(const Outbox::Entry& entry, const std::string& error) {
@@ -108,8 +139,7 @@ void Drainer::retry_later(const Outbox::Entry& entry, const std::string& error) 
     pb::OutboxItem item = entry.item;
     item.set_attempts(item.attempts() + 1);
     item.set_last_error(error);
-    item.set_not_before_ms(txn.now_ms() + backoff_ms(item.attempts(), options_.retry_base_ms,
-                                                     options_.retry_cap_ms, random_));
+    item.set_not_before_ms(txn.now_ms() + backoff(item.attempts()));
     txn.batch().put(Cf::outbox, entry.key, item);
     return Status::Ok();
   });
@@ -205,7 +235,7 @@ Status Drainer::record_result(const std::string& key, const std::string& item_ke
         item.set_kind(std::string(kReconcile));
         item.set_operation_key(key);
         item.set_not_before_ms(
-            txn.now_ms() + backoff_ms(0, options_.retry_base_ms, options_.retry_cap_ms, random_));
+            txn.now_ms() + backoff(0));
         outbox_.enqueue(txn, std::move(item));
         return Status::Ok();
       }
@@ -304,8 +334,7 @@ void Drainer::reconcile(const Outbox::Entry& entry) {
     pb::OutboxItem item = entry.item;
     item.set_attempts(item.attempts() + 1);
     item.set_last_error(error);
-    item.set_not_before_ms(txn.now_ms() + backoff_ms(item.attempts(), options_.retry_base_ms,
-                                                     options_.retry_cap_ms, random_));
+    item.set_not_before_ms(txn.now_ms() + backoff(item.attempts()));
     // A manual pass leaves the scheduled item to its own time.
     if (!entry.key.starts_with(kManualPrefix)) txn.batch().put(Cf::outbox, entry.key, item);
     return Status::Ok();

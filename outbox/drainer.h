@@ -2,9 +2,13 @@
 // any provider call), executes them under their fixed idempotency key,
 // settles or marks them `outcome_unknown`, reconciles unknown ones against
 // the provider's listing, and delivers saved tool results to sessions.
-// Thread-safety: run_once() is called from the worker thread only.
+// Thread-safety: run_once() is called from the worker thread only; it runs
+// the due items on an internal bounded pool and returns when all are done.
 #pragma once
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <mutex>
 #include <string>
 
 #include "adapters/agents/agents_client.h"
@@ -17,7 +21,9 @@
 namespace opgate::outbox {
 
 struct DrainerOptions {
-  size_t batch = 64;
+  size_t batch = 256;
+  // Provider calls and deliveries in flight at once.
+  int max_in_flight = 32;
   int64_t retry_base_ms = 500;
   int64_t retry_cap_ms = 60'000;
 };
@@ -27,6 +33,7 @@ class Drainer {
   Drainer(store::Journal& journal, Outbox& outbox, adapters::PaymentProvider& provider,
           adapters::AgentsClient& agents, Metrics& metrics, Random random,
           DrainerOptions options = {});
+  ~Drainer();
 
   // On start-up: every `executing` operation becomes `outcome_unknown`
   // (with a reconcile item), because its provider call may have happened.
@@ -45,14 +52,17 @@ class Drainer {
                        const adapters::PaymentResult& result, const std::string& principal);
   void retry_later(const Outbox::Entry& entry, const std::string& error);
   adapters::PaymentRequest request_for(const pb::Operation& op) const;
+  int64_t backoff(int attempt);
 
   store::Journal& journal_;
   Outbox& outbox_;
   adapters::PaymentProvider& provider_;
   adapters::AgentsClient& agents_;
   Metrics& metrics_;
+  std::mutex random_mu_;
   Random random_;
   DrainerOptions options_;
+  boost::asio::thread_pool pool_;
 };
 
 }  // namespace opgate::outbox

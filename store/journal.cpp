@@ -44,24 +44,49 @@ Result<std::unique_ptr<Journal>> Journal::open(Store& store, const Clock& clock)
 }
 
 Status Journal::run(const std::function<Status(Txn&)>& fn) {
-  std::lock_guard lock(mu_);
-  Txn txn(store_, clock_.now_ms());
-  if (Status s = fn(txn); !s) return s;
-  if (txn.batch_.count() == 0 && txn.audits_.empty()) return Status::Ok();
-  uint64_t seq = next_seq_;
-  std::string head = head_hash_;
-  for (auto& record : txn.audits_) {
-    record.set_seq(seq);
-    record.set_at_ms(txn.now_ms_);
-    record.set_prev_hash(head);
-    record.set_hash(audit_hash(record, head));
-    head = record.hash();
-    txn.batch_.put(Cf::audit, audit_key(seq), record);
-    ++seq;
+  uint64_t mine = 0;
+  {
+    std::lock_guard lock(mu_);
+    Txn txn(store_, clock_.now_ms());
+    if (Status s = fn(txn); !s) return s;
+    if (txn.batch_.count() == 0 && txn.audits_.empty()) return Status::Ok();
+    uint64_t seq = next_seq_;
+    std::string head = head_hash_;
+    for (auto& record : txn.audits_) {
+      record.set_seq(seq);
+      record.set_at_ms(txn.now_ms_);
+      record.set_prev_hash(head);
+      record.set_hash(audit_hash(record, head));
+      head = record.hash();
+      txn.batch_.put(Cf::audit, audit_key(seq), record);
+      ++seq;
+    }
+    if (Status s = store_.write_unsynced(txn.batch_); !s) return s;
+    next_seq_ = seq;
+    head_hash_ = head;
+    mine = ++written_;
   }
-  if (Status s = store_.commit(txn.batch_); !s) return s;
-  next_seq_ = seq;
-  head_hash_ = head;
+  return sync_through(mine);
+}
+
+Status Journal::sync_through(uint64_t write_number) {
+  std::unique_lock lock(sync_mu_);
+  while (synced_ < write_number) {
+    if (syncing_) {
+      synced_cv_.wait(lock);
+      continue;
+    }
+    // Lead one sync for every batch written so far, ours included.
+    syncing_ = true;
+    const uint64_t target = written_.load();
+    lock.unlock();
+    Status s = store_.sync_wal();
+    lock.lock();
+    syncing_ = false;
+    if (s) synced_ = std::max(synced_, target);
+    synced_cv_.notify_all();
+    if (!s) return s;
+  }
   return Status::Ok();
 }
 

@@ -1,10 +1,17 @@
 // Serialised read-modify-write transactions over the Store, each committed
-// as one synced batch, with a SHA-256 hash-chained audit trail: every audit
-// record in a transaction chains to the previous one, and the chain head
-// advances only when the batch is durable. Thread-safe: run() holds a mutex
-// for the whole read-modify-write, so transitions never interleave.
+// as one atomic batch, with a SHA-256 hash-chained audit trail: every audit
+// record in a transaction chains to the previous one.
+//
+// Group commit: run() holds a mutex for the read-modify-write and the write
+// (so transitions never interleave and each sees the one before), releases
+// it, and then waits until the WAL is synced past its write. One fsync
+// covers every transaction written meanwhile, and run() returns Ok only once
+// its own batch (and so every earlier one) is durable: callers act on
+// nothing that a crash could take back. Thread-safe.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,9 +58,17 @@ class Journal {
   Journal(Store& store, const Clock& clock) : store_(store), clock_(clock) {}
   Store& store_;
   const Clock& clock_;
+  Status sync_through(uint64_t write_number);
+
   std::mutex mu_;
   uint64_t next_seq_ = 1;
   std::string head_hash_;  // raw 32 bytes; empty before the first record
+  std::atomic<uint64_t> written_{0};  // batches written (visible), in order
+
+  std::mutex sync_mu_;
+  std::condition_variable synced_cv_;
+  uint64_t synced_ = 0;  // batches known durable
+  bool syncing_ = false;
 };
 
 std::string audit_key(uint64_t seq);

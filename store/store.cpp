@@ -28,6 +28,19 @@ struct Batch::Op {
   std::string value;
 };
 
+namespace {
+Status to_write_batch(const std::vector<Batch::Op>& ops,
+                      const std::array<rocksdb::ColumnFamilyHandle*, kCfCount>& handles,
+                      rocksdb::WriteBatch& wb) {
+  for (const auto& op : ops) {
+    auto* h = handles[static_cast<size_t>(op.cf)];
+    rocksdb::Status s = op.is_delete ? wb.Delete(h, op.key) : wb.Put(h, op.key, op.value);
+    if (!s.ok()) return from_rocks(s, "cannot build write batch");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 Batch::Batch() : ops_(std::make_unique<std::vector<Op>>()) {}
 Batch::~Batch() = default;
 Batch::Batch(Batch&&) noexcept = default;
@@ -110,13 +123,24 @@ Store::~Store() {
   db_->Close();
 }
 
+Status Store::write_unsynced(Batch& batch) {
+  rocksdb::WriteBatch wb;
+  if (Status s = to_write_batch(*batch.ops_, handles_, wb); !s) return s;
+  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &wb);
+  if (!s.ok()) return from_rocks(s, "write failed");
+  return Status::Ok();
+}
+
+Status Store::sync_wal() {
+  rocksdb::Status s = db_->SyncWAL();
+  if (!s.ok()) return from_rocks(s, "WAL sync failed");
+  synced_writes_++;
+  return Status::Ok();
+}
+
 Status Store::commit(Batch& batch) {
   rocksdb::WriteBatch wb;
-  for (const auto& op : *batch.ops_) {
-    auto* h = handles_[static_cast<size_t>(op.cf)];
-    rocksdb::Status s = op.is_delete ? wb.Delete(h, op.key) : wb.Put(h, op.key, op.value);
-    if (!s.ok()) return from_rocks(s, "cannot build write batch");
-  }
+  if (Status s = to_write_batch(*batch.ops_, handles_, wb); !s) return s;
   rocksdb::WriteOptions wo;
   wo.sync = true;
   rocksdb::Status s = db_->Write(wo, &wb);

@@ -42,7 +42,11 @@ class Batch {
 
  private:
   friend class Store;
+
+ public:
   struct Op;
+
+ private:
   std::unique_ptr<std::vector<Op>> ops_;
 };
 
@@ -62,6 +66,12 @@ class Store {
 
   // Atomic across column families and synced to disk before returning.
   Status commit(Batch& batch);
+  // Atomic and visible to readers at once, but durable only after a later
+  // sync_wal() returns: the caller must not act on it (acknowledge, call a
+  // provider) before then. The WAL keeps writes in order, so a sync makes
+  // every earlier write durable too.
+  Status write_unsynced(Batch& batch);
+  Status sync_wal();
 
   Result<std::optional<std::string>> get(Cf cf, std::string_view key) const;
   template <typename Message>
