@@ -160,7 +160,7 @@ int serve(const Config& config, const ServeOptions& options) {
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
   operator_options.listen = config.operator_listen;
-  operator_options.threads = 4;
+  operator_options.threads = 8;
   http::Server operator_server(operator_options,
                                [&](http::Request&& r) { return operator_router.dispatch(r); });
 

@@ -13,6 +13,11 @@ std::string index_key(std::string_view state, const std::string& key) {
   return fmt::format("s/{}/{}", state, key);
 }
 
+// Pending operations by expiry time, so expiry reads only what is due.
+std::string expiry_key(int64_t expires_at_ms, const std::string& key) {
+  return fmt::format("x/{:016x}/{}", expires_at_ms, key);
+}
+
 pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action, std::string_view from,
                           const std::string& principal, const std::string& details) {
   pb::AuditRecord r;
@@ -29,6 +34,20 @@ pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action, std:
 
 Result<std::optional<pb::Operation>> load(const store::Store& store, const std::string& key) {
   return store.get_message<pb::Operation>(Cf::operations, record_key(key));
+}
+
+Result<std::vector<std::string>> keys_expired_by(const store::Store& store, int64_t now_ms,
+                                                 size_t limit) {
+  std::vector<std::string> keys;
+  Status s = store.scan(Cf::operations, "x/", [&](std::string_view k, std::string_view) {
+    // "x/" + 16 hex digits + "/" + key
+    if (k.size() < 19) return true;
+    if (std::stoll(std::string(k.substr(2, 16)), nullptr, 16) > now_ms) return false;
+    keys.emplace_back(k.substr(19));
+    return keys.size() < limit;
+  });
+  if (!s) return s.error();
+  return keys;
 }
 
 Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state, size_t limit,
@@ -58,6 +77,7 @@ void create(store::Txn& txn, pb::Operation& op, const std::string& principal,
   op.set_updated_at_ms(txn.now_ms());
   save(txn, op);
   txn.batch().put(Cf::operations, index_key(op.state(), op.key()), "");
+  txn.batch().put(Cf::operations, expiry_key(op.expires_at_ms(), op.key()), "");
   txn.audit(audit_for(op, "propose", "", principal, details_json));
 }
 
@@ -69,6 +89,8 @@ Status apply(store::Txn& txn, pb::Operation& op, Event event, const std::string&
   if (!target) return target.error();
   const std::string from_text = op.state();
   txn.batch().del(Cf::operations, index_key(from_text, op.key()));
+  if (*from == State::pending)
+    txn.batch().del(Cf::operations, expiry_key(op.expires_at_ms(), op.key()));
   op.set_state(std::string(to_string(target->state)));
   op.set_outcome(std::string(to_string(target->outcome)));
   op.set_updated_at_ms(txn.now_ms());

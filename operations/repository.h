@@ -21,6 +21,10 @@ Result<std::optional<pb::Operation>> load(const store::Store& store, const std::
 Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state, size_t limit,
                                                const std::string& after = {});
 
+// Keys of pending operations whose approval TTL has passed at now_ms.
+Result<std::vector<std::string>> keys_expired_by(const store::Store& store, int64_t now_ms,
+                                                 size_t limit);
+
 // Writes a new pending operation with its "propose" audit record.
 void create(store::Txn& txn, pb::Operation& operation, const std::string& principal,
             const std::string& details_json);

@@ -319,10 +319,15 @@ class Api {
 
   json::array audit_rows(const std::string& key) {
     json::array rows;
+    if (!key.empty()) {
+      auto records = store::audit_records_for(d_.journal.store(), key);
+      if (records)
+        for (const auto& r : *records) rows.push_back(audit_json(r));
+      return rows;
+    }
     Status s = d_.journal.store().scan(Cf::audit, "", [&](std::string_view, std::string_view v) {
       pb::AuditRecord r;
-      if (r.ParseFromString(std::string(v)) && (key.empty() || r.operation_key() == key))
-        rows.push_back(audit_json(r));
+      if (r.ParseFromString(std::string(v))) rows.push_back(audit_json(r));
       return true;
     });
     (void)s;

@@ -8,6 +8,28 @@ namespace opgate::store {
 
 std::string audit_key(uint64_t seq) { return fmt::format("{:020}", seq); }
 
+std::string audit_index_key(const std::string& operation_key, uint64_t seq) {
+  return fmt::format("h/{}/{:020}", operation_key, seq);
+}
+
+Result<std::vector<pb::AuditRecord>> audit_records_for(const Store& store,
+                                                       const std::string& operation_key) {
+  std::vector<pb::AuditRecord> out;
+  const std::string prefix = "h/" + operation_key + "/";
+  std::vector<std::string> seqs;
+  Status s = store.scan(Cf::operations, prefix, [&](std::string_view k, std::string_view) {
+    seqs.emplace_back(k.substr(prefix.size()));
+    return true;
+  });
+  if (!s) return s.error();
+  for (const auto& seq : seqs) {
+    auto r = store.get_message<pb::AuditRecord>(Cf::audit, seq);
+    if (!r) return r.error();
+    if (r->has_value()) out.push_back(std::move(**r));
+  }
+  return out;
+}
+
 std::string audit_hash(const pb::AuditRecord& r, const std::string& prev_hash) {
   std::string canonical;
   auto add = [&](std::string_view value) {
@@ -59,6 +81,8 @@ Status Journal::run(const std::function<Status(Txn&)>& fn) {
       record.set_hash(audit_hash(record, head));
       head = record.hash();
       txn.batch_.put(Cf::audit, audit_key(seq), record);
+      if (!record.operation_key().empty())
+        txn.batch_.put(Cf::operations, audit_index_key(record.operation_key(), seq), "");
       ++seq;
     }
     if (Status s = store_.write_unsynced(txn.batch_); !s) return s;

@@ -62,7 +62,7 @@ class Journal {
 
   std::mutex mu_;
   uint64_t next_seq_ = 1;
-  std::string head_hash_;  // raw 32 bytes; empty before the first record
+  std::string head_hash_;             // raw 32 bytes; empty before the first record
   std::atomic<uint64_t> written_{0};  // batches written (visible), in order
 
   std::mutex sync_mu_;
@@ -72,6 +72,10 @@ class Journal {
 };
 
 std::string audit_key(uint64_t seq);
+// Index of an operation's audit records, kept in the operations family.
+std::string audit_index_key(const std::string& operation_key, uint64_t seq);
+Result<std::vector<pb::AuditRecord>> audit_records_for(const Store& store,
+                                                       const std::string& operation_key);
 // The chain hash of a record given its predecessor's hash.
 std::string audit_hash(const pb::AuditRecord& record, const std::string& prev_hash);
 

@@ -320,7 +320,7 @@ Status SessionSync::bind(const std::string& session_id, const std::string& owner
 
 size_t SessionSync::expire_pending() {
   const int64_t now = journal_.clock().now_ms();
-  auto keys = operations::keys_in_state(journal_.store(), operations::State::pending, 4096);
+  auto keys = operations::keys_expired_by(journal_.store(), now, 4096);
   if (!keys) return 0;
   size_t expired = 0;
   for (const auto& key : *keys) {
