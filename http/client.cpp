@@ -135,25 +135,44 @@ Result<Response> send(const ClientRequest& request) {
   }
   beast::tcp_stream& lowest = tls ? beast::get_lowest_layer(*secure) : *plain;
 
-  resolver.async_resolve(
-      x.host, x.port, [&](beast::error_code ec, tcp::resolver::results_type eps) {
-        if (ec) return x.fail(ec, false);
-        lowest.expires_after(x.remaining());
-        lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
-          if (ec) return x.fail(ec, false);
-          if (!tls) return x.write_and_read(*plain);
-          lowest.expires_after(x.remaining());
-          secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
-            if (ec) {
-              if (ec == beast::error::timeout) return x.fail(ec, false);
-              x.failure = make_error("tls_failed",
-                                     "TLS handshake with " + x.host + " failed: " + ec.message());
-              return;
-            }
-            x.write_and_read(*secure);
-          });
-        });
+  auto on_resolved = [&](beast::error_code ec, tcp::resolver::results_type eps) {
+    if (ec) return x.fail(ec, false);
+    lowest.expires_after(x.remaining());
+    lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
+      if (ec) return x.fail(ec, false);
+      if (!tls) return x.write_and_read(*plain);
+      lowest.expires_after(x.remaining());
+      secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
+        if (ec) {
+          if (ec == beast::error::timeout) return x.fail(ec, false);
+          x.failure =
+              make_error("tls_failed", "TLS handshake with " + x.host + " failed: " + ec.message());
+          return;
+        }
+        x.write_and_read(*secure);
       });
+    });
+  };
+  // A numeric address needs no resolver (whose lookup runs on a thread of
+  // its own for every request).
+  std::string literal = x.host;
+  if (literal.size() > 2 && literal.front() == '[') literal = literal.substr(1, literal.size() - 2);
+  beast::error_code parse_ec;
+  auto address = net::ip::make_address(literal, parse_ec);
+  if (!parse_ec) {
+    uint16_t port_number = 0;
+    try {
+      port_number = static_cast<uint16_t>(std::stoi(x.port));
+    } catch (...) {
+      return make_error("bad_url", "not a valid port: " + request.url);
+    }
+    net::post(ioc, [&, address, port_number] {
+      on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
+                                                          x.host, x.port));
+    });
+  } else {
+    resolver.async_resolve(x.host, x.port, on_resolved);
+  }
   ioc.run();
   if (x.failure) return *x.failure;
 

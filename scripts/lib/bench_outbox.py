@@ -1,18 +1,33 @@
 """Driver for scripts/bench-outbox."""
 
 import concurrent.futures
+import http.client
+import json
 import statistics
 import sys
 import time
+import urllib.parse
 
-from cluster import ADMIN_TOKEN, Cluster, http, orders
+from cluster import ADMIN_TOKEN, Cluster, orders
+
+
+_conn = None
 
 
 def approve(job):
-    base, key, amount, currency, fingerprint = job
-    return http("POST", f"{base}/v1/operations/{key}/approve",
-                {"amount_minor": amount, "currency": currency, "fingerprint": fingerprint},
-                ADMIN_TOKEN)[0]
+    """One approval over a kept-alive connection (one per worker process)."""
+    global _conn
+    host, port, key, amount, currency, fingerprint = job
+    if _conn is None:
+        _conn = http.client.HTTPConnection(host, port, timeout=30)
+    body = json.dumps({"amount_minor": amount, "currency": currency,
+                       "fingerprint": fingerprint})
+    _conn.request("POST", f"/v1/operations/{urllib.parse.quote(key, safe='')}/approve", body,
+                  {"Authorization": "Bearer " + ADMIN_TOKEN,
+                   "Content-Type": "application/json"})
+    r = _conn.getresponse()
+    r.read()
+    return r.status
 
 
 def main():
@@ -32,9 +47,8 @@ def main():
 
         # Approvals come from several processes, so the Python client is not
         # what is measured.
-        base = f"http://127.0.0.1:{c.operator_port}"
-        jobs = [(base, op["key"], op["amount_minor"], op["currency"], op["fingerprint"])
-                for op in pending]
+        jobs = [("127.0.0.1", c.operator_port, op["key"], op["amount_minor"], op["currency"],
+                 op["fingerprint"]) for op in pending]
         start = time.time()
         with concurrent.futures.ProcessPoolExecutor(8) as pool:
             statuses = list(pool.map(approve, jobs, chunksize=16))
