@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "common/crypto.h"
+#include "sim/fault_replies.h"
 #include "sim/form.h"
 #include "sim/ids.h"
 #include "sim/log.h"
@@ -41,32 +42,12 @@ http::Response server_error_500() {
                       "");
 }
 
-http::Response before_commit_response(const FaultRule& rule) {
-  http::Response r;
-  switch (rule.action) {
-    case FaultAction::kDropBeforeCommit:
-      r.drop = true;
-      return r;
-    case FaultAction::kRateLimit:
-      r = openai_error(429, "Rate limit reached. Please try again later.", "requests",
-                       "rate_limit_exceeded");
-      r.headers["Retry-After"] = std::to_string(rule.retry_after_s);
-      return r;
-    default:
-      return server_error_500();
-  }
+http::Response rate_limited_429() {
+  return openai_error(429, "Rate limit reached. Please try again later.", "requests",
+                      "rate_limit_exceeded");
 }
 
-http::Response after_commit_response(const std::optional<FaultRule>& rule,
-                                     http::Response processed) {
-  if (rule && rule->action == FaultAction::kDropAfterCommit) {
-    http::Response r;
-    r.drop = true;
-    return r;
-  }
-  if (rule && rule->action == FaultAction::kError500AfterCommit) return server_error_500();
-  return processed;
-}
+constexpr FaultReplies kFaultReplies{server_error_500, rate_limited_429};
 
 bool has_agents_beta(const http::Request& request) {
   auto header = request.header("OpenAI-Beta");
@@ -235,8 +216,8 @@ http::Response AgentSim::guarded_get(const http::Request& request,
       faults_.take({.method = "GET", .path = path, .subject = std::nullopt});
   if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"path", path}});
   apply_delay(fault);
-  if (is_before_commit(fault)) return before_commit_response(*fault);
-  return after_commit_response(fault, produce());
+  if (is_before_commit(fault)) return before_commit_response(*fault, kFaultReplies);
+  return after_commit_response(fault, produce(), kFaultReplies);
 }
 
 http::Response AgentSim::get_session(const std::string& id) {
@@ -334,7 +315,7 @@ http::Response AgentSim::post_events(const http::Request& request, const std::st
                        {"call_id", results.front().call_id}});
   if (is_before_commit(fault)) {
     apply_delay(fault);
-    return before_commit_response(*fault);
+    return before_commit_response(*fault, kFaultReplies);
   }
 
   const std::string fingerprint =
@@ -344,7 +325,7 @@ http::Response AgentSim::post_events(const http::Request& request, const std::st
     case IdempotencyOutcome::kReplay:
       apply_delay(fault);
       begun.saved.headers["Idempotent-Replayed"] = "true";
-      return after_commit_response(fault, std::move(begun.saved));
+      return after_commit_response(fault, std::move(begun.saved), kFaultReplies);
     case IdempotencyOutcome::kMismatch:
       return openai_error(400,
                           "This Idempotency-Key was already used with a different request body.",
@@ -405,7 +386,7 @@ http::Response AgentSim::post_events(const http::Request& request, const std::st
   };
   // An after-commit fault replaces whatever the server answered; what was
   // saved under the key stays saved.
-  return after_commit_response(fault, process());
+  return after_commit_response(fault, process(), kFaultReplies);
 }
 
 void AgentSim::schedule_advance_locked(Entry& entry) {

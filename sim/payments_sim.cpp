@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <fstream>
 
+#include "sim/fault_replies.h"
 #include "sim/form.h"
 #include "sim/ids.h"
 #include "sim/log.h"
@@ -35,34 +36,12 @@ http::Response api_error_500() {
       error_of(500, "api_error", "", "An unknown error occurred while processing your request."));
 }
 
-// The response a fault gives before anything is processed.
-http::Response before_commit_response(const FaultRule& rule) {
-  http::Response r;
-  switch (rule.action) {
-    case FaultAction::kDropBeforeCommit:
-      r.drop = true;
-      return r;
-    case FaultAction::kRateLimit:
-      r = stripe_reply(error_of(429, "invalid_request_error", "rate_limit",
-                                "Too many requests hit the API too quickly."));
-      r.headers["Retry-After"] = std::to_string(rule.retry_after_s);
-      return r;
-    default:
-      return api_error_500();
-  }
+http::Response rate_limited_429() {
+  return stripe_reply(error_of(429, "invalid_request_error", "rate_limit",
+                               "Too many requests hit the API too quickly."));
 }
 
-// What the client sees after the request was processed with `processed`.
-http::Response after_commit_response(const std::optional<FaultRule>& rule,
-                                     http::Response processed) {
-  if (rule && rule->action == FaultAction::kDropAfterCommit) {
-    http::Response r;
-    r.drop = true;
-    return r;
-  }
-  if (rule && rule->action == FaultAction::kError500AfterCommit) return api_error_500();
-  return processed;
-}
+constexpr FaultReplies kFaultReplies{api_error_500, rate_limited_429};
 
 template <typename T>
 const StripeError* error_in(const StripeResult<T>& r) {
@@ -280,7 +259,7 @@ http::Response PaymentsSim::create(const http::Request& request, CreateKind kind
                        {"operation_key", operation_key ? json::value(*operation_key) : nullptr}});
   if (is_before_commit(fault)) {
     apply_delay(fault);
-    return before_commit_response(*fault);
+    return before_commit_response(*fault, kFaultReplies);
   }
 
   // Idempotency, scoped to the API key.
@@ -297,7 +276,7 @@ http::Response PaymentsSim::create(const http::Request& request, CreateKind kind
         apply_delay(fault);
         begun.saved.headers["Idempotent-Replayed"] = "true";
         begun.saved.headers["Request-Id"] = new_id("req_");
-        return after_commit_response(fault, std::move(begun.saved));
+        return after_commit_response(fault, std::move(begun.saved), kFaultReplies);
       }
       case IdempotencyOutcome::kMismatch:
         return stripe_reply(error_of(
@@ -372,7 +351,7 @@ http::Response PaymentsSim::create(const http::Request& request, CreateKind kind
   };
   // An after-commit fault replaces whatever the server answered; what was
   // saved under the key stays saved.
-  return after_commit_response(fault, process());
+  return after_commit_response(fault, process(), kFaultReplies);
 }
 
 http::Response PaymentsSim::guarded_get(const http::Request& request,
@@ -382,10 +361,10 @@ http::Response PaymentsSim::guarded_get(const http::Request& request,
       faults_.take({.method = "GET", .path = path, .subject = std::nullopt});
   if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"path", path}});
   apply_delay(fault);
-  if (is_before_commit(fault)) return before_commit_response(*fault);
+  if (is_before_commit(fault)) return before_commit_response(*fault, kFaultReplies);
   auto response = produce();
   response.headers["Request-Id"] = new_id("req_");
-  return after_commit_response(fault, std::move(response));
+  return after_commit_response(fault, std::move(response), kFaultReplies);
 }
 
 http::Response PaymentsSim::list_refunds(const http::Request& request) {

@@ -1,0 +1,23 @@
+// What a fault rule makes a simulated service answer, in that service's own
+// error dialect (OpenAI's or Stripe's). Pure; thread-safe.
+#pragma once
+
+#include <optional>
+
+#include "http/message.h"
+#include "sim/faults.h"
+
+namespace opgate::sim {
+
+struct FaultReplies {
+  http::Response (*server_error)();  // a 500 in the service's format
+  http::Response (*rate_limited)();  // a 429 body; Retry-After is added here
+};
+
+// The answer for a fault that strikes before anything is processed.
+http::Response before_commit_response(const FaultRule& rule, const FaultReplies& replies);
+// What the client sees after the request was processed into `processed`.
+http::Response after_commit_response(const std::optional<FaultRule>& rule, http::Response processed,
+                                     const FaultReplies& replies);
+
+}  // namespace opgate::sim
