@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 #include <toml.hpp>
+#include <tuple>
 
 #include "ingress/signature.h"
 
@@ -24,12 +25,23 @@ std::optional<Error> check_keys(const Table& table, const std::string& where,
   return std::nullopt;
 }
 
+// A present key of the wrong type is an error, never the default.
+struct WrongType : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 int64_t int_or(const Table& t, const char* key, int64_t fallback) {
-  return toml::find_or<int64_t>(t, key, static_cast<int64_t>(fallback));
+  if (!t.contains(key)) return fallback;
+  const auto& v = t.at(key);
+  if (!v.is_integer()) throw WrongType(fmt::format("key '{}' must be an integer", key));
+  return v.as_integer();
 }
 
 std::string string_or(const Table& t, const char* key, const std::string& fallback) {
-  return toml::find_or<std::string>(t, key, std::string(fallback));
+  if (!t.contains(key)) return fallback;
+  const auto& v = t.at(key);
+  if (!v.is_string()) throw WrongType(fmt::format("key '{}' must be a string", key));
+  return v.as_string();
 }
 
 std::map<std::string, int64_t> amount_map(const Table& v) {
@@ -146,29 +158,20 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     }
   }
 
-  if (root.contains("agent")) {
-    const auto& a = toml::find(root, "agent");
-    if (auto e = check_keys(a, "agent", {"base_url", "api_key_env", "timeout_ms", "ca_file"}))
-      return *e;
-    c.agent_base_url = string_or(a, "base_url", c.agent_base_url);
-    c.agent_api_key = env_or_empty(string_or(a, "api_key_env", "OPENAI_API_KEY"));
-    c.agent_timeout_ms = int_or(a, "timeout_ms", c.agent_timeout_ms);
-    c.agent_ca_file = string_or(a, "ca_file", "");
-  } else {
-    c.agent_api_key = env_or_empty("OPENAI_API_KEY");
-  }
-
-  if (root.contains("payments")) {
-    const auto& p = toml::find(root, "payments");
-    if (auto e = check_keys(p, "payments", {"base_url", "secret_key_env", "timeout_ms", "ca_file"}))
-      return *e;
-    c.payments_base_url = string_or(p, "base_url", c.payments_base_url);
-    c.payments_secret_key =
-        env_or_empty(string_or(p, "secret_key_env", "OPGATE_PAYMENTS_SECRET_KEY"));
-    c.payments_timeout_ms = int_or(p, "timeout_ms", c.payments_timeout_ms);
-    c.payments_ca_file = string_or(p, "ca_file", "");
-  } else {
-    c.payments_secret_key = env_or_empty("OPGATE_PAYMENTS_SECRET_KEY");
+  for (auto [section, key_env, default_env, upstream] :
+       {std::tuple{"agent", "api_key_env", "OPENAI_API_KEY", &c.agent},
+        std::tuple{"payments", "secret_key_env", "OPGATE_PAYMENTS_SECRET_KEY", &c.payments}}) {
+    std::string env_name = default_env;
+    if (root.contains(section)) {
+      const auto& t = toml::find(root, section);
+      if (auto e = check_keys(t, section, {"base_url", key_env, "timeout_ms", "ca_file"}))
+        return *e;
+      upstream->base_url = string_or(t, "base_url", upstream->base_url);
+      env_name = string_or(t, key_env, env_name);
+      upstream->timeout_ms = static_cast<int>(int_or(t, "timeout_ms", upstream->timeout_ms));
+      upstream->ca_file = string_or(t, "ca_file", "");
+    }
+    upstream->secret = env_or_empty(env_name);
   }
 
   if (root.contains("orders")) {
@@ -232,6 +235,8 @@ Result<Config> load_config(const std::string& path) {
     return parse(root, base);
   } catch (const toml::syntax_error& e) {
     return make_error("config", fmt::format("{} is not valid TOML: {}", path, e.what()));
+  } catch (const WrongType& e) {
+    return make_error("config", fmt::format("{}: {}", path, e.what()));
   } catch (const toml::type_error& e) {
     return make_error("config", fmt::format("{}: a key has the wrong type: {}", path, e.what()));
   } catch (const std::out_of_range& e) {

@@ -32,16 +32,16 @@ struct Config {
   std::string operator_listen = "127.0.0.1:8081";
   std::vector<operator_api::Principal> principals;
 
-  std::string agent_base_url = "http://127.0.0.1:9001/v1";
-  std::string agent_api_key;  // read from agent.api_key_env
-  int agent_timeout_ms = 10000;
-  // https base URLs: trusted CA certificates (PEM); empty = system store.
-  std::string agent_ca_file;
-
-  std::string payments_base_url = "http://127.0.0.1:9002";
-  std::string payments_secret_key;  // read from payments.secret_key_env
-  int payments_timeout_ms = 5000;
-  std::string payments_ca_file;
+  // An HTTP service opgate calls: [agent] (the Agents API) and [payments].
+  struct Upstream {
+    std::string base_url;
+    std::string secret;  // read from the variable named by api_key_env / secret_key_env
+    int timeout_ms;
+    // https base URLs: trusted CA certificates (PEM); empty = system store.
+    std::string ca_file;
+  };
+  Upstream agent{"http://127.0.0.1:9001/v1", "", 10000, ""};
+  Upstream payments{"http://127.0.0.1:9002", "", 5000, ""};
 
   std::string orders_source = "embedded";
   std::string orders_seed_file;  // relative paths are relative to the config file

@@ -11,6 +11,7 @@
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
 #include "common/clock.h"
+#include "common/files.h"
 #include "common/metrics.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -30,16 +31,8 @@ namespace opgate::daemon {
 namespace {
 
 Status write_ports_file(const std::string& path, uint16_t ingress, uint16_t op) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << fmt::format(R"({{"ingress":{},"operator":{}}})", ingress, op) << "\n";
-    if (!out) return make_error("ports_file", "cannot write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return make_error("ports_file", "cannot write " + path);
-  return Status::Ok();
+  return write_file_atomically(
+      path, fmt::format(R"({{"ingress":{},"operator":{}}})", ingress, op) + "\n");
 }
 
 size_t count_prefix(const store::Store& store, store::Cf cf, std::string_view prefix) {
@@ -88,10 +81,10 @@ int serve(const Config& config, const ServeOptions& options) {
   outbox::Outbox outbox(db);
 
   auto agents = adapters::make_agents_http_client(
-      {config.agent_base_url, config.agent_api_key, config.agent_timeout_ms, config.agent_ca_file});
+      {config.agent.base_url, config.agent.secret, config.agent.timeout_ms, config.agent.ca_file});
   auto provider =
-      adapters::make_stripe_provider({config.payments_base_url, config.payments_secret_key,
-                                      config.payments_timeout_ms, config.payments_ca_file});
+      adapters::make_stripe_provider({config.payments.base_url, config.payments.secret,
+                                      config.payments.timeout_ms, config.payments.ca_file});
 
   worker::SessionSync sessions(**journal, inbox, outbox, *agents, config.policy, metrics);
   auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());

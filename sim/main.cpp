@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/files.h"
 #include "http/server.h"
 #include "ingress/signature.h"
 #include "sim/agent_sim.h"
@@ -52,17 +53,7 @@ void add_common(CLI::App* app, CommonFlags& flags) {
 
 Status write_port_file(const std::string& path, uint16_t port) {
   if (path.empty()) return Status::Ok();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.flush();
-    if (!out) return opgate::make_error("port_file", "cannot write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return opgate::make_error("port_file", "cannot rename " + tmp + ": " + ec.message());
-  return Status::Ok();
+  return opgate::write_file_atomically(path, std::to_string(port) + "\n");
 }
 
 // Blocks the stop signals in this thread, so every thread started later

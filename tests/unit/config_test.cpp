@@ -1,0 +1,110 @@
+#include "daemon/config.h"
+
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/crypto.h"
+
+using namespace opgate;
+
+namespace {
+struct ConfigFile {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("opgate-config-" + crypto::random_hex(6) + ".toml");
+  explicit ConfigFile(const std::string& text) { std::ofstream(path) << text; }
+  ~ConfigFile() { std::filesystem::remove(path); }
+};
+
+const std::string kSource = R"(
+[[ingress.sources]]
+name = "agents"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+)";
+}  // namespace
+
+TEST_CASE("the documented keys load, with relative paths beside the config file") {
+  ConfigFile f(R"(data_dir = "data"
+[ingress]
+listen = "127.0.0.1:9999"
+max_body_bytes = 1024
+)" + kSource + R"(
+[operator]
+listen = "127.0.0.1:9998"
+[[operator.tokens]]
+principal = "alice"
+token_sha256 = ")" +
+               crypto::sha256_hex("t") + R"("
+scopes = ["operations:read", "operations:approve"]
+owners = ["demo-*"]
+max_amount_minor = { USD = 500 }
+[payments]
+base_url = "https://payments.example"
+secret_key_env = "OPGATE_TEST_CONFIG_KEY"
+timeout_ms = 1234
+[policy]
+approval_ttl_s = 60
+credit_reason_codes = ["GOODWILL"]
+[outbox]
+attention_after_attempts = 3
+)");
+  setenv("OPGATE_TEST_CONFIG_KEY", "sk_test_x", 1);
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK(c->data_dir == (f.path.parent_path() / "data").string());
+  CHECK(c->max_body_bytes == 1024);
+  CHECK(c->sources.size() == 1);
+  CHECK(c->principals.at(0).max_amount_minor.at("USD") == 500);
+  CHECK(c->payments.secret == "sk_test_x");
+  CHECK(c->payments.timeout_ms == 1234);
+  CHECK(c->policy.approval_ttl_s == 60);
+  CHECK(c->attention.after_attempts == 3);
+}
+
+TEST_CASE("an unknown key, a wrong type or a bad value is refused with its name") {
+  auto error_of = [](const std::string& text) {
+    ConfigFile f(text);
+    auto c = daemon::load_config(f.path.string());
+    REQUIRE_FALSE(c.ok());
+    return c.error().message;
+  };
+  CHECK(error_of("data_dirr = \"x\"\n" + kSource).find("data_dirr") != std::string::npos);
+  CHECK(error_of("[ingress]\nlisten = 80\n" + kSource).find("'listen' must be a string") !=
+        std::string::npos);
+  CHECK(error_of("[policy]\napproval_ttl_s = 0\n" + kSource).find("approval_ttl_s") !=
+        std::string::npos);
+  CHECK(error_of(R"([[ingress.sources]]
+name = "agents"
+secrets = ["not-a-secret"]
+)")
+            .find("whsec_") != std::string::npos);
+  CHECK(error_of(kSource + R"(
+[[operator.tokens]]
+principal = "p"
+token_sha256 = "abc"
+)")
+            .find("64 hex") != std::string::npos);
+  CHECK(error_of(kSource + R"(
+[[operator.tokens]]
+principal = "p"
+token_sha256 = ")" +
+                 crypto::sha256_hex("t") + R"("
+scopes = ["operations:everything"]
+)")
+            .find("unknown scope") != std::string::npos);
+  CHECK(error_of("this is not toml").find("not valid TOML") != std::string::npos);
+}
+
+TEST_CASE("webhook secrets may come from the environment, comma-separated") {
+  setenv("OPGATE_TEST_SECRETS",
+         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", 1);
+  ConfigFile f(R"([[ingress.sources]]
+name = "agents"
+secrets_env = "OPGATE_TEST_SECRETS"
+)");
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE(c.ok());
+  CHECK(c->sources.at(0).raw_keys.size() == 2);
+}
