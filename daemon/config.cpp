@@ -129,9 +129,9 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     c.operator_listen = string_or(op, "listen", c.operator_listen);
     if (op.contains("tokens")) {
       for (const auto& t : toml::find(op, "tokens").as_array()) {
-        if (auto e =
-                check_keys(t, "operator.tokens",
-                           {"principal", "token_sha256", "scopes", "owners", "max_amount_minor"}))
+        if (auto e = check_keys(
+                t, "operator.tokens",
+                {"principal", "token_sha256", "scopes", "owners", "max_amount_minor", "tiers"}))
           return *e;
         operator_api::Principal p;
         p.name = toml::find<std::string>(t, "principal");
@@ -151,6 +151,13 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
             return make_error("config",
                               fmt::format("operator token '{}': unknown scope '{}'", p.name, s));
         if (t.contains("owners")) p.owners = string_list(toml::find(t, "owners"));
+        if (t.contains("tiers")) {
+          p.tiers = string_list(toml::find(t, "tiers"));
+          for (const auto& tier : p.tiers)
+            if (tier != "refund" && tier != "support" && tier != "supervisor")
+              return make_error(
+                  "config", fmt::format("operator token '{}': unknown tier '{}'", p.name, tier));
+        }
         if (t.contains("max_amount_minor"))
           p.max_amount_minor = amount_map(toml::find(t, "max_amount_minor"));
         c.principals.push_back(std::move(p));

@@ -51,6 +51,10 @@ Result<ApprovalStep> check_approval(const pb::Operation& op, const Principal& pr
                       "fingerprint); fetch the operation again and approve what it shows.");
   if (!principal.may_act_for(p.owner()))
     return make_error("forbidden", "This token may not act for the operation's owner.");
+  if (!principal.tiers.empty() &&
+      std::find(principal.tiers.begin(), principal.tiers.end(), p.tier()) == principal.tiers.end())
+    return make_error("forbidden",
+                      fmt::format("This token may not approve {}-tier proposals.", p.tier()));
   auto limit = principal.max_amount_minor.find(p.currency());
   if (limit == principal.max_amount_minor.end() || p.amount_minor() > limit->second)
     return make_error("forbidden", "The amount is above this token's approval limit.");

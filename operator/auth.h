@@ -19,6 +19,9 @@ struct Principal {
   std::vector<std::string> scopes;
   std::vector<std::string> owners{"*"};  // glob patterns
   std::map<std::string, int64_t> max_amount_minor;
+  // Approval tiers this token may decide ("refund", "support", "supervisor");
+  // empty means every tier. A support desk token lists only "support".
+  std::vector<std::string> tiers;
 
   bool has_scope(std::string_view scope) const;
   bool may_act_for(const std::string& owner) const;

@@ -122,7 +122,8 @@ uint16_t Cluster::wait_port_file(const std::filesystem::path& file, bp::child& c
 }
 
 void Cluster::write_config() {
-  auto token = [](const char* principal, const char* token, const char* scopes, int64_t limit) {
+  auto token = [](const char* principal, const char* token, const char* scopes, int64_t limit,
+                  const char* extra = "") {
     return fmt::format(R"(
 [[operator.tokens]]
 principal = "{}"
@@ -130,8 +131,9 @@ token_sha256 = "{}"
 scopes = [{}]
 owners = ["*"]
 max_amount_minor = {{ USD = {}, GBP = {} }}
+{}
 )",
-                       principal, crypto::sha256_hex(token), scopes, limit, limit);
+                       principal, crypto::sha256_hex(token), scopes, limit, limit, extra);
   };
   std::string ingress_listen =
       ingress_port_ ? fmt::format("127.0.0.1:{}", ingress_port_) : "127.0.0.1:0";
@@ -177,7 +179,8 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
       token("alice", kAliceToken, R"("operations:read", "operations:approve")", 100000),
       token("bob", kBobToken, R"("operations:read", "operations:approve")", 100000),
       token("reader", kReaderToken, R"("operations:read")", 0),
-      token("support", kSupportToken, R"("operations:read", "operations:approve")", 2000),
+      token("support", kSupportToken, R"("operations:read", "operations:approve")", 2000,
+            R"(tiers = ["support"])"),
       token("oncall", kOncallToken, R"("operations:read", "operations:resolve")", 0), agent_port_,
       payments_port_, options_.payments_timeout_ms, options_.approval_ttl_s, options_.extra_policy);
 }

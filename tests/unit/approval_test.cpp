@@ -87,6 +87,22 @@ TEST_CASE("authority: scope, owner patterns, amount limit and self-approval") {
         "self_approval");
 }
 
+TEST_CASE("a token limited to the support tier approves small credits, never refunds") {
+  auto refund = pending_op(1500);
+  refund.mutable_proposal()->set_tier("refund");
+  auto credit = pending_op(1500);
+  credit.mutable_proposal()->set_kind("account-credit");
+  credit.mutable_proposal()->set_tier("support");
+  credit.set_fingerprint(operations::fingerprint(credit.proposal()));
+  refund.set_fingerprint(operations::fingerprint(refund.proposal()));
+  Principal support = approver("sam", 2000);
+  support.tiers = {"support"};
+  CHECK(check_approval(credit, support, exact(credit), 50000).ok());
+  auto r = check_approval(refund, support, exact(refund), 50000);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == "forbidden");
+}
+
 TEST_CASE("above the threshold two distinct principals must approve") {
   auto op = pending_op(60000);
   auto first = check_approval(op, approver("alice"), exact(op), 50000);
