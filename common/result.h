@@ -3,6 +3,7 @@
 // that is safe to show to the caller (never a secret, never internals).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +14,8 @@ namespace opgate {
 struct Error {
   std::string code;     // stable, snake_case: "not_found", "proposal_mismatch"
   std::string message;  // one sentence for people
+  // For retryable errors: how long the peer asked us to wait (Retry-After).
+  int64_t retry_after_ms = 0;
 };
 
 template <typename T>

@@ -171,8 +171,13 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     std::string env_name = default_env;
     if (root.contains(section)) {
       const auto& t = toml::find(root, section);
-      if (auto e = check_keys(t, section, {"base_url", key_env, "timeout_ms", "ca_file"}))
-        return *e;
+      std::set<std::string> known = {"base_url", key_env, "timeout_ms", "ca_file"};
+      if (upstream == &c.agent) known.insert({"sweep_interval_s", "sweep_window_s"});
+      if (auto e = check_keys(t, section, known)) return *e;
+      if (upstream == &c.agent) {
+        c.sweep_interval_s = int_or(t, "sweep_interval_s", c.sweep_interval_s);
+        c.sweep_window_s = int_or(t, "sweep_window_s", c.sweep_window_s);
+      }
       upstream->base_url = string_or(t, "base_url", upstream->base_url);
       env_name = string_or(t, key_env, env_name);
       upstream->timeout_ms = static_cast<int>(int_or(t, "timeout_ms", upstream->timeout_ms));

@@ -41,6 +41,10 @@ struct Config {
     std::string ca_file;
   };
   Upstream agent{"http://127.0.0.1:9001/v1", "", 10000, ""};
+  // [agent] every sweep_interval_s, sessions active within sweep_window_s
+  // are re-synced, so a lost webhook delays nothing for long. 0 disables.
+  int64_t sweep_interval_s = 30;
+  int64_t sweep_window_s = 3600;
   Upstream payments{"http://127.0.0.1:9002", "", 5000, ""};
 
   std::string orders_source = "embedded";

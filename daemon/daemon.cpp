@@ -86,16 +86,24 @@ int serve(const Config& config, const ServeOptions& options) {
       adapters::make_stripe_provider({config.payments.base_url, config.payments.secret,
                                       config.payments.timeout_ms, config.payments.ca_file});
 
-  worker::SessionSync sessions(**journal, inbox, outbox, *agents, config.policy, metrics);
   auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
   auto dist = std::make_shared<std::uniform_real_distribution<double>>(0.0, 1.0);
-  outbox::Drainer drainer(**journal, outbox, *provider, *agents, metrics,
-                          [rng, dist] { return (*dist)(*rng); });
+  // The session sync and the drainer each lock their own use of it.
+  auto rng_mu = std::make_shared<std::mutex>();
+  Random random = [rng, dist, rng_mu] {
+    std::lock_guard lock(*rng_mu);
+    return (*dist)(*rng);
+  };
+  worker::SessionSync sessions(**journal, inbox, outbox, *agents, config.policy, metrics, random);
+  outbox::Drainer drainer(**journal, outbox, *provider, *agents, metrics, random);
   if (Status s = drainer.recover_after_restart(); !s) {
     spdlog::critical("cannot start: {}", s.error().message);
     return 2;
   }
-  worker::Engine engine(sessions, drainer);
+  worker::Engine engine(
+      sessions, drainer,
+      {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
+       std::chrono::seconds(config.sweep_window_s)});
 
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
   metrics.gauge("opgate_fsyncs_total", [&] { return static_cast<double>(db.synced_writes()); });

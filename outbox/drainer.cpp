@@ -134,12 +134,13 @@ int64_t Drainer::backoff(int attempt) {
   return backoff_ms(attempt, options_.retry_base_ms, options_.retry_cap_ms, random_);
 }
 
-void Drainer::retry_later(const Outbox::Entry& entry, const std::string& error) {
+void Drainer::retry_later(const Outbox::Entry& entry, const std::string& error,
+                          int64_t at_least_ms) {
   Status s = journal_.run([&](store::Txn& txn) -> Status {
     pb::OutboxItem item = entry.item;
     item.set_attempts(item.attempts() + 1);
     item.set_last_error(error);
-    item.set_not_before_ms(txn.now_ms() + backoff(item.attempts()));
+    item.set_not_before_ms(txn.now_ms() + std::max(backoff(item.attempts()), at_least_ms));
     txn.batch().put(Cf::outbox, entry.key, item);
     return Status::Ok();
   });
@@ -234,8 +235,7 @@ Status Drainer::record_result(const std::string& key, const std::string& item_ke
         pb::OutboxItem item;
         item.set_kind(std::string(kReconcile));
         item.set_operation_key(key);
-        item.set_not_before_ms(
-            txn.now_ms() + backoff(0));
+        item.set_not_before_ms(txn.now_ms() + backoff(0));
         outbox_.enqueue(txn, std::move(item));
         return Status::Ok();
       }
@@ -376,7 +376,7 @@ void Drainer::deliver(const Outbox::Entry& entry) {
       agents_.submit_result(ref.session_id(), ref, (*call)->result(), result_idempotency_key(ref));
   if (!verdict) {
     metrics_.inc("opgate_result_deliveries_total", {{"result", "retry"}});
-    return retry_later(entry, verdict.error().message);
+    return retry_later(entry, verdict.error().message, verdict.error().retry_after_ms);
   }
   std::string delivery = "delivered";
   std::string error;

@@ -50,7 +50,8 @@ class Drainer {
   // Records the provider's answer for an executing operation.
   Status record_result(const std::string& key, const std::string& item_key,
                        const adapters::PaymentResult& result, const std::string& principal);
-  void retry_later(const Outbox::Entry& entry, const std::string& error);
+  // Reschedules with jittered backoff, and no sooner than the peer asked.
+  void retry_later(const Outbox::Entry& entry, const std::string& error, int64_t at_least_ms = 0);
   adapters::PaymentRequest request_for(const pb::Operation& op) const;
   int64_t backoff(int attempt);
 

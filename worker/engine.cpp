@@ -4,8 +4,8 @@
 
 namespace opgate::worker {
 
-Engine::Engine(SessionSync& sync, outbox::Drainer& drainer, std::chrono::milliseconds tick)
-    : sync_(sync), drainer_(drainer), tick_(tick) {}
+Engine::Engine(SessionSync& sync, outbox::Drainer& drainer, Options options)
+    : sync_(sync), drainer_(drainer), options_(options) {}
 
 Engine::~Engine() { stop(); }
 
@@ -31,6 +31,7 @@ void Engine::stop() {
 }
 
 void Engine::loop() {
+  auto last_sweep = std::chrono::steady_clock::now();
   for (;;) {
     {
       std::lock_guard lock(mu_);
@@ -42,13 +43,19 @@ void Engine::loop() {
       work += sync_.process_inbox();
       work += sync_.expire_pending();
       work += drainer_.run_once();
+      const auto now = std::chrono::steady_clock::now();
+      if (options_.sweep_interval.count() > 0 && now - last_sweep >= options_.sweep_interval) {
+        last_sweep = now;
+        sync_.sweep(
+            std::chrono::duration_cast<std::chrono::milliseconds>(options_.sweep_window).count());
+      }
     } catch (const std::exception& e) {
       spdlog::error("worker pass failed: {}", e.what());
     }
     std::unique_lock lock(mu_);
     if (stopping_) return;
     // More may be waiting: go again at once; otherwise sleep until woken.
-    if (work == 0) cv_.wait_for(lock, tick_, [&] { return woken_ || stopping_; });
+    if (work == 0) cv_.wait_for(lock, options_.tick, [&] { return woken_ || stopping_; });
   }
 }
 

@@ -17,8 +17,12 @@ namespace opgate::worker {
 
 class Engine {
  public:
-  Engine(SessionSync& sync, outbox::Drainer& drainer,
-         std::chrono::milliseconds tick = std::chrono::milliseconds(200));
+  struct Options {
+    std::chrono::milliseconds tick{200};
+    std::chrono::seconds sweep_interval{30};  // 0: no sweep
+    std::chrono::seconds sweep_window{3600};
+  };
+  Engine(SessionSync& sync, outbox::Drainer& drainer, Options options);
   ~Engine();
   void start();
   void wake();
@@ -29,7 +33,7 @@ class Engine {
   void loop();
   SessionSync& sync_;
   outbox::Drainer& drainer_;
-  std::chrono::milliseconds tick_;
+  Options options_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool woken_ = false;

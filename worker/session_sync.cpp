@@ -16,13 +16,60 @@ using store::Cf;
 namespace json = boost::json;
 
 SessionSync::SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox::Outbox& outbox,
-                         adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics)
+                         adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics,
+                         Random random)
     : journal_(journal),
       inbox_(inbox),
       outbox_(outbox),
       agents_(agents),
       policy_(std::move(policy)),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      random_(std::move(random)) {}
+
+bool SessionSync::is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms) {
+  bool any_call = false, open = false;
+  int64_t last_activity = 0;
+  Status s =
+      journal_.store().scan(Cf::calls, session_id + "/", [&](std::string_view, std::string_view v) {
+        pb::ToolCall c;
+        if (!c.ParseFromString(std::string(v))) return true;
+        any_call = true;
+        if (!c.result_saved() || c.delivery() == "pending") {
+          open = true;  // waiting on a decision, or on delivery
+          return false;
+        }
+        last_activity = std::max({last_activity, c.created_at_ms(), c.delivered_at_ms()});
+        return true;
+      });
+  if (!s) return false;
+  if (open) return true;
+  if (!any_call) {
+    auto session = journal_.store().get_message<pb::Session>(Cf::sessions, session_id);
+    return session && session->has_value() && now_ms - (*session)->bound_at_ms() < window_ms;
+  }
+  // The session may have moved on to a new call whose webhook was lost.
+  return now_ms - last_activity < window_ms;
+}
+
+size_t SessionSync::sweep(int64_t window_ms, size_t max_sessions) {
+  const int64_t now = journal_.clock().now_ms();
+  std::vector<std::string> ids;
+  Status s = journal_.store().scan(Cf::sessions, "", [&](std::string_view k, std::string_view) {
+    ids.emplace_back(k);
+    return true;
+  });
+  if (!s) return 0;
+  size_t synced = 0;
+  for (const auto& id : ids) {
+    if (synced >= max_sessions) break;
+    if (!is_open(id, now, window_ms)) continue;
+    if (auto it = retries_.find(id); it != retries_.end() && it->second.at_ms > now) continue;
+    Status r = sync(id);
+    ++synced;
+    metrics_.inc("opgate_session_sweeps_total", {{"result", r ? "ok" : "error"}});
+  }
+  return synced;
+}
 
 size_t SessionSync::process_inbox() {
   struct Queued {
@@ -63,7 +110,7 @@ size_t SessionSync::process_inbox() {
   }
   const int64_t now = journal_.clock().now_ms();
   for (const auto& [session_id, keys] : by_session) {
-    if (auto it = retry_at_ms_.find(session_id); it != retry_at_ms_.end() && it->second > now)
+    if (auto it = retries_.find(session_id); it != retries_.end() && it->second.at_ms > now)
       continue;
     auto session = store.get_message<pb::Session>(Cf::sessions, session_id);
     if (!session) continue;
@@ -97,11 +144,14 @@ size_t SessionSync::process_inbox() {
     auto view = agents_.get_session(session_id);
     if (!view) {
       metrics_.inc("opgate_session_sync_total", {{"result", "error"}});
-      retry_at_ms_[session_id] = now + 1000;
+      auto& retry = retries_[session_id];
+      std::lock_guard random_lock(random_mu_);
+      retry.at_ms = now + std::max(backoff_ms(retry.attempts++, 250, 30'000, random_),
+                                   view.error().retry_after_ms);
       spdlog::warn("cannot fetch session {}: {}", session_id, view.error().message);
       continue;
     }
-    retry_at_ms_.erase(session_id);
+    retries_.erase(session_id);
     Status s = journal_.run([&](store::Txn& txn) -> Status {
       for (const auto& action : view->required_actions)
         if (Status a = answer(txn, **session, action); !a) return a;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "adapters/agents/agents_client.h"
+#include "common/backoff.h"
 #include "common/metrics.h"
 #include "ingress/inbox.h"
 #include "outbox/outbox.h"
@@ -23,7 +24,7 @@ namespace opgate::worker {
 class SessionSync {
  public:
   SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox::Outbox& outbox,
-              adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics);
+              adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics, Random random);
 
   // One pass over queued inbox events; returns how many were handled.
   size_t process_inbox();
@@ -35,6 +36,10 @@ class SessionSync {
               const std::string& principal);
   // Pending operations past their TTL become settled/expired.
   size_t expire_pending();
+  // Re-syncs sessions that may still need us (a call awaiting its result or
+  // its delivery, or activity within window_ms), so a lost webhook delays
+  // nothing for long. Returns the number of sessions synced.
+  size_t sweep(int64_t window_ms, size_t max_sessions = 1000);
 
   const PolicyConfig& policy() const { return policy_; }
 
@@ -53,7 +58,15 @@ class SessionSync {
   PolicyConfig policy_;
   Metrics& metrics_;
   std::mutex sync_mu_;  // one sync at a time: per-session order and no duplicate work
-  std::map<std::string, int64_t> retry_at_ms_;
+  bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
+
+  struct Retry {
+    int attempts = 0;
+    int64_t at_ms = 0;
+  };
+  std::map<std::string, Retry> retries_;  // sessions whose fetch failed
+  std::mutex random_mu_;
+  Random random_;
 };
 
 }  // namespace opgate::worker

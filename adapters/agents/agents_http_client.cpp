@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
@@ -124,9 +125,17 @@ class AgentsHttpClient final : public AgentsClient {
   }
 
   static Error status_error(const http::Response& res) {
-    return make_error(
-        res.status >= 500 || res.status == 429 ? "agents_unavailable" : "agents_refused",
-        fmt::format("agents API answered {}", res.status));
+    Error e =
+        make_error(res.status >= 500 || res.status == 429 ? "agents_unavailable" : "agents_refused",
+                   fmt::format("agents API answered {}", res.status));
+    // Retry-After in seconds (the HTTP-date form is not used by these APIs).
+    if (auto it = res.headers.find("Retry-After"); it != res.headers.end()) {
+      try {
+        e.retry_after_ms = std::clamp<int64_t>(std::stoll(it->second), 0, 3600) * 1000;
+      } catch (...) {
+      }
+    }
+    return e;
   }
 
   AgentsHttpOptions o_;

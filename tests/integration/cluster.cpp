@@ -156,7 +156,7 @@ listen = "{}"
 [agent]
 base_url = "http://127.0.0.1:{}/v1"
 api_key_env = "OPGATE_TEST_AGENT_KEY"
-timeout_ms = 3000
+timeout_ms = {}
 
 [payments]
 base_url = "http://127.0.0.1:{}"
@@ -182,7 +182,8 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
       token("support", kSupportToken, R"("operations:read", "operations:approve")", 2000,
             R"(tiers = ["support"])"),
       token("oncall", kOncallToken, R"("operations:read", "operations:resolve")", 0), agent_port_,
-      payments_port_, options_.payments_timeout_ms, options_.approval_ttl_s, options_.extra_policy);
+      options_.agent_timeout_ms, payments_port_, options_.payments_timeout_ms,
+      options_.approval_ttl_s, options_.extra_policy);
 }
 
 void Cluster::start_daemon() {
@@ -258,6 +259,14 @@ Reply Cluster::op(const std::string& method, const std::string& path, const std:
 Reply Cluster::agent_admin(const std::string& method, const std::string& path,
                            const std::string& body) {
   return send(method, fmt::format("http://127.0.0.1:{}{}", agent_port_, path), body, {});
+}
+
+Reply Cluster::agent_api(const std::string& method, const std::string& path,
+                         const std::string& body, const std::string& idempotency_key) {
+  return send(method, fmt::format("http://127.0.0.1:{}{}", agent_port_, path), body,
+              {{"Authorization", "Bearer sk-agent-test"},
+               {"OpenAI-Beta", "agents=v1"},
+               {"Idempotency-Key", idempotency_key}});
 }
 
 Reply Cluster::payments_admin(const std::string& method, const std::string& path,

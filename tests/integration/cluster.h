@@ -22,6 +22,7 @@ namespace json = boost::json;
 struct ClusterOptions {
   std::vector<std::string> orders;  // NDJSON lines; default: the demo orders
   int payments_timeout_ms = 1500;
+  int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
   std::string extra_policy;  // TOML lines appended to [policy]
 };
@@ -52,6 +53,9 @@ class Cluster {
                     const std::string& body = "");
   Reply payments_admin(const std::string& method, const std::string& path,
                        const std::string& body = "");
+  // The agent platform's public API, as another client of it would call it.
+  Reply agent_api(const std::string& method, const std::string& path, const std::string& body,
+                  const std::string& idempotency_key);
   // Raw POST to the webhook ingress.
   http::Response webhook(const std::string& source, const http::Headers& headers,
                          const std::string& body);

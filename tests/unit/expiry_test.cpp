@@ -55,8 +55,8 @@ struct World {
     outbox = std::make_unique<outbox::Outbox>(*store);
     worker::PolicyConfig policy;
     policy.approval_ttl_s = 3600;
-    sync =
-        std::make_unique<worker::SessionSync>(*journal, *inbox, *outbox, agents, policy, metrics);
+    sync = std::make_unique<worker::SessionSync>(*journal, *inbox, *outbox, agents, policy, metrics,
+                                                 [] { return 0.5; });
   }
   ~World() { std::filesystem::remove_all(dir); }
 

@@ -1,0 +1,163 @@
+// Session sync over a real store, with a scripted stand-in for the Agents
+// API and an injected clock: coalescing, backoff, Retry-After and the sweep.
+#include "worker/session_sync.h"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "common/metrics.h"
+#include "ingress/inbox.h"
+#include "outbox/outbox.h"
+
+using namespace opgate;
+
+namespace {
+
+class ScriptedAgents final : public adapters::AgentsClient {
+ public:
+  std::optional<Error> fail;
+  adapters::SessionView view;
+  int fetches = 0;
+
+  Result<adapters::SessionView> get_session(const std::string&) override {
+    ++fetches;
+    if (fail) return *fail;
+    return view;
+  }
+  Result<adapters::SubmitVerdict> submit_result(const std::string&, const pb::CallRef&,
+                                                const pb::ToolResult&,
+                                                const std::string&) override {
+    return adapters::SubmitVerdict::accepted;
+  }
+  Result<std::string> get_turns(const std::string&) override { return std::string("{}"); }
+  Result<adapters::Page> get_items(const std::string&, const std::string&, int) override {
+    return adapters::Page{};
+  }
+};
+
+struct World {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("opgate-sync-" + crypto::random_hex(6));
+  ManualClock clock{1'800'000'000'000};
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<store::Journal> journal;
+  std::unique_ptr<ingress::Inbox> inbox;
+  std::unique_ptr<outbox::Outbox> outbox;
+  ScriptedAgents agents;
+  Metrics metrics;
+  std::unique_ptr<worker::SessionSync> sync;
+
+  World() {
+    store = std::move(store::Store::open(dir.string(), {}).value());
+    journal = std::move(store::Journal::open(*store, clock).value());
+    inbox = std::make_unique<ingress::Inbox>(*store, clock);
+    outbox = std::make_unique<outbox::Outbox>(*store);
+    sync = std::make_unique<worker::SessionSync>(
+        *journal, *inbox, *outbox, agents, worker::PolicyConfig{}, metrics, [] { return 0.0; });
+    pb::Order order;
+    order.set_order_id("ORDER-100");
+    order.set_owner("demo-user");
+    order.set_amount_minor(2500);
+    order.set_currency("USD");
+    order.set_payment_intent("pi_1");
+    order.set_customer("cus_1");
+    order.set_payment_method("visa");
+    order.set_status("paid");
+    order.set_placed_at(clock.now_s() - 60);
+    store::Batch b;
+    b.put(store::Cf::orders, "ORDER-100", order);
+    REQUIRE(store->commit(b).ok());
+  }
+  ~World() { std::filesystem::remove_all(dir); }
+
+  void webhook(const std::string& id, const std::string& session) {
+    ingress::Envelope e{"evt_" + id, std::string(ingress::kActionRequired), session};
+    REQUIRE(inbox->accept("agents", id, "{}" + id, e).ok());
+  }
+  void require_lookup(const std::string& call_id) {
+    agents.view.status = "requires_action";
+    agents.view.required_actions = {
+        {call_id, "turn_1", "lookup_order", R"({"order_id":"ORDER-100"})"}};
+  }
+  bool answered(const std::string& call_id) {
+    auto call = store->get_message<pb::ToolCall>(store::Cf::calls,
+                                                 outbox::call_key("sess_1", "turn_1", call_id));
+    return call.ok() && call->has_value() && (*call)->result_saved();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a burst of webhooks for one session is one fetch, answered once") {
+  World w;
+  REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());
+  w.require_lookup("call_1");
+  for (int i = 0; i < 5; ++i) w.webhook(fmt::format("msg_{}", i), "sess_1");
+  CHECK(w.sync->process_inbox() == 5);
+  CHECK(w.agents.fetches == 1);
+  CHECK(w.answered("call_1"));
+  CHECK(w.outbox->due(w.clock.now_ms(), 10)->size() == 1);
+  // Later webhooks for the same pending call answer nothing twice.
+  w.webhook("msg_again", "sess_1");
+  CHECK(w.sync->process_inbox() == 1);
+  CHECK(w.outbox->due(w.clock.now_ms(), 10)->size() == 1);
+}
+
+TEST_CASE("a failed fetch backs off with jitter and no sooner than Retry-After") {
+  World w;
+  REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());
+  w.agents.fail = make_error("agents_unavailable", "agents API answered 429");
+  w.agents.fail->retry_after_ms = 5000;
+  w.webhook("msg_1", "sess_1");
+  CHECK(w.sync->process_inbox() == 0);
+  CHECK(w.agents.fetches == 1);
+  CHECK(w.sync->process_inbox() == 0);
+  CHECK(w.agents.fetches == 1);  // not before the wait
+  w.clock.advance_ms(4999);
+  w.sync->process_inbox();
+  CHECK(w.agents.fetches == 1);
+  w.agents.fail.reset();
+  w.require_lookup("call_1");
+  w.clock.advance_ms(1);
+  CHECK(w.sync->process_inbox() == 1);
+  CHECK(w.agents.fetches == 2);
+  CHECK(w.answered("call_1"));
+}
+
+TEST_CASE("the sweep recovers a session whose webhook was lost, and leaves quiet ones alone") {
+  World w;
+  REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());
+  w.require_lookup("call_1");
+  // No webhook ever arrives; the sweep finds the recently bound session.
+  CHECK(w.sync->sweep(3600 * 1000) == 1);
+  CHECK(w.answered("call_1"));
+  // The model moves on to a new call; its webhook is lost too.
+  w.clock.advance_ms(60 * 1000);
+  w.require_lookup("call_2");
+  CHECK(w.sync->sweep(3600 * 1000) == 1);
+  CHECK(w.answered("call_2"));
+  // Hours later, with nothing outstanding, the session is left alone.
+  auto call_delivered = [&](const std::string& id) {
+    REQUIRE(w.journal
+                ->run([&](store::Txn& txn) {
+                  auto key = outbox::call_key("sess_1", "turn_1", id);
+                  auto c = txn.store().get_message<pb::ToolCall>(store::Cf::calls, key);
+                  auto call = **c;
+                  call.set_delivery("delivered");
+                  call.set_delivered_at_ms(txn.now_ms());
+                  txn.batch().put(store::Cf::calls, key, call);
+                  return Status::Ok();
+                })
+                .ok());
+  };
+  call_delivered("call_1");
+  call_delivered("call_2");
+  w.clock.advance_ms(2 * 3600 * 1000);
+  const int before = w.agents.fetches;
+  CHECK(w.sync->sweep(3600 * 1000) == 0);
+  CHECK(w.agents.fetches == before);
+}
