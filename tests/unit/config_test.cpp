@@ -108,3 +108,11 @@ secrets_env = "OPGATE_TEST_SECRETS"
   REQUIRE(c.ok());
   CHECK(c->sources.at(0).raw_keys.size() == 2);
 }
+
+TEST_CASE("the example configuration in the repository loads") {
+  setenv("OPGATE_AGENTS_WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+  auto c = daemon::load_config(OPGATE_SOURCE_DIR "/opgate.example.toml");
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK(c->principals.size() == 3);
+  CHECK(c->principals.at(1).tiers == std::vector<std::string>{"support"});
+}
