@@ -91,12 +91,19 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     const auto& in = toml::find(root, "ingress");
     if (auto e = check_keys(
             in, "ingress",
-            {"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "sources"}))
+            {"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "retention_s",
+             "sources", "header_timeout_ms", "body_timeout_ms", "max_connections"}))
       return *e;
     c.ingress_listen = string_or(in, "listen", c.ingress_listen);
     c.max_body_bytes = int_or(in, "max_body_bytes", c.max_body_bytes);
     c.timestamp_tolerance_s = int_or(in, "timestamp_tolerance_s", 300);
     c.max_backlog = int_or(in, "max_backlog", c.max_backlog);
+    c.inbox_retention_s = int_or(in, "retention_s", c.inbox_retention_s);
+    c.header_timeout_ms = int_or(in, "header_timeout_ms", c.header_timeout_ms);
+    c.body_timeout_ms = int_or(in, "body_timeout_ms", c.body_timeout_ms);
+    c.max_connections = int_or(in, "max_connections", c.max_connections);
+    if (c.header_timeout_ms <= 0 || c.body_timeout_ms <= 0 || c.max_connections <= 0)
+      return make_error("config", "ingress timeouts and max_connections must be positive");
     if (in.contains("sources")) {
       for (const auto& s : toml::find(in, "sources").as_array()) {
         if (auto e = check_keys(s, "ingress.sources", {"name", "secrets", "secrets_env"}))

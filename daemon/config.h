@@ -26,6 +26,14 @@ struct Config {
   int64_t timestamp_tolerance_s = 300;
   // Over this many unprocessed events, new ones get 503 + Retry-After.
   size_t max_backlog = 100000;
+  // Processed inbox events older than this are removed by compaction; a
+  // sender's retry after that is treated as new. 0 keeps every event.
+  int64_t inbox_retention_s = 7 * 86400;
+  // A sender that has not delivered the headers (or the body) in time is
+  // disconnected; connections past max_connections get one 503.
+  int64_t header_timeout_ms = 10'000;
+  int64_t body_timeout_ms = 30'000;
+  int64_t max_connections = 4096;
   std::vector<ingress::Source> sources;
 
   // Private operator listener (also /healthz, /readyz, /metrics).

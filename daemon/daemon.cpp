@@ -57,7 +57,10 @@ int serve(const Config& config, const ServeOptions& options) {
 
   SystemClock clock;
   Metrics metrics;
-  auto store = store::Store::open(config.data_dir, {});
+  store::OpenOptions store_options;
+  store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
+  store_options.clock = &clock;
+  auto store = store::Store::open(config.data_dir, store_options);
   if (!store) {
     spdlog::critical("cannot start: {}", store.error().message);
     return 2;
@@ -106,7 +109,9 @@ int serve(const Config& config, const ServeOptions& options) {
        std::chrono::seconds(config.sweep_window_s)});
 
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
-  metrics.gauge("opgate_fsyncs_total", [&] { return static_cast<double>(db.synced_writes()); });
+  metrics.gauge("opgate_synced_writes_total",
+                [&] { return static_cast<double>(db.synced_writes()); });
+  metrics.gauge("opgate_wal_fsyncs_total", [&] { return static_cast<double>(db.wal_syncs()); });
   // Oldest outcome_unknown age and how many need a person; computed on read.
   auto unknown_stats = [&db, &clock, attention = config.attention] {
     std::pair<double, double> out{0, 0};
@@ -148,6 +153,9 @@ int serve(const Config& config, const ServeOptions& options) {
   http::ServerOptions ingress_options;
   ingress_options.listen = config.ingress_listen;
   ingress_options.max_body_bytes = config.max_body_bytes;
+  ingress_options.header_timeout = std::chrono::milliseconds(config.header_timeout_ms);
+  ingress_options.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
+  ingress_options.max_connections = static_cast<size_t>(config.max_connections);
   // Handlers block on the synced inbox write; more threads than cores let
   // concurrent requests share one fsync.
   ingress_options.threads = 8;

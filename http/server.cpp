@@ -79,10 +79,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(16 * 1024);
     idle_ = true;
     if (server_->draining) return close();
-    // A connection that has delivered nothing yet may idle longer than one
-    // that has started a request.
-    stream_.expires_after(buffer_.size() > 0 ? server_->options.header_timeout
-                                             : server_->options.idle_timeout);
+    // One deadline for the whole header, idle keep-alive time included: a
+    // sender that trickles bytes cannot extend it.
+    stream_.expires_after(server_->options.header_timeout);
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              beast::bind_front_handler(&Connection::on_header, shared_from_this()));
   }

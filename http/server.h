@@ -24,11 +24,10 @@ struct ServerOptions {
   // Larger bodies get 413 and the connection is closed.
   size_t max_body_bytes = 1 << 20;
   // A sender that has not delivered the headers (resp. the body) in time is
-  // disconnected, so a slow sender cannot hold a connection.
+  // disconnected, so a slow sender cannot hold a connection. The header
+  // deadline also bounds how long a keep-alive connection may sit idle.
   std::chrono::milliseconds header_timeout{10'000};
   std::chrono::milliseconds body_timeout{30'000};
-  // How long a keep-alive connection may sit idle between requests.
-  std::chrono::milliseconds idle_timeout{60'000};
   std::chrono::milliseconds write_timeout{10'000};
 };
 

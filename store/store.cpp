@@ -1,12 +1,16 @@
 #include "store/store.h"
 
+#include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/statistics.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <vector>
+
+#include "opgate.pb.h"
 
 namespace opgate::store {
 
@@ -17,6 +21,26 @@ constexpr std::array<std::string_view, kCfCount> kNames = {
 Error from_rocks(const rocksdb::Status& s, std::string_view what) {
   return make_error("storage_error", std::string(what) + ": " + s.ToString());
 }
+
+// Drops inbox events that were processed longer ago than the retention.
+// Queue entries and unprocessed events are always kept.
+class InboxRetentionFilter final : public rocksdb::CompactionFilter {
+ public:
+  InboxRetentionFilter(const Clock& clock, int64_t retention_ms)
+      : clock_(clock), retention_ms_(retention_ms) {}
+  bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value, std::string*,
+              bool*) const override {
+    if (!key.starts_with("e/")) return false;
+    pb::InboxEvent event;
+    if (!event.ParseFromArray(value.data(), static_cast<int>(value.size()))) return false;
+    return event.processed() && event.processed_at_ms() < clock_.now_ms() - retention_ms_;
+  }
+  const char* Name() const override { return "opgate.InboxRetention"; }
+
+ private:
+  const Clock& clock_;
+  int64_t retention_ms_;
+};
 }  // namespace
 
 std::string_view cf_name(Cf cf) { return kNames[static_cast<size_t>(cf)]; }
@@ -98,9 +122,16 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOpt
   db_options.enable_pipelined_write = false;
   db_options.allow_concurrent_memtable_write = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  // Tickers only (no histograms): WAL syncs for /metrics and benchmarks.
+  db_options.statistics = rocksdb::CreateDBStatistics();
+  db_options.statistics->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);
+  std::unique_ptr<rocksdb::CompactionFilter> inbox_filter;
+  if (o.inbox_retention_ms > 0 && o.clock)
+    inbox_filter = std::make_unique<InboxRetentionFilter>(*o.clock, o.inbox_retention_ms);
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (auto name : kNames) {
     rocksdb::ColumnFamilyOptions cf_options;
+    if (name == cf_name(Cf::inbox)) cf_options.compaction_filter = inbox_filter.get();
     cfs.emplace_back(std::string(name), cf_options);
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -111,6 +142,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOpt
   if (!s.ok()) return from_rocks(s, "cannot open data directory " + dir);
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;
+  store->inbox_filter_ = std::move(inbox_filter);
   store->db_.reset(raw);
   for (size_t i = 0; i < kCfCount; ++i) store->handles_[i] = handles[i];
   return store;
@@ -191,6 +223,20 @@ Result<std::optional<std::string>> Store::last_key(Cf cf, std::string_view prefi
   return std::optional<std::string>(it->key().ToString());
 }
 
+Status Store::compact(Cf cf) {
+  rocksdb::CompactRangeOptions options;
+  options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  rocksdb::Status s =
+      db_->CompactRange(options, handles_[static_cast<size_t>(cf)], nullptr, nullptr);
+  if (!s.ok()) return from_rocks(s, "compaction failed");
+  return Status::Ok();
+}
+
 uint64_t Store::synced_writes() const { return synced_writes_.load(); }
+
+uint64_t Store::wal_syncs() const {
+  auto stats = db_->GetOptions().statistics;
+  return stats ? stats->getTickerCount(rocksdb::WAL_FILE_SYNCED) : 0;
+}
 
 }  // namespace opgate::store

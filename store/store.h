@@ -16,12 +16,14 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 
 namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
 class WriteBatch;
+class CompactionFilter;
 }  // namespace rocksdb
 
 namespace opgate::store {
@@ -57,6 +59,11 @@ struct OpenOptions {
   bool create_if_missing = true;
   // Open read-only (offline audit verification on a stopped daemon's data).
   bool read_only = false;
+  // Inbox retention: processed events older than this are dropped by
+  // compaction, never by a scan that would block ingest. 0 keeps them all.
+  // Needs `clock`, which must outlive the store.
+  int64_t inbox_retention_ms = 0;
+  const Clock* clock = nullptr;
 };
 
 class Store {
@@ -93,8 +100,13 @@ class Store {
   // Last key with the prefix, if any.
   Result<std::optional<std::string>> last_key(Cf cf, std::string_view prefix) const;
 
-  // Number of synced writes since open, for /metrics.
+  // Compacts a whole column family now (tests; operators rarely need it).
+  Status compact(Cf cf);
+
+  // Number of synced writes requested since open, for /metrics.
   uint64_t synced_writes() const;
+  // Number of WAL fsyncs RocksDB performed: concurrent synced writes share one.
+  uint64_t wal_syncs() const;
   const std::string& dir() const { return dir_; }
 
  private:
@@ -103,6 +115,7 @@ class Store {
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};
   std::atomic<uint64_t> synced_writes_{0};
+  std::unique_ptr<rocksdb::CompactionFilter> inbox_filter_;
 };
 
 // Prefix-upper-bound helper: smallest string greater than every key with

@@ -26,6 +26,21 @@ SessionSync::SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox:
       metrics_(metrics),
       random_(std::move(random)) {}
 
+Status SessionSync::mark_processed(store::Txn& txn, const std::string& queue_key) {
+  auto event_key = txn.store().get(Cf::inbox, queue_key);
+  if (!event_key) return event_key.error();
+  txn.batch().del(Cf::inbox, queue_key);
+  if (!event_key->has_value()) return Status::Ok();
+  auto event = txn.store().get_message<pb::InboxEvent>(Cf::inbox, **event_key);
+  if (!event) return event.error();
+  if (!event->has_value()) return Status::Ok();
+  // Processed events become eligible for removal by the retention filter.
+  (*event)->set_processed(true);
+  (*event)->set_processed_at_ms(txn.now_ms());
+  txn.batch().put(Cf::inbox, **event_key, **event);
+  return Status::Ok();
+}
+
 bool SessionSync::is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms) {
   bool any_call = false, open = false;
   int64_t last_activity = 0;
@@ -103,7 +118,8 @@ size_t SessionSync::process_inbox() {
   size_t handled = 0;
   if (!done.empty()) {
     Status s = journal_.run([&](store::Txn& txn) -> Status {
-      for (const auto& k : done) txn.batch().del(Cf::inbox, k);
+      for (const auto& k : done)
+        if (Status m = mark_processed(txn, k); !m) return m;
       return Status::Ok();
     });
     if (s) handled += done.size();
@@ -155,7 +171,8 @@ size_t SessionSync::process_inbox() {
     Status s = journal_.run([&](store::Txn& txn) -> Status {
       for (const auto& action : view->required_actions)
         if (Status a = answer(txn, **session, action); !a) return a;
-      for (const auto& k : keys) txn.batch().del(Cf::inbox, k);
+      for (const auto& k : keys)
+        if (Status m = mark_processed(txn, k); !m) return m;
       pb::Session updated = **session;
       updated.set_last_sync_ms(txn.now_ms());
       txn.batch().put(Cf::sessions, session_id, updated);

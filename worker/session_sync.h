@@ -58,6 +58,8 @@ class SessionSync {
   PolicyConfig policy_;
   Metrics& metrics_;
   std::mutex sync_mu_;  // one sync at a time: per-session order and no duplicate work
+  // Removes a queue entry and marks its event processed, in the txn.
+  Status mark_processed(store::Txn& txn, const std::string& queue_key);
   bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
 
   struct Retry {

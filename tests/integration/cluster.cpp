@@ -146,6 +146,7 @@ max_amount_minor = {{ USD = {}, GBP = {} }}
 [ingress]
 listen = "{}"
 timestamp_tolerance_s = 300
+{}
 [[ingress.sources]]
 name = "agents"
 secrets = ["{}"]
@@ -174,7 +175,7 @@ two_person_threshold_minor = {{ USD = 50000, GBP = 50000 }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
 {}
 )",
-      ingress_listen, webhook_secret(), operator_listen,
+      ingress_listen, options_.extra_ingress, webhook_secret(), operator_listen,
       token("admin", kAdminToken, R"("admin")", 1000000),
       token("alice", kAliceToken, R"("operations:read", "operations:approve")", 100000),
       token("bob", kBobToken, R"("operations:read", "operations:approve")", 100000),

@@ -24,7 +24,8 @@ struct ClusterOptions {
   int payments_timeout_ms = 1500;
   int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
-  std::string extra_policy;  // TOML lines appended to [policy]
+  std::string extra_policy;   // TOML lines appended to [policy]
+  std::string extra_ingress;  // TOML lines appended to [ingress]
 };
 
 // Tokens configured for every cluster; their principals in the comments.
@@ -82,6 +83,7 @@ class Cluster {
   void start_daemon();
 
   const std::filesystem::path& dir() const { return dir_; }
+  uint16_t ingress_port() const { return ingress_port_; }
   std::string webhook_secret() const { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; }
   std::string daemon_log() const;
 

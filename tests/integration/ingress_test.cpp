@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <boost/asio.hpp>
 #include <chrono>
 #include <thread>
 
@@ -124,4 +125,47 @@ TEST_CASE("SIGTERM drains and exits 0; readyz is ready while serving") {
   c.stop_daemon_gracefully(&code);
   CHECK(code == 0);
   CHECK(c.daemon_log().find("drained") != std::string::npos);
+}
+
+TEST_CASE("two copies of an event at the same moment: one stored, both acknowledged") {
+  Cluster c;
+  const auto body = envelope("sess_twin");
+  for (int round = 0; round < 20; ++round) {
+    const std::string id = fmt::format("msg_twin_{}", round);
+    std::vector<http::Response> answers(2);
+    std::vector<std::thread> senders;
+    for (int i = 0; i < 2; ++i)
+      senders.emplace_back(
+          [&, i] { answers[i] = c.webhook("agents", signed_headers(c, id, body), body); });
+    for (auto& t : senders) t.join();
+    CHECK(answers[0].status == 200);
+    CHECK(answers[1].status == 200);
+    CHECK(answers[0].body != answers[1].body);  // one new, one duplicate
+  }
+  auto metrics = c.op("GET", "/metrics").raw;
+  CHECK(metrics.find(R"(opgate_webhooks_accepted_total{source="agents"} 20)") != std::string::npos);
+  CHECK(metrics.find(R"(opgate_webhooks_duplicate_total{source="agents"} 20)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a slow sender is disconnected and does not hold up others; a full backlog is a 503") {
+  ClusterOptions o;
+  o.extra_ingress = "header_timeout_ms = 300\nmax_backlog = 0";
+  Cluster c(o);
+  // A sender that starts a request and never finishes its headers.
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::socket slow(ioc);
+  slow.connect({boost::asio::ip::make_address("127.0.0.1"), c.ingress_port()});
+  const std::string partial = "POST /v1/webhooks/agents HTTP/1.1\r\nHost: x\r\n";
+  boost::asio::write(slow, boost::asio::buffer(partial));
+  // Meanwhile a good request is answered (here: refused for the backlog bound).
+  const auto body = envelope();
+  auto busy = c.webhook("agents", signed_headers(c, "msg_busy", body), body);
+  CHECK(busy.status == 503);
+  CHECK(busy.headers.count("Retry-After") == 1);
+  // The slow connection is closed by the server: the read ends, not by us.
+  char buf[256];
+  boost::system::error_code ec;
+  slow.read_some(boost::asio::buffer(buf), ec);
+  CHECK(ec == boost::asio::error::eof);
 }

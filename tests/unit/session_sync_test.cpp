@@ -161,3 +161,42 @@ TEST_CASE("the sweep recovers a session whose webhook was lost, and leaves quiet
   CHECK(w.sync->sweep(3600 * 1000) == 0);
   CHECK(w.agents.fetches == before);
 }
+
+TEST_CASE("compaction removes processed inbox events past retention, and nothing else") {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("opgate-retention-" + crypto::random_hex(6));
+  ManualClock clock{1'800'000'000'000};
+  store::OpenOptions options;
+  options.clock = &clock;
+  options.inbox_retention_ms = 3600 * 1000;
+  {
+    auto store = std::move(store::Store::open(dir.string(), options).value());
+    auto journal = std::move(store::Journal::open(*store, clock).value());
+    ingress::Inbox inbox(*store, clock);
+    outbox::Outbox outbox(*store);
+    ScriptedAgents agents;
+    Metrics metrics;
+    worker::SessionSync sync(*journal, inbox, outbox, agents, worker::PolicyConfig{}, metrics,
+                             [] { return 0.0; });
+    // An event of another type is processed by being stored; one for an
+    // unbound session waits, unprocessed.
+    REQUIRE(inbox.accept("agents", "msg_done", "{}", {"evt_1", "response.completed", ""}).ok());
+    REQUIRE(inbox
+                .accept("agents", "msg_waiting", "{}",
+                        {"evt_2", std::string(ingress::kActionRequired), "sess_unbound"})
+                .ok());
+    sync.process_inbox();
+    clock.advance_ms(2 * 3600 * 1000);
+    REQUIRE(inbox.accept("agents", "msg_recent", "{}", {"evt_3", "response.completed", ""}).ok());
+    sync.process_inbox();
+    REQUIRE(store->compact(store::Cf::inbox).ok());
+    auto has = [&](const char* id) {
+      auto v = store->get(store::Cf::inbox, ingress::Inbox::event_key("agents", id));
+      return v.ok() && v->has_value();
+    };
+    CHECK_FALSE(has("msg_done"));
+    CHECK(has("msg_waiting"));
+    CHECK(has("msg_recent"));
+  }
+  std::filesystem::remove_all(dir);
+}
