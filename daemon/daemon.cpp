@@ -158,7 +158,7 @@ int serve(const Config& config, const ServeOptions& options) {
   ingress_options.max_connections = static_cast<size_t>(config.max_connections);
   // Handlers block on the synced inbox write; more threads than cores let
   // concurrent requests share one fsync.
-  ingress_options.threads = 8;
+  ingress_options.threads = 64;
   http::Server ingress_server(ingress_options,
                               [&](http::Request&& r) { return ingress_router.dispatch(r); });
 

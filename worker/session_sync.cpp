@@ -125,7 +125,10 @@ size_t SessionSync::process_inbox() {
     if (s) handled += done.size();
   }
   const int64_t now = journal_.clock().now_ms();
-  for (const auto& [session_id, keys] : by_session) {
+  for (const auto& entry : by_session) {
+    // Named, not structured bindings: the lambdas below capture them.
+    const std::string& session_id = entry.first;
+    const std::vector<std::string>& keys = entry.second;
     if (auto it = retries_.find(session_id); it != retries_.end() && it->second.at_ms > now)
       continue;
     auto session = store.get_message<pb::Session>(Cf::sessions, session_id);

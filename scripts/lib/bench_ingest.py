@@ -27,6 +27,14 @@ def metric(c, name):
     return total
 
 
+def stored_check(stored, acked):
+    """Every 2xx must be stored. wrk stops counting at the deadline, so a
+    few requests stored while in flight may have no counted 2xx."""
+    if stored < acked:
+        return f"LOST {acked - stored:.0f}"
+    return "yes" if stored == acked else f"yes (+{stored - acked:.0f} in flight)"
+
+
 def disk_sync_rate(directory, seconds=2.0):
     path = os.path.join(directory, "fsync-probe")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -57,7 +65,7 @@ def main():
         print(f"disk: {rate:.0f} synced 1 KiB writes/s (write + fdatasync loop)")
         print(f"body: {len(body)} bytes; {seconds} s per level\n")
         print(f"{'conns':>5} {'acks/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} "
-              f"{'fsyncs/s':>8} {'ev/fsync':>8} {'x disk':>6} {'stored=2xx':>10}")
+              f"{'fsyncs/s':>8} {'ev/fsync':>8} {'x disk':>6} {'stored>=2xx':>10}")
         for conns in (1, 16, 64, 256):
             n = 60000 * seconds if conns > 1 else 4000 * seconds
             reqs = os.path.join(work, f"reqs-{conns}.txt")
@@ -84,7 +92,7 @@ def main():
             secs = duration_us / 1e6
             print(f"{conns:>5} {ok / secs:>8.0f} {p50 / 1000:>7.2f} {p99 / 1000:>7.2f} "
                   f"{p999 / 1000:>8.2f} {fsyncs / secs:>8.0f} {accepted / max(fsyncs, 1):>8.1f} "
-                  f"{ok / secs / rate:>6.1f} {'yes' if accepted == ok else f'NO ({accepted:.0f} vs {ok})':>10}"
+                  f"{ok / secs / rate:>6.1f} {stored_check(accepted, ok):>10}"
                   + (f"  socket errors: {sock_errors}" if sock_errors else ""), flush=True)
     finally:
         c.close()

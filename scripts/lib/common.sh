@@ -24,7 +24,7 @@ ensure_packages() {
     "${missing[@]}" >/dev/null
 }
 
-# build DIR BUILD_TYPE [extra cmake args...]
+# build DIR BUILD_TYPE [extra cmake args...]; OPGATE_BUILD_TARGET limits the build.
 build() {
   local dir=$1 type=$2
   shift 2
@@ -33,5 +33,5 @@ build() {
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
   fi
-  cmake --build "$dir" -j "$jobs"
+  cmake --build "$dir" -j "$jobs" ${OPGATE_BUILD_TARGET:+--target "$OPGATE_BUILD_TARGET"}
 }
