@@ -196,3 +196,31 @@ TEST_CASE("on-call resolves an outcome_unknown operation by hand, audited, with 
     return str(s.at("turns").as_array().at(0), "status") == "completed";
   });
 }
+
+TEST_CASE("a daemon killed while executing restarts into outcome_unknown and reconciles once") {
+  ClusterOptions o;
+  o.orders = fault_orders(1);
+  o.payments_timeout_ms = 5000;
+  Cluster c(o);
+  const auto key = key_for(1);
+  // The provider holds the call long enough to kill the daemon mid-flight.
+  c.payments_admin("POST", "/_sim/faults", refund_fault(key, "delay", 1, 3000));
+  auto session = c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"F1"}}])");
+  c.wait_operation(key, [](auto& x) { return str(x, "state") == "pending"; });
+  c.approve(key);
+  c.wait_operation(key, [](auto& x) { return str(x, "state") == "executing"; });
+  c.restart_daemon(/*kill9=*/true);
+  // The restart marks it unknown (the history shows it), then it is proven;
+  // meanwhile the same idempotency key keeps a re-execution from paying twice.
+  auto op = c.wait_operation(key, [](auto& x) { return str(x, "state") == "settled"; });
+  CHECK(str(op, "outcome") == "succeeded");
+  bool restarted = false;
+  for (const auto& h : op.at("history").as_array())
+    if (str(h, "action") == "restart" && str(h, "to") == "outcome_unknown") restarted = true;
+  CHECK(restarted);
+  check_ledgers_agree(c);
+  CHECK(provider_objects(c).size() == 1);
+  c.wait_session_sim(session, [](auto& s) {
+    return str(s.at("turns").as_array().at(0), "status") == "completed";
+  });
+}
