@@ -149,15 +149,7 @@ void AgentSim::add_routes() {
   admin_.add(
       "POST", "/_sim/sessions/{id}/notify",
       [this](const http::Request&, const http::PathParams& p) { return admin_notify(p.at("id")); });
-  admin_.add("POST", "/_sim/faults", [this](const http::Request& r, const http::PathParams&) {
-    return admin_add_faults(r);
-  });
-  admin_.add("GET", "/_sim/faults",
-             [this](const http::Request&, const http::PathParams&) { return admin_list_faults(); });
-  admin_.add("DELETE", "/_sim/faults", [this](const http::Request&, const http::PathParams&) {
-    faults_.clear();
-    return json_reply(200, json::object{{"cleared", true}});
-  });
+  add_fault_admin_routes(admin_, faults_, kTransportFaults, "call_id");
   admin_.add("POST", "/_sim/webhook_target",
              [this](const http::Request& r, const http::PathParams&) {
                return admin_set_webhook_target(r);
@@ -484,22 +476,6 @@ http::Response AgentSim::admin_session(const std::string& id) {
   out["think_ms"] = it->second->think_ms;
   out["webhooks_sent"] = it->second->webhooks_sent;
   return json_reply(200, out);
-}
-
-http::Response AgentSim::admin_add_faults(const http::Request& request) {
-  auto body = parse_json(request.body);
-  if (!body) return invalid_request("The body must be JSON.", "invalid_json");
-  auto rules = parse_fault_rules(*body, kTransportFaults, "call_id");
-  if (!rules) return invalid_request(rules.error().message, rules.error().code);
-  if (auto added = faults_.add(std::move(rules.value())); !added)
-    return invalid_request(added.error().message, added.error().code);
-  return admin_list_faults();
-}
-
-http::Response AgentSim::admin_list_faults() {
-  json::array rules;
-  for (const auto& rule : faults_.list()) rules.push_back(fault_rule_to_json(rule, "call_id"));
-  return json_reply(200, json::object{{"rules", std::move(rules)}});
 }
 
 http::Response AgentSim::admin_stats() {

@@ -62,8 +62,6 @@ class AgentSim {
   http::Response admin_notify(const std::string& id);
   http::Response admin_set_webhook_target(const http::Request& request);
   http::Response admin_session(const std::string& id);
-  http::Response admin_add_faults(const http::Request& request);
-  http::Response admin_list_faults();
   http::Response admin_stats();
   http::Response admin_reset();
 

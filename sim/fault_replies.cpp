@@ -1,6 +1,9 @@
 #include "sim/fault_replies.h"
 
+#include <boost/json.hpp>
 #include <string>
+
+#include "sim/sim_http.h"
 
 namespace opgate::sim {
 
@@ -28,6 +31,33 @@ http::Response after_commit_response(const std::optional<FaultRule>& rule, http:
   }
   if (rule && rule->action == FaultAction::kError500AfterCommit) return replies.server_error();
   return processed;
+}
+
+void add_fault_admin_routes(http::Router& admin, FaultTable& faults, FaultActionSet allowed,
+                            std::string_view subject_field) {
+  auto list = [&faults, field = std::string(subject_field)] {
+    boost::json::array rules;
+    for (const auto& rule : faults.list()) rules.push_back(fault_rule_to_json(rule, field));
+    return json_reply(200, boost::json::object{{"rules", std::move(rules)}});
+  };
+  admin.add("POST", "/_sim/faults",
+            [&faults, allowed, list, field = std::string(subject_field)](const http::Request& r,
+                                                                         const http::PathParams&) {
+              auto body = parse_json(r.body);
+              if (!body) return http::error_response(400, "invalid_json", "The body must be JSON.");
+              auto rules = parse_fault_rules(*body, allowed, field);
+              if (!rules)
+                return http::error_response(400, rules.error().code, rules.error().message);
+              if (auto added = faults.add(std::move(rules.value())); !added)
+                return http::error_response(400, added.error().code, added.error().message);
+              return list();
+            });
+  admin.add("GET", "/_sim/faults",
+            [list](const http::Request&, const http::PathParams&) { return list(); });
+  admin.add("DELETE", "/_sim/faults", [&faults](const http::Request&, const http::PathParams&) {
+    faults.clear();
+    return json_reply(200, boost::json::object{{"cleared", true}});
+  });
 }
 
 }  // namespace opgate::sim

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 
 #include "http/message.h"
+#include "http/router.h"
 #include "sim/faults.h"
 
 namespace opgate::sim {
@@ -19,5 +21,11 @@ http::Response before_commit_response(const FaultRule& rule, const FaultReplies&
 // What the client sees after the request was processed into `processed`.
 http::Response after_commit_response(const std::optional<FaultRule>& rule, http::Response processed,
                                      const FaultReplies& replies);
+
+// The fault admin API on `admin`: POST /_sim/faults adds rules (only actions
+// in `allowed`), GET lists them, DELETE clears them. `subject_field` names
+// the rule field matched against each request's subject.
+void add_fault_admin_routes(http::Router& admin, FaultTable& faults, FaultActionSet allowed,
+                            std::string_view subject_field);
 
 }  // namespace opgate::sim

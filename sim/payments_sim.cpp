@@ -128,15 +128,9 @@ void PaymentsSim::add_routes() {
              [this](const http::Request& r, const http::PathParams& p) {
                return admin_settle_refund(r, p.at("id"));
              });
-  admin_.add("POST", "/_sim/faults", [this](const http::Request& r, const http::PathParams&) {
-    return admin_add_faults(r);
-  });
-  admin_.add("GET", "/_sim/faults",
-             [this](const http::Request&, const http::PathParams&) { return admin_list_faults(); });
-  admin_.add("DELETE", "/_sim/faults", [this](const http::Request&, const http::PathParams&) {
-    faults_.clear();
-    return json_reply(200, json::object{{"cleared", true}});
-  });
+  add_fault_admin_routes(
+      admin_, faults_, kTransportFaults | fault_set({FaultAction::kDecline, FaultAction::kPending}),
+      "operation_key");
   admin_.add("GET", "/_sim/ledger", [this](const http::Request&, const http::PathParams&) {
     return json_reply(200, ledger_.snapshot());
   });
@@ -434,29 +428,6 @@ http::Response PaymentsSim::admin_settle_refund(const http::Request& request,
   auto settled = ledger_.settle_refund(id, json_string(body->as_object(), "status"));
   if (const auto* err = error_in(settled)) return stripe_reply(*err);
   return json_reply(200, to_json(std::get<Refund>(settled)));
-}
-
-http::Response PaymentsSim::admin_add_faults(const http::Request& request) {
-  auto body = parse_json(request.body);
-  if (!body)
-    return stripe_reply(error_of(400, "invalid_request_error", "", "The body must be JSON."));
-  constexpr FaultActionSet kAllowed =
-      kTransportFaults | fault_set({FaultAction::kDecline, FaultAction::kPending});
-  auto rules = parse_fault_rules(*body, kAllowed, "operation_key");
-  if (!rules)
-    return stripe_reply(
-        error_of(400, "invalid_request_error", rules.error().code, rules.error().message));
-  if (auto added = faults_.add(std::move(rules.value())); !added)
-    return stripe_reply(
-        error_of(400, "invalid_request_error", added.error().code, added.error().message));
-  return admin_list_faults();
-}
-
-http::Response PaymentsSim::admin_list_faults() {
-  json::array rules;
-  for (const auto& rule : faults_.list())
-    rules.push_back(fault_rule_to_json(rule, "operation_key"));
-  return json_reply(200, json::object{{"rules", std::move(rules)}});
 }
 
 http::Response PaymentsSim::admin_stats() {

@@ -57,8 +57,6 @@ class PaymentsSim {
   http::Response admin_register_intent(const http::Request& request);
   http::Response admin_register_customer(const http::Request& request);
   http::Response admin_settle_refund(const http::Request& request, const std::string& id);
-  http::Response admin_add_faults(const http::Request& request);
-  http::Response admin_list_faults();
   http::Response admin_stats();
   http::Response admin_reset();
 

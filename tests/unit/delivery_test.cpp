@@ -8,31 +8,12 @@
 #include "common/crypto.h"
 #include "common/metrics.h"
 #include "outbox/drainer.h"
+#include "store_world.h"
 #include "worker/tools.h"
 
 using namespace opgate;
 
 namespace {
-
-class VerdictAgents final : public adapters::AgentsClient {
- public:
-  Result<adapters::SubmitVerdict> next = adapters::SubmitVerdict::accepted;
-  std::vector<std::string> keys;  // Idempotency-Keys sent
-
-  Result<adapters::SessionView> get_session(const std::string&) override {
-    return adapters::SessionView{};
-  }
-  Result<adapters::SubmitVerdict> submit_result(const std::string&, const pb::CallRef&,
-                                                const pb::ToolResult&,
-                                                const std::string& key) override {
-    keys.push_back(key);
-    return next;
-  }
-  Result<std::string> get_turns(const std::string&) override { return std::string(); }
-  Result<adapters::Page> get_items(const std::string&, const std::string&, int) override {
-    return adapters::Page{};
-  }
-};
 
 class NoProvider final : public adapters::PaymentProvider {
  public:
@@ -40,17 +21,9 @@ class NoProvider final : public adapters::PaymentProvider {
   adapters::LookupResult find(const adapters::PaymentRequest&) override { return {}; }
 };
 
-struct World {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("opgate-deliver-" + crypto::random_hex(6));
-  ManualClock clock{1'800'000'000'000};
-  std::unique_ptr<store::Store> store = std::move(store::Store::open(dir.string(), {}).value());
-  std::unique_ptr<store::Journal> journal = std::move(store::Journal::open(*store, clock).value());
-  outbox::Outbox outbox{*store};
-  VerdictAgents agents;
+struct World : testing::StoreWorld {
   NoProvider provider;
-  Metrics metrics;
-  outbox::Drainer drainer{*journal, outbox, provider, agents, metrics, [] { return 0.0; }};
+  outbox::Drainer drainer{*journal, *outbox, provider, agents, metrics, [] { return 0.0; }};
 
   World() {
     REQUIRE(journal
@@ -59,12 +32,11 @@ struct World {
                   call.set_session_id("sess_1");
                   call.set_turn_id("turn_1");
                   call.set_call_id("call_1");
-                  outbox.stage_result(txn, call, worker::failure_result("No such order."));
+                  outbox->stage_result(txn, call, worker::failure_result("No such order."));
                   return Status::Ok();
                 })
                 .ok());
   }
-  ~World() { std::filesystem::remove_all(dir); }
 
   std::string delivery() {
     auto c = store->get_message<pb::ToolCall>(store::Cf::calls,
@@ -77,34 +49,34 @@ struct World {
 
 TEST_CASE("a call the session no longer waits for is recorded as stale, not retried") {
   World w;
-  w.agents.next = adapters::SubmitVerdict::unknown_call;
+  w.agents.verdict = adapters::SubmitVerdict::unknown_call;
   CHECK(w.drainer.run_once() == 1);
   CHECK(w.delivery() == "stale");
-  CHECK(w.outbox.due(w.clock.now_ms() + 3'600'000, 10)->empty());
+  CHECK(w.outbox->due(w.clock.now_ms() + 3'600'000, 10)->empty());
 }
 
 TEST_CASE("a conflicting result is flagged, never overwritten or retried") {
   World w;
-  w.agents.next = adapters::SubmitVerdict::conflict;
+  w.agents.verdict = adapters::SubmitVerdict::conflict;
   w.drainer.run_once();
   CHECK(w.delivery() == "conflict");
-  CHECK(w.outbox.due(w.clock.now_ms() + 3'600'000, 10)->empty());
-  CHECK(w.agents.keys.size() == 1);
+  CHECK(w.outbox->due(w.clock.now_ms() + 3'600'000, 10)->empty());
+  CHECK(w.agents.idempotency_keys.size() == 1);
 }
 
 TEST_CASE("a retryable failure waits for Retry-After and resends under the same key") {
   World w;
   Error busy = make_error("agents_unavailable", "agents API answered 429");
   busy.retry_after_ms = 7000;
-  w.agents.next = busy;
+  w.agents.verdict = busy;
   w.drainer.run_once();
   CHECK(w.delivery() == "pending");
-  CHECK(w.outbox.due(w.clock.now_ms() + 6999, 10)->empty());
-  REQUIRE(w.outbox.due(w.clock.now_ms() + 7000, 10)->size() == 1);
+  CHECK(w.outbox->due(w.clock.now_ms() + 6999, 10)->empty());
+  REQUIRE(w.outbox->due(w.clock.now_ms() + 7000, 10)->size() == 1);
   w.clock.advance_ms(7000);
-  w.agents.next = adapters::SubmitVerdict::accepted;
+  w.agents.verdict = adapters::SubmitVerdict::accepted;
   w.drainer.run_once();
   CHECK(w.delivery() == "delivered");
-  REQUIRE(w.agents.keys.size() == 2);
-  CHECK(w.agents.keys[0] == w.agents.keys[1]);
+  REQUIRE(w.agents.idempotency_keys.size() == 2);
+  CHECK(w.agents.idempotency_keys[0] == w.agents.idempotency_keys[1]);
 }

@@ -11,54 +11,22 @@
 #include "ingress/inbox.h"
 #include "operations/repository.h"
 #include "outbox/outbox.h"
+#include "store_world.h"
 #include "worker/session_sync.h"
 
 using namespace opgate;
 
 namespace {
 
-// The agent platform is not reached in these tests.
-class NoAgents final : public adapters::AgentsClient {
- public:
-  Result<adapters::SessionView> get_session(const std::string&) override {
-    return make_error("unreachable", "not in this test");
-  }
-  Result<adapters::SubmitVerdict> submit_result(const std::string&, const pb::CallRef&,
-                                                const pb::ToolResult&,
-                                                const std::string&) override {
-    return make_error("unreachable", "not in this test");
-  }
-  Result<std::string> get_turns(const std::string&) override {
-    return make_error("unreachable", "not in this test");
-  }
-  Result<adapters::Page> get_items(const std::string&, const std::string&, int) override {
-    return make_error("unreachable", "not in this test");
-  }
-};
-
-struct World {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("opgate-expiry-" + crypto::random_hex(6));
-  ManualClock clock{1'800'000'000'000};
-  std::unique_ptr<store::Store> store;
-  std::unique_ptr<store::Journal> journal;
-  std::unique_ptr<ingress::Inbox> inbox;
-  std::unique_ptr<outbox::Outbox> outbox;
-  NoAgents agents;
-  Metrics metrics;
+struct World : testing::StoreWorld {
   std::unique_ptr<worker::SessionSync> sync;
 
   World() {
-    store = std::move(store::Store::open(dir.string(), {}).value());
-    journal = std::move(store::Journal::open(*store, clock).value());
-    inbox = std::make_unique<ingress::Inbox>(*store, clock);
-    outbox = std::make_unique<outbox::Outbox>(*store);
     worker::PolicyConfig policy;
     policy.approval_ttl_s = 3600;
     sync = std::make_unique<worker::SessionSync>(*journal, *inbox, *outbox, agents, policy, metrics,
                                                  [] { return 0.5; });
   }
-  ~World() { std::filesystem::remove_all(dir); }
 
   void propose(const std::string& key) {
     REQUIRE(journal

@@ -12,50 +12,16 @@
 #include "common/metrics.h"
 #include "ingress/inbox.h"
 #include "outbox/outbox.h"
+#include "store_world.h"
 
 using namespace opgate;
 
 namespace {
 
-class ScriptedAgents final : public adapters::AgentsClient {
- public:
-  std::optional<Error> fail;
-  adapters::SessionView view;
-  int fetches = 0;
-
-  Result<adapters::SessionView> get_session(const std::string&) override {
-    ++fetches;
-    if (fail) return *fail;
-    return view;
-  }
-  Result<adapters::SubmitVerdict> submit_result(const std::string&, const pb::CallRef&,
-                                                const pb::ToolResult&,
-                                                const std::string&) override {
-    return adapters::SubmitVerdict::accepted;
-  }
-  Result<std::string> get_turns(const std::string&) override { return std::string("{}"); }
-  Result<adapters::Page> get_items(const std::string&, const std::string&, int) override {
-    return adapters::Page{};
-  }
-};
-
-struct World {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("opgate-sync-" + crypto::random_hex(6));
-  ManualClock clock{1'800'000'000'000};
-  std::unique_ptr<store::Store> store;
-  std::unique_ptr<store::Journal> journal;
-  std::unique_ptr<ingress::Inbox> inbox;
-  std::unique_ptr<outbox::Outbox> outbox;
-  ScriptedAgents agents;
-  Metrics metrics;
+struct World : testing::StoreWorld {
   std::unique_ptr<worker::SessionSync> sync;
 
-  World() {
-    store = std::move(store::Store::open(dir.string(), {}).value());
-    journal = std::move(store::Journal::open(*store, clock).value());
-    inbox = std::make_unique<ingress::Inbox>(*store, clock);
-    outbox = std::make_unique<outbox::Outbox>(*store);
+  explicit World(store::OpenOptions options = {}) : StoreWorld(options) {
     sync = std::make_unique<worker::SessionSync>(
         *journal, *inbox, *outbox, agents, worker::PolicyConfig{}, metrics, [] { return 0.0; });
     pb::Order order;
@@ -72,7 +38,6 @@ struct World {
     b.put(store::Cf::orders, "ORDER-100", order);
     REQUIRE(store->commit(b).ok());
   }
-  ~World() { std::filesystem::remove_all(dir); }
 
   void webhook(const std::string& id, const std::string& session) {
     ingress::Envelope e{"evt_" + id, std::string(ingress::kActionRequired), session};
@@ -110,8 +75,8 @@ TEST_CASE("a burst of webhooks for one session is one fetch, answered once") {
 TEST_CASE("a failed fetch backs off with jitter and no sooner than Retry-After") {
   World w;
   REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());
-  w.agents.fail = make_error("agents_unavailable", "agents API answered 429");
-  w.agents.fail->retry_after_ms = 5000;
+  w.agents.fetch_error = make_error("agents_unavailable", "agents API answered 429");
+  w.agents.fetch_error->retry_after_ms = 5000;
   w.webhook("msg_1", "sess_1");
   CHECK(w.sync->process_inbox() == 0);
   CHECK(w.agents.fetches == 1);
@@ -120,7 +85,7 @@ TEST_CASE("a failed fetch backs off with jitter and no sooner than Retry-After")
   w.clock.advance_ms(4999);
   w.sync->process_inbox();
   CHECK(w.agents.fetches == 1);
-  w.agents.fail.reset();
+  w.agents.fetch_error.reset();
   w.require_lookup("call_1");
   w.clock.advance_ms(1);
   CHECK(w.sync->process_inbox() == 1);
@@ -163,40 +128,26 @@ TEST_CASE("the sweep recovers a session whose webhook was lost, and leaves quiet
 }
 
 TEST_CASE("compaction removes processed inbox events past retention, and nothing else") {
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("opgate-retention-" + crypto::random_hex(6));
-  ManualClock clock{1'800'000'000'000};
   store::OpenOptions options;
-  options.clock = &clock;
   options.inbox_retention_ms = 3600 * 1000;
-  {
-    auto store = std::move(store::Store::open(dir.string(), options).value());
-    auto journal = std::move(store::Journal::open(*store, clock).value());
-    ingress::Inbox inbox(*store, clock);
-    outbox::Outbox outbox(*store);
-    ScriptedAgents agents;
-    Metrics metrics;
-    worker::SessionSync sync(*journal, inbox, outbox, agents, worker::PolicyConfig{}, metrics,
-                             [] { return 0.0; });
-    // An event of another type is processed by being stored; one for an
-    // unbound session waits, unprocessed.
-    REQUIRE(inbox.accept("agents", "msg_done", "{}", {"evt_1", "response.completed", ""}).ok());
-    REQUIRE(inbox
-                .accept("agents", "msg_waiting", "{}",
-                        {"evt_2", std::string(ingress::kActionRequired), "sess_unbound"})
-                .ok());
-    sync.process_inbox();
-    clock.advance_ms(2 * 3600 * 1000);
-    REQUIRE(inbox.accept("agents", "msg_recent", "{}", {"evt_3", "response.completed", ""}).ok());
-    sync.process_inbox();
-    REQUIRE(store->compact(store::Cf::inbox).ok());
-    auto has = [&](const char* id) {
-      auto v = store->get(store::Cf::inbox, ingress::Inbox::event_key("agents", id));
-      return v.ok() && v->has_value();
-    };
-    CHECK_FALSE(has("msg_done"));
-    CHECK(has("msg_waiting"));
-    CHECK(has("msg_recent"));
-  }
-  std::filesystem::remove_all(dir);
+  World w(options);
+  // An event of another type is processed by being stored; one for an
+  // unbound session waits, unprocessed.
+  REQUIRE(w.inbox->accept("agents", "msg_done", "{}", {"evt_1", "response.completed", ""}).ok());
+  REQUIRE(w.inbox
+              ->accept("agents", "msg_waiting", "{}",
+                       {"evt_2", std::string(ingress::kActionRequired), "sess_unbound"})
+              .ok());
+  w.sync->process_inbox();
+  w.clock.advance_ms(2 * 3600 * 1000);
+  REQUIRE(w.inbox->accept("agents", "msg_recent", "{}", {"evt_3", "response.completed", ""}).ok());
+  w.sync->process_inbox();
+  REQUIRE(w.store->compact(store::Cf::inbox).ok());
+  auto has = [&](const char* id) {
+    auto v = w.store->get(store::Cf::inbox, ingress::Inbox::event_key("agents", id));
+    return v.ok() && v->has_value();
+  };
+  CHECK_FALSE(has("msg_done"));
+  CHECK(has("msg_waiting"));
+  CHECK(has("msg_recent"));
 }
