@@ -80,3 +80,17 @@ TEST_CASE("a retryable failure waits for Retry-After and resends under the same 
   REQUIRE(w.agents.idempotency_keys.size() == 2);
   CHECK(w.agents.idempotency_keys[0] == w.agents.idempotency_keys[1]);
 }
+
+TEST_CASE("an outcome_unknown operation needs attention after enough attempts or time") {
+  outbox::AttentionPolicy policy{3, 60'000};
+  pb::Operation op;
+  op.set_state("outcome_unknown");
+  op.set_unknown_since_ms(1'000'000);
+  op.set_attempts(2);
+  CHECK_FALSE(outbox::needs_attention(op, 1'000'000 + 59'999, policy));
+  CHECK(outbox::needs_attention(op, 1'000'000 + 60'000, policy));
+  op.set_attempts(3);
+  CHECK(outbox::needs_attention(op, 1'000'000, policy));
+  op.set_state("settled");
+  CHECK_FALSE(outbox::needs_attention(op, 1'000'000 + 600'000, policy));
+}
