@@ -214,14 +214,15 @@ class Api {
       auto op = operations::load(store, k);
       if (op && op->has_value()) operations.push_back(operation_json(**op, attention(**op)));
     }
-    return json_response(200,
-                         json::serialize(json::object{{"session_id", id},
-                                                      {"owner", (*sess)->owner()},
-                                                      {"bound_by", (*sess)->bound_by()},
-                                                      {"last_sync_ms", (*sess)->last_sync_ms()},
-                                                      {"calls", calls},
-                                                      {"operations", operations},
-                                                      {"ledger", ledger_rows(id, "")}}));
+    return json_response(
+        200, json::serialize(json::object{{"session_id", id},
+                                          {"owner", (*sess)->owner()},
+                                          {"bound_by", (*sess)->bound_by()},
+                                          {"last_sync_ms", (*sess)->last_sync_ms()},
+                                          {"last_sync_error", (*sess)->last_sync_error()},
+                                          {"calls", calls},
+                                          {"operations", operations},
+                                          {"ledger", ledger_rows(id, "")}}));
   }
 
   json::array ledger_rows(const std::string& session, const std::string& owner) {

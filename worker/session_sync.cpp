@@ -161,6 +161,23 @@ size_t SessionSync::process_inbox() {
     }
     std::lock_guard lock(sync_mu_);
     auto view = agents_.get_session(session_id);
+    if (!view && view.error().code == "session_not_found") {
+      // Final: the platform has no such session. Its events are done with,
+      // so they cannot clog the queue; the session keeps the reason.
+      metrics_.inc("opgate_session_sync_total", {{"result", "not_found"}});
+      spdlog::warn("session {} does not exist on the platform; {} event(s) closed", session_id,
+                   keys.size());
+      Status s = journal_.run([&](store::Txn& txn) -> Status {
+        for (const auto& k : keys)
+          if (Status m = mark_processed(txn, k); !m) return m;
+        pb::Session updated = **session;
+        updated.set_last_sync_error("the agent platform has no such session");
+        txn.batch().put(Cf::sessions, session_id, updated);
+        return Status::Ok();
+      });
+      if (s) handled += keys.size();
+      continue;
+    }
     if (!view) {
       metrics_.inc("opgate_session_sync_total", {{"result", "error"}});
       auto& retry = retries_[session_id];

@@ -40,6 +40,8 @@ struct Page {
 class AgentsClient {
  public:
   virtual ~AgentsClient() = default;
+  // Error "session_not_found" is final (the platform has no such session);
+  // any other error may be retried.
   virtual Result<SessionView> get_session(const std::string& session_id) = 0;
   // Errors are retryable (network, 5xx, 429); verdicts are final answers.
   virtual Result<SubmitVerdict> submit_result(const std::string& session_id,

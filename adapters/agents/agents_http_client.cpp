@@ -125,9 +125,10 @@ class AgentsHttpClient final : public AgentsClient {
   }
 
   static Error status_error(const http::Response& res) {
-    Error e =
-        make_error(res.status >= 500 || res.status == 429 ? "agents_unavailable" : "agents_refused",
-                   fmt::format("agents API answered {}", res.status));
+    Error e = make_error(res.status >= 500 || res.status == 429 ? "agents_unavailable"
+                         : res.status == 404                    ? "session_not_found"
+                                                                : "agents_refused",
+                         fmt::format("agents API answered {}", res.status));
     // Retry-After in seconds (the HTTP-date form is not used by these APIs).
     if (auto it = res.headers.find("Retry-After"); it != res.headers.end()) {
       try {

@@ -151,3 +151,15 @@ TEST_CASE("compaction removes processed inbox events past retention, and nothing
   CHECK(has("msg_waiting"));
   CHECK(has("msg_recent"));
 }
+
+TEST_CASE("events for a session the platform does not know are closed, not retried forever") {
+  World w;
+  REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());
+  w.agents.fetch_error = make_error("session_not_found", "agents API answered 404");
+  w.webhook("msg_1", "sess_1");
+  CHECK(w.sync->process_inbox() == 1);
+  CHECK(w.sync->process_inbox() == 0);
+  CHECK(w.agents.fetches == 1);
+  auto session = w.store->get_message<pb::Session>(store::Cf::sessions, "sess_1");
+  CHECK((*session)->last_sync_error() == "the agent platform has no such session");
+}
