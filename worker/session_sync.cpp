@@ -195,6 +195,7 @@ size_t SessionSync::process_inbox() {
         if (Status m = mark_processed(txn, k); !m) return m;
       pb::Session updated = **session;
       updated.set_last_sync_ms(txn.now_ms());
+      updated.clear_last_sync_error();
       txn.batch().put(Cf::sessions, session_id, updated);
       return Status::Ok();
     });
@@ -223,6 +224,7 @@ Status SessionSync::sync(const std::string& session_id) {
       if (Status a = answer(txn, **session, action); !a) return a;
     pb::Session updated = **session;
     updated.set_last_sync_ms(txn.now_ms());
+    updated.clear_last_sync_error();
     txn.batch().put(Cf::sessions, session_id, updated);
     return Status::Ok();
   });
