@@ -218,6 +218,14 @@ void Cluster::restart_daemon(bool kill9) {
   start_daemon();
 }
 
+void Cluster::signal_daemon(int signal) { ::kill(daemon_.id(), signal); }
+
+int Cluster::wait_daemon_exit() {
+  std::error_code ec;
+  REQUIRE(daemon_.wait_for(std::chrono::seconds(20), ec));
+  return daemon_.exit_code();
+}
+
 void Cluster::stop_daemon_gracefully(int* exit_code) {
   ::kill(daemon_.id(), SIGTERM);
   std::error_code ec;

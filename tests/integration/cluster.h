@@ -80,6 +80,8 @@ class Cluster {
 
   void restart_daemon(bool kill9);
   void stop_daemon_gracefully(int* exit_code = nullptr);
+  void signal_daemon(int signal);
+  int wait_daemon_exit();
   void start_daemon();
 
   const std::filesystem::path& dir() const { return dir_; }

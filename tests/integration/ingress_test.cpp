@@ -4,6 +4,7 @@
 
 #include <boost/asio.hpp>
 #include <chrono>
+#include <csignal>
 #include <thread>
 
 #include "cluster.h"
@@ -117,13 +118,36 @@ TEST_CASE("every acknowledged webhook survives kill -9") {
   }
 }
 
-TEST_CASE("SIGTERM drains and exits 0; readyz is ready while serving") {
+TEST_CASE("SIGTERM: unready at once, the request in flight is answered, exit 0") {
   Cluster c;
   CHECK(c.op("GET", "/readyz", "", "").status == 200);
   CHECK(c.op("GET", "/healthz", "", "").status == 200);
-  int code = -1;
-  c.stop_daemon_gracefully(&code);
-  CHECK(code == 0);
+  // A request whose body is still arriving when the signal comes.
+  const auto body = envelope("sess_drain");
+  auto headers = signed_headers(c, "msg_drain", body);
+  std::string head = fmt::format(
+      "POST /v1/webhooks/agents HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n", body.size());
+  for (const auto& [k, v] : headers) head += k + ": " + v + "\r\n";
+  head += "\r\n";
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::socket in_flight(ioc);
+  in_flight.connect({boost::asio::ip::make_address("127.0.0.1"), c.ingress_port()});
+  boost::asio::write(in_flight, boost::asio::buffer(head + body.substr(0, 10)));
+  c.signal_daemon(SIGTERM);
+  CHECK(eventually([&] { return c.op("GET", "/readyz", "", "").status == 503; }));
+  // The sender finishes; it gets an answer (a refusal to retry), not a reset.
+  boost::asio::write(in_flight, boost::asio::buffer(body.substr(10)));
+  std::string answer;
+  boost::system::error_code ec;
+  char buf[4096];
+  for (;;) {
+    size_t n = in_flight.read_some(boost::asio::buffer(buf), ec);
+    answer.append(buf, n);
+    if (ec) break;
+  }
+  CHECK(answer.rfind("HTTP/1.1 503", 0) == 0);
+  CHECK(answer.find("Retry-After") != std::string::npos);
+  CHECK(c.wait_daemon_exit() == 0);
   CHECK(c.daemon_log().find("drained") != std::string::npos);
 }
 
