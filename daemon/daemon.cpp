@@ -173,6 +173,8 @@ int serve(const Config& config, const ServeOptions& options) {
   http::Server operator_server(operator_options,
                                [&](http::Request&& r) { return operator_router.dispatch(r); });
 
+  metrics.gauge("opgate_ingress_connections",
+                [&] { return static_cast<double>(ingress_server.open_connections()); });
   auto ingress_port = ingress_server.start();
   if (!ingress_port) {
     spdlog::critical("cannot start: {}", ingress_port.error().message);

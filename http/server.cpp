@@ -64,7 +64,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Called on drain from any thread: close if waiting for a new request.
   void close_if_idle() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      if (self->idle_ && self->buffer_.size() == 0) {
+      if (self->idle_ && !self->has_pending_bytes()) {
         beast::error_code ec;
         self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
         self->stream_.socket().close(ec);
@@ -73,12 +73,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
+  // Bytes received but not yet parsed, here or still in the kernel: a request
+  // in flight, to be read and answered (with Connection: close) on drain.
+  bool has_pending_bytes() {
+    beast::error_code ec;
+    const size_t in_kernel = stream_.socket().available(ec);
+    return buffer_.size() > 0 || (!ec && in_kernel > 0);
+  }
+
   void read_header() {
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(16 * 1024);
     idle_ = true;
-    if (server_->draining) return close();
+    if (server_->draining && !has_pending_bytes()) return close();
     // One deadline for the whole header, idle keep-alive time included: a
     // sender that trickles bytes cannot extend it.
     stream_.expires_after(server_->options.header_timeout);

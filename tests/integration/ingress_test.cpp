@@ -133,6 +133,11 @@ TEST_CASE("SIGTERM: unready at once, the request in flight is answered, exit 0")
   boost::asio::ip::tcp::socket in_flight(ioc);
   in_flight.connect({boost::asio::ip::make_address("127.0.0.1"), c.ingress_port()});
   boost::asio::write(in_flight, boost::asio::buffer(head + body.substr(0, 10)));
+  // The daemon has accepted it (its bytes are there to read) before the signal.
+  REQUIRE(eventually([&] {
+    return c.op("GET", "/metrics", "", "").raw.find("opgate_ingress_connections 1") !=
+           std::string::npos;
+  }));
   c.signal_daemon(SIGTERM);
   CHECK(eventually([&] { return c.op("GET", "/readyz", "", "").status == 503; }));
   // The sender finishes; it gets an answer (a refusal to retry), not a reset.
