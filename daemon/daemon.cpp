@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/metrics.h"
+#include "common/signals.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
@@ -48,12 +49,8 @@ size_t count_prefix(const store::Store& store, store::Cf cf, std::string_view pr
 }  // namespace
 
 int serve(const Config& config, const ServeOptions& options) {
-  // Signals are taken by sigwait below; block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Taken by wait_for_stop_signal below; blocked before any thread starts.
+  const sigset_t signals = block_stop_signals();
 
   SystemClock clock;
   Metrics metrics;
@@ -196,8 +193,7 @@ int serve(const Config& config, const ServeOptions& options) {
   spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", *ingress_port,
                *operator_port, config.data_dir);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = wait_for_stop_signal(signals);
   spdlog::info("signal {} received; draining", sig);
   ready = false;
   webhooks.set_draining(true);

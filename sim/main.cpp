@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/files.h"
+#include "common/signals.h"
 #include "http/server.h"
 #include "ingress/signature.h"
 #include "sim/agent_sim.h"
@@ -56,24 +57,6 @@ Status write_port_file(const std::string& path, uint16_t port) {
   return opgate::write_file_atomically(path, std::to_string(port) + "\n");
 }
 
-// Blocks the stop signals in this thread, so every thread started later
-// inherits the mask and only wait_for_stop_signal() receives them.
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
-int wait_for_stop_signal(const sigset_t& set) {
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
-  }
-  return sig;
-}
-
 // Serves `handler` until a stop signal; returns the exit code.
 int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handler handler,
           std::string_view name) {
@@ -93,7 +76,7 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
     return 1;
   }
   log_info("listening", {{"port", *port}, {"sim", name}});
-  int sig = wait_for_stop_signal(signals);
+  int sig = opgate::wait_for_stop_signal(signals);
   log_info("stopping", {{"signal", sig}});
   opgate::sim::interrupt_delays();
   server.drain(std::chrono::milliseconds(2000));
@@ -104,7 +87,7 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
 }  // namespace
 
 int main(int argc, char** argv) {
-  const sigset_t signals = block_stop_signals();
+  const sigset_t signals = opgate::block_stop_signals();
 
   CLI::App app{"opgate-sim: simulators of the agent platform and the payment provider"};
   app.require_subcommand(1);

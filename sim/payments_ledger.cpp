@@ -136,6 +136,15 @@ StripeResult<ListPage> paginate(const std::vector<std::string>& ids, const ListQ
   return page;
 }
 
+// 503 once the simulator's object bound is reached: an api_error on the
+// Stripe-shaped endpoints, code "full" on the admin ones.
+StripeError too_many_objects(bool from_api) {
+  StripeError e = invalid(from_api ? "" : "full", "The simulator holds too many objects.");
+  if (from_api) e.type = "api_error";
+  e.status = 503;
+  return e;
+}
+
 }  // namespace
 
 json::object stripe_error_json(const StripeError& error) {
@@ -280,9 +289,7 @@ StripeResult<PaymentIntent> PaymentsLedger::register_intent(PaymentIntent intent
   auto it = intents_.find(intent.id);
   const bool new_customer = !intent.customer.empty() && !customers_.contains(intent.customer);
   if ((it == intents_.end() || new_customer) && full_locked()) {
-    StripeError e = invalid("full", "The simulator holds too many objects.");
-    e.status = 503;
-    return e;
+    return too_many_objects(/*from_api=*/false);
   }
   if (new_customer) customers_[intent.customer].id = intent.customer;
   if (it != intents_.end()) {
@@ -300,9 +307,7 @@ StripeResult<std::string> PaymentsLedger::register_customer(const std::string& i
   std::lock_guard lock(mu_);
   if (customers_.contains(id)) return id;
   if (full_locked()) {
-    StripeError e = invalid("full", "The simulator holds too many objects.");
-    e.status = 503;
-    return e;
+    return too_many_objects(/*from_api=*/false);
   }
   customers_[id].id = id;
   return id;
@@ -323,10 +328,7 @@ StripeResult<Refund> PaymentsLedger::create_refund(const RefundRequest& request,
                        std::to_string(remaining) + ")",
                    "amount");
   if (full_locked()) {
-    StripeError e = invalid("", "The simulator holds too many objects.");
-    e.type = "api_error";
-    e.status = 503;
-    return e;
+    return too_many_objects(/*from_api=*/true);
   }
   Refund r;
   r.id = new_id("re_");
@@ -355,10 +357,7 @@ StripeResult<BalanceTransaction> PaymentsLedger::create_balance_transaction(
                        request.currency + " cannot be added.",
                    "currency");
   if (full_locked()) {
-    StripeError e = invalid("", "The simulator holds too many objects.");
-    e.type = "api_error";
-    e.status = 503;
-    return e;
+    return too_many_objects(/*from_api=*/true);
   }
   BalanceTransaction t;
   t.id = new_id("cbtxn_");
