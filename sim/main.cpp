@@ -2,6 +2,7 @@
 //   opgate-sim payments --listen 127.0.0.1:0 --port-file FILE [--orders F] [--secret-key K]
 //   opgate-sim agent --listen 127.0.0.1:0 --port-file FILE [--webhook-url URL]
 //                    --webhook-secret whsec_... [--api-key K]
+//   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet]
 // Each writes its bound port to --port-file (atomically), logs JSON lines on
 // stderr, and exits 0 on SIGTERM or SIGINT. Admin endpoints (no auth):
 //   both:     POST|GET|DELETE /_sim/faults, GET /_sim/stats, POST /_sim/reset
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,7 @@
 #include "http/server.h"
 #include "ingress/signature.h"
 #include "sim/agent_sim.h"
+#include "sim/eval/runner.h"
 #include "sim/log.h"
 #include "sim/payments_sim.h"
 #include "sim/sim_http.h"
@@ -114,7 +117,34 @@ int main(int argc, char** argv) {
   agent->add_option("--webhook-secret", webhook_secret, "whsec_... signing secret")->required();
   agent->add_option("--api-key", api_key, "the only accepted API key (default: any)");
 
+  std::string scenarios_dir;
+  std::string only;
+  bool keep = false;
+  bool quiet = false;
+  opgate::eval::RunOptions eval_options;
+  auto* eval = app.add_subcommand(
+      "eval", "The release gate: run every scenario in DIR against a real daemon and simulators");
+  eval->add_option("dir", scenarios_dir, "directory of scenario files (*.json)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  eval->add_option("--opgate", eval_options.opgate_bin,
+                   "the opgate executable (default: next to opgate-sim)")
+      ->check(CLI::ExistingFile);
+  eval->add_option("--only", only, "run only the scenario with this file stem");
+  eval->add_flag("--keep", keep, "keep each scenario's directory (logs and data)");
+  eval->add_flag("--quiet", quiet, "show evidence only for properties that failed");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (eval->parsed()) {
+    std::error_code ec;
+    eval_options.sim_bin = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) eval_options.sim_bin = argv[0];
+    if (eval_options.opgate_bin.empty())
+      eval_options.opgate_bin = eval_options.sim_bin.parent_path() / "opgate";
+    eval_options.keep_dirs = keep;
+    return opgate::eval::run_gate(scenarios_dir, only, eval_options, !quiet, std::cout);
+  }
 
   opgate::SystemClock clock;
   if (payments->parsed()) {

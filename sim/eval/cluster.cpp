@@ -1,0 +1,270 @@
+#include "sim/eval/cluster.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <boost/json.hpp>
+#include <boost/process.hpp>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/crypto.h"
+#include "http/client.h"
+
+namespace opgate::eval {
+
+namespace bp = boost::process;
+namespace json = boost::json;
+
+namespace {
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Error failed(std::string message) { return Error{"cluster_failed", std::move(message)}; }
+
+Result<Reply> send(const std::string& method, const std::string& url, const std::string& body,
+                   http::Headers headers) {
+  http::ClientRequest req;
+  req.method = method;
+  req.url = url;
+  req.headers = std::move(headers);
+  req.body = body;
+  if (!body.empty() && !req.headers.count("Content-Type"))
+    req.headers["Content-Type"] = "application/json";
+  req.timeout = std::chrono::seconds(20);
+  auto res = http::send(req);
+  if (!res) return failed(fmt::format("{} {}: {}", method, url, res.error().message));
+  Reply r{res->status, nullptr, res->body};
+  json::error_code ec;
+  r.body = json::parse(res->body, ec);
+  if (ec) r.body = nullptr;
+  return r;
+}
+
+void stop_child(bp::child& c) {
+  if (!c.valid() || !c.running()) return;
+  ::kill(c.id(), SIGTERM);
+  std::error_code ec;
+  if (!c.wait_for(std::chrono::seconds(10), ec)) c.terminate(ec);
+}
+
+}  // namespace
+
+std::string token_for(const std::string& principal) { return "tok-" + principal; }
+
+bool poll_until(const std::function<bool()>& done, std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+std::string Cluster::webhook_secret() { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; }
+
+Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {}
+
+Result<std::unique_ptr<Cluster>> Cluster::start(ClusterOptions options) {
+  std::unique_ptr<Cluster> c(new Cluster(std::move(options)));
+  if (auto s = c->start_processes(); !s) return s.error();
+  return c;
+}
+
+Status Cluster::start_processes() {
+  dir_ = std::filesystem::temp_directory_path() / ("opgate-eval-" + crypto::random_hex(6));
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return failed(fmt::format("cannot create {}: {}", dir_.string(), ec.message()));
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace, ec);
+  {
+    std::ofstream out(dir_ / "orders.ndjson");
+    for (const auto& o : options_.orders) out << json::serialize(o) << "\n";
+    if (!out) return failed("cannot write orders.ndjson");
+  }
+  const auto sim = options_.sim_bin.string();
+  payments_ =
+      bp::child(sim, "payments", "--listen", "127.0.0.1:0", "--port-file",
+                (dir_ / "payments.port").string(), "--orders", (dir_ / "orders.ndjson").string(),
+                "--secret-key", "sk_test_eval", bp::std_out > (dir_ / "payments.out").string(),
+                bp::std_err > (dir_ / "payments.log").string());
+  auto payments_port = wait_port_file(dir_ / "payments.port", payments_);
+  if (!payments_port) return payments_port.error();
+  payments_port_ = static_cast<uint16_t>(std::stoi(*payments_port));
+  agent_ = bp::child(sim, "agent", "--listen", "127.0.0.1:0", "--port-file",
+                     (dir_ / "agent.port").string(), "--webhook-secret", webhook_secret(),
+                     "--api-key", "sk-agent-eval", bp::std_out > (dir_ / "agent.out").string(),
+                     bp::std_err > (dir_ / "agent.log").string());
+  auto agent_port = wait_port_file(dir_ / "agent.port", agent_);
+  if (!agent_port) return agent_port.error();
+  agent_port_ = static_cast<uint16_t>(std::stoi(*agent_port));
+  return start_daemon();
+}
+
+Cluster::~Cluster() {
+  for (auto* c : {&daemon_, &agent_, &payments_}) stop_child(*c);
+  if (!options_.keep_dir && !dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+Result<std::string> Cluster::wait_port_file(const std::filesystem::path& file, bp::child& child) {
+  std::string text;
+  poll_until([&] {
+    if (!child.running()) return true;
+    if (std::filesystem::exists(file)) text = read_text(file);
+    return !text.empty();
+  });
+  if (text.empty())
+    return failed(fmt::format("{} did not appear; see the logs in {}", file.filename().string(),
+                              dir_.string()));
+  return text;
+}
+
+Status Cluster::write_config() const {
+  auto token = [](const char* principal, const char* scopes, int64_t limit,
+                  const char* extra = "") {
+    return fmt::format(R"(
+[[operator.tokens]]
+principal = "{}"
+token_sha256 = "{}"
+scopes = [{}]
+owners = ["*"]
+max_amount_minor = {{ USD = {}, GBP = {} }}
+{}
+)",
+                       principal, crypto::sha256_hex(token_for(principal)), scopes, limit, limit,
+                       extra);
+  };
+  auto listen = [](uint16_t port) { return fmt::format("127.0.0.1:{}", port); };
+  const auto& s = options_.settings;
+  std::ofstream out(dir_ / "opgate.toml");
+  out << fmt::format(
+      R"(data_dir = "data"
+
+[ingress]
+listen = "{}"
+timestamp_tolerance_s = 300
+
+[[ingress.sources]]
+name = "agents"
+secrets = ["{}"]
+
+[operator]
+listen = "{}"
+{}{}{}{}{}{}
+[agent]
+base_url = "http://127.0.0.1:{}/v1"
+api_key_env = "OPGATE_EVAL_AGENT_KEY"
+timeout_ms = {}
+
+[payments]
+base_url = "http://127.0.0.1:{}"
+secret_key_env = "OPGATE_EVAL_PAYMENTS_KEY"
+timeout_ms = {}
+
+[orders]
+source = "embedded"
+seed_file = "orders.ndjson"
+
+[policy]
+refund_window_days = 30
+approval_ttl_s = {}
+two_person_threshold_minor = {{ USD = {}, GBP = {} }}
+credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
+)",
+      listen(ingress_port_), webhook_secret(), listen(operator_port_),
+      token("admin", R"("admin")", 1000000),
+      token("alice", R"("operations:read", "operations:approve")", 100000),
+      token("bob", R"("operations:read", "operations:approve")", 100000),
+      token("reader", R"("operations:read")", 0),
+      token("support", R"("operations:read", "operations:approve")", 2000,
+            R"(tiers = ["support"])"),
+      token("oncall", R"("operations:read", "operations:resolve")", 0), agent_port_,
+      s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
+      s.two_person_threshold_minor, s.two_person_threshold_minor);
+  if (!out) return failed("cannot write opgate.toml");
+  return Status::Ok();
+}
+
+Status Cluster::start_daemon() {
+  if (auto s = write_config(); !s) return s;
+  std::error_code ec;
+  std::filesystem::remove(dir_ / "daemon.ports", ec);
+  auto env = boost::this_process::environment();
+  env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
+  env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
+  ++daemon_starts_;
+  daemon_ =
+      bp::child(options_.opgate_bin.string(), "serve", "--config", (dir_ / "opgate.toml").string(),
+                "--ports-file", (dir_ / "daemon.ports").string(), env,
+                bp::std_out > (dir_ / fmt::format("daemon{}.out", daemon_starts_)).string(),
+                bp::std_err > (dir_ / fmt::format("daemon{}.log", daemon_starts_)).string());
+  auto ports = wait_port_file(dir_ / "daemon.ports", daemon_);
+  if (!ports) return ports.error();
+  json::error_code jec;
+  auto v = json::parse(*ports, jec);
+  if (jec || !v.is_object()) return failed("daemon.ports is not JSON: " + *ports);
+  ingress_port_ = static_cast<uint16_t>(v.at("ingress").as_int64());
+  operator_port_ = static_cast<uint16_t>(v.at("operator").as_int64());
+  auto target = agent_admin(
+      "POST", "/_sim/webhook_target",
+      json::serialize(json::object{
+          {"url", fmt::format("http://127.0.0.1:{}/v1/webhooks/agents", ingress_port_)}}));
+  if (!target) return target.error();
+  if (target->status != 200) return failed("cannot set the webhook target: " + target->raw);
+  return Status::Ok();
+}
+
+Status Cluster::restart_daemon(bool kill) {
+  std::error_code ec;
+  if (kill) {
+    daemon_.terminate(ec);  // SIGKILL
+    daemon_.wait(ec);
+  } else {
+    ::kill(daemon_.id(), SIGTERM);
+    if (!daemon_.wait_for(std::chrono::seconds(20), ec))
+      return failed("the daemon did not stop within 20 s of SIGTERM");
+    if (daemon_.exit_code() != 0)
+      return failed(fmt::format("the daemon exited {} after SIGTERM", daemon_.exit_code()));
+  }
+  return start_daemon();
+}
+
+Result<Reply> Cluster::op(const std::string& method, const std::string& path,
+                          const std::string& body, const std::string& principal) {
+  return send(method, fmt::format("http://127.0.0.1:{}{}", operator_port_, path), body,
+              {{"Authorization", "Bearer " + token_for(principal)}});
+}
+
+Result<Reply> Cluster::agent_admin(const std::string& method, const std::string& path,
+                                   const std::string& body) {
+  return send(method, fmt::format("http://127.0.0.1:{}{}", agent_port_, path), body, {});
+}
+
+Result<Reply> Cluster::payments_admin(const std::string& method, const std::string& path,
+                                      const std::string& body) {
+  return send(method, fmt::format("http://127.0.0.1:{}{}", payments_port_, path), body, {});
+}
+
+Result<http::Response> Cluster::webhook(const http::Headers& headers, const std::string& body) {
+  http::ClientRequest req;
+  req.method = "POST";
+  req.url = fmt::format("http://127.0.0.1:{}/v1/webhooks/agents", ingress_port_);
+  req.headers = headers;
+  req.body = body;
+  req.timeout = std::chrono::seconds(20);
+  auto res = http::send(req);
+  if (!res) return failed("webhook: " + res.error().message);
+  return *res;
+}
+
+}  // namespace opgate::eval

@@ -1,0 +1,84 @@
+// A private cluster for one scenario: opgate-sim payments, opgate-sim agent
+// and opgate serve as child processes on ephemeral loopback ports, in a
+// temporary directory of their own. Every call returns errors as values;
+// waiting is by polling a condition against a deadline.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <boost/process/child.hpp>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "http/message.h"
+#include "sim/eval/scenario.h"
+
+namespace opgate::eval {
+
+struct ClusterOptions {
+  std::filesystem::path opgate_bin;  // the daemon executable
+  std::filesystem::path sim_bin;     // opgate-sim
+  std::vector<boost::json::object> orders;
+  Settings settings;
+  bool keep_dir = false;  // leave the directory (logs, data) for inspection
+};
+
+struct Reply {
+  int status = 0;
+  boost::json::value body;  // null if the body is not JSON
+  std::string raw;
+};
+
+// Operator tokens every cluster has, by principal: admin (every scope),
+// alice and bob (approve up to 100000), support (approve up to 2000, tier
+// "support"), oncall (read and resolve), reader (read only). The token is
+// "tok-" + principal.
+std::string token_for(const std::string& principal);
+
+class Cluster {
+ public:
+  static Result<std::unique_ptr<Cluster>> start(ClusterOptions options);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  Result<Reply> op(const std::string& method, const std::string& path, const std::string& body = "",
+                   const std::string& principal = "admin");
+  Result<Reply> agent_admin(const std::string& method, const std::string& path,
+                            const std::string& body = "");
+  Result<Reply> payments_admin(const std::string& method, const std::string& path,
+                               const std::string& body = "");
+  // A raw POST to the daemon's webhook ingress for the "agents" source.
+  Result<http::Response> webhook(const http::Headers& headers, const std::string& body);
+
+  // kill -9 (or SIGTERM and wait), then start again on the same ports.
+  Status restart_daemon(bool kill);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  static std::string webhook_secret();
+
+ private:
+  explicit Cluster(ClusterOptions options);
+  Status start_processes();
+  Status start_daemon();
+  Status write_config() const;
+  Result<std::string> wait_port_file(const std::filesystem::path& file,
+                                     boost::process::child& child);
+
+  ClusterOptions options_;
+  std::filesystem::path dir_;
+  boost::process::child payments_, agent_, daemon_;
+  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
+  int daemon_starts_ = 0;
+};
+
+// Polls `done` every 20 ms until it returns true or `deadline` passes.
+bool poll_until(const std::function<bool()>& done,
+                std::chrono::milliseconds deadline = std::chrono::seconds(20));
+
+}  // namespace opgate::eval

@@ -1,0 +1,61 @@
+// The properties the release gate checks on every trace, and the scenario's
+// own expected outcome. Pure: a Trace is what the run collected from the
+// daemon, the agent platform and the payment provider once it was over; the
+// checks compare those independent records with each other and with the
+// scenario, and say why with evidence.
+#pragma once
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/eval/scenario.h"
+
+namespace opgate::eval {
+
+struct SessionTrace {
+  std::string id;                // the agent platform's session id
+  std::string owner;             // the owner opgate bound it to
+  boost::json::object platform;  // the agent simulator's full record of it
+};
+
+// What the session and the provider looked like when a proposal was pending.
+struct Pause {
+  std::string key;
+  std::string session_status;  // the platform's session status then
+  bool call_pending = false;   // the proposing call was still awaiting its result
+  int64_t provider_posts = 0;  // provider requests for the key until then
+};
+
+struct Trace {
+  std::map<std::string, SessionTrace> sessions;  // by the scenario's session name
+  boost::json::array operations;                 // opgate's operations, each with its history
+  boost::json::array ledger;                     // opgate's ledger
+  boost::json::array provider_objects;           // refunds and balance transactions
+  boost::json::object provider_by_key;           // operation key -> {"posts","objects"}
+  boost::json::object agent_stats;               // results received, conflicts, unknown calls
+  std::vector<Pause> pauses;
+  std::vector<std::string> interruptions;  // restarts and injected faults, in order
+};
+
+struct PropertyResult {
+  std::string name;
+  bool passed = true;
+  std::vector<std::string> evidence;  // why it passed, or what broke it
+};
+
+// The seven properties of every trace, in the order.
+std::vector<PropertyResult> check_properties(const Scenario& scenario, const Trace& trace);
+// The scenario's "expect" section against the trace.
+PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& trace);
+
+// The tools opgate offers, and the argument names each accepts and requires.
+struct ToolShape {
+  std::vector<std::string> required;
+  std::vector<std::string> optional;
+};
+const std::map<std::string, ToolShape>& permitted_tools();
+
+}  // namespace opgate::eval

@@ -1,0 +1,498 @@
+#include "sim/eval/runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "ingress/signature.h"
+#include "sim/eval/cluster.h"
+
+namespace opgate::eval {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string str(const json::value& v, std::string_view key) {
+  if (!v.is_object()) return "";
+  auto* p = v.as_object().if_contains(key);
+  if (!p || p->is_null()) return "";
+  if (p->is_string()) return std::string(p->as_string());
+  return json::serialize(*p);
+}
+
+std::string text(const json::value& v) {
+  return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
+}
+
+int64_t int_or(const json::object& o, std::string_view key, int64_t fallback) {
+  auto* p = o.if_contains(key);
+  return p && p->is_int64() ? p->as_int64() : fallback;
+}
+
+// Sums the samples of a Prometheus counter whose labels contain `labels`.
+double metric_sum(const std::string& text, std::string_view name, std::string_view labels) {
+  double total = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with(name) || line.size() <= name.size() || line[name.size()] != '{') continue;
+    if (line.find(labels) == std::string::npos) continue;
+    auto space = line.rfind(' ');
+    if (space != std::string::npos) total += std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return total;
+}
+
+class Run {
+ public:
+  Run(const Scenario& scenario, Cluster& cluster) : sc_(scenario), c_(cluster) {}
+
+  // Runs every step; the first that fails ends the run (its error is kept).
+  void steps(PropertyResult& log) {
+    for (const auto& step : sc_.steps) {
+      auto done = run_step(step);
+      const auto line = fmt::format("step {} {}: {}", step.index, step.action,
+                                    done ? *done : done.error().message);
+      if (!done) {
+        log.passed = false;
+        log.evidence.push_back("FAIL " + line);
+        return;
+      }
+      log.evidence.push_back(line);
+    }
+  }
+
+  // Collects what the three services recorded.
+  Result<Trace> collect() {
+    for (auto& [name, s] : trace_.sessions) {
+      auto r = c_.agent_admin("GET", "/_sim/sessions/" + s.id);
+      if (!r) return r.error();
+      if (r->status != 200 || !r->body.is_object())
+        return fail("the platform does not know session " + name + ": " + r->raw);
+      s.platform = r->body.as_object();
+    }
+    auto list = c_.op("GET", "/v1/operations?limit=1000");
+    if (!list) return list.error();
+    if (list->status != 200) return fail("list operations: " + list->raw);
+    trace_.operations.clear();
+    for (const auto& summary : list->body.at("operations").as_array()) {
+      auto op = c_.op("GET", "/v1/operations/" + str(summary, "key"));
+      if (!op) return op.error();
+      if (op->status != 200) return fail("get operation: " + op->raw);
+      trace_.operations.push_back(op->body);
+    }
+    auto ledger = c_.op("GET", "/v1/ledger");
+    if (!ledger) return ledger.error();
+    trace_.ledger = ledger->body.at("ledger").as_array();
+    auto provider = c_.payments_admin("GET", "/_sim/ledger");
+    if (!provider) return provider.error();
+    trace_.provider_objects = provider->body.at("refunds").as_array();
+    for (const auto& b : provider->body.at("balance_transactions").as_array())
+      trace_.provider_objects.push_back(b);
+    auto stats = c_.payments_admin("GET", "/_sim/stats");
+    if (!stats) return stats.error();
+    trace_.provider_by_key = stats->body.at("by_operation_key").as_object();
+    auto agent = c_.agent_admin("GET", "/_sim/stats");
+    if (!agent) return agent.error();
+    trace_.agent_stats = agent->body.as_object();
+    return trace_;
+  }
+
+ private:
+  static Error fail(std::string message) { return Error{"step_failed", std::move(message)}; }
+
+  Result<std::string> run_step(const Step& step) {
+    const auto& a = step.args;
+    if (step.action == "start_session") return start_session(a);
+    if (step.action == "await_proposal") return await_proposal(a);
+    if (step.action == "approve") return approve(a);
+    if (step.action == "deny") return deny(a);
+    if (step.action == "await_state") return await_state(a);
+    if (step.action == "await_turn") return await_turn(a);
+    if (step.action == "fault") return fault(a);
+    if (step.action == "restart_daemon") return restart(a);
+    if (step.action == "update_order") return update_order(a);
+    if (step.action == "webhook") return webhook(a);
+    if (step.action == "reconcile") return reconcile(a);
+    if (step.action == "settle_refund") return settle_refund(a);
+    return fail("unknown action");
+  }
+
+  const SessionSpec& spec(const json::object& a) const {
+    const auto name = std::string(a.at("session").as_string());
+    for (const auto& s : sc_.sessions)
+      if (s.name == name) return s;
+    return sc_.sessions.front();  // parse_scenario guarantees the name exists
+  }
+
+  Result<std::string> start_session(const json::object& a) {
+    const auto& s = spec(a);
+    auto created =
+        c_.agent_admin("POST", "/_sim/sessions",
+                       json::serialize(json::object{{"input", s.input}, {"script", s.script}}));
+    if (!created) return created.error();
+    if (created->status != 200) return fail("create session: " + created->raw);
+    const auto id = str(created->body, "id");
+    trace_.sessions[s.name] = SessionTrace{id, s.owner, {}};
+    if (s.owner.empty()) return fmt::format("session {} created ({}), left unbound", s.name, id);
+    auto bound = c_.op("POST", "/v1/sessions/" + id + "/bind",
+                       json::serialize(json::object{{"owner", s.owner}}));
+    if (!bound) return bound.error();
+    if (bound->status != 200) return fail("bind: " + bound->raw);
+    return fmt::format("session {} created ({}) and bound to {}", s.name, id, s.owner);
+  }
+
+  Result<json::object> wait_operation(const std::string& key,
+                                      const std::function<bool(const json::object&)>& done,
+                                      const std::string& what) {
+    json::object last;
+    std::string error;
+    bool ok = poll_until([&] {
+      auto r = c_.op("GET", "/v1/operations/" + key);
+      if (!r) {
+        error = r.error().message;
+        return false;
+      }
+      if (r->status != 200 || !r->body.is_object()) return false;
+      last = r->body.as_object();
+      return done(last);
+    });
+    if (ok) return last;
+    return fail(
+        fmt::format("{} never became {} (last: {}){}", key, what,
+                    last.empty() ? "absent" : str(last, "state") + " " + str(last, "outcome"),
+                    error.empty() ? "" : "; " + error));
+  }
+
+  Result<std::string> await_proposal(const json::object& a) {
+    const auto key = text(a.at("key"));
+    auto op = wait_operation(
+        key, [](const json::object& o) { return str(o, "state") == "pending"; }, "pending");
+    if (!op) return op.error();
+    seen_[key] = *op;
+    // What the platform and the provider show while the proposal waits.
+    Pause pause;
+    pause.key = key;
+    const auto session_id = str(*op, "session_id");
+    auto session = c_.agent_admin("GET", "/_sim/sessions/" + session_id);
+    if (!session) return session.error();
+    pause.session_status = str(session->body, "status");
+    std::set<std::string> linked;
+    for (const auto& call : op->at("calls").as_array()) linked.insert(str(call, "call_id"));
+    if (auto* actions = session->body.as_object().if_contains("required_actions"))
+      for (const auto& action : actions->as_array())
+        if (linked.count(str(action, "call_id"))) pause.call_pending = true;
+    auto stats = c_.payments_admin("GET", "/_sim/stats");
+    if (!stats) return stats.error();
+    if (auto* k = stats->body.at("by_operation_key").as_object().if_contains(key))
+      pause.provider_posts = int_or(k->as_object(), "posts", 0);
+    trace_.pauses.push_back(pause);
+    return fmt::format("{} pending: {} {}, fingerprint {}; session {}", key,
+                       str(*op, "amount_minor"), str(*op, "currency"),
+                       str(*op, "fingerprint").substr(0, 12), pause.session_status);
+  }
+
+  Result<std::string> decide(const json::object& a, const std::string& verb, json::object body) {
+    const auto key = text(a.at("key"));
+    const auto as = text(a.at("as"));
+    const int64_t expect = int_or(a, "expect_status", 200);
+    auto r = c_.op("POST", "/v1/operations/" + key + "/" + verb, json::serialize(body), as);
+    if (!r) return r.error();
+    const auto line = fmt::format(
+        "{} {} {} → {} {}", as, verb, key, r->status,
+        r->status == 200 ? str(r->body, "state")
+                         : str(r->body.is_object() ? r->body.at("error") : json::value(), "code"));
+    if (r->status != expect) return fail(fmt::format("{} (expected {}): {}", line, expect, r->raw));
+    return line;
+  }
+
+  Result<std::string> approve(const json::object& a) {
+    const auto key = text(a.at("key"));
+    // The operator approves what they were shown: the proposal as it was
+    // when it was awaited, or as it is now.
+    json::object shown;
+    if (auto it = seen_.find(key); it != seen_.end()) {
+      shown = it->second;
+    } else {
+      auto r = c_.op("GET", "/v1/operations/" + key);
+      if (!r) return r.error();
+      if (r->status != 200) return fail("no such operation: " + r->raw);
+      shown = r->body.as_object();
+    }
+    json::object body{{"amount_minor", shown.at("amount_minor")},
+                      {"currency", shown.at("currency")},
+                      {"fingerprint", shown.at("fingerprint")}};
+    if (auto* v = a.if_contains("amount_minor")) body["amount_minor"] = *v;
+    if (auto* v = a.if_contains("currency")) body["currency"] = *v;
+    return decide(a, "approve", std::move(body));
+  }
+
+  Result<std::string> deny(const json::object& a) {
+    const auto reason = a.contains("reason") ? text(a.at("reason")) : "not eligible";
+    return decide(a, "deny", json::object{{"reason", reason}});
+  }
+
+  Result<std::string> await_state(const json::object& a) {
+    const auto key = text(a.at("key"));
+    const auto state = text(a.at("state"));
+    const auto outcome = a.contains("outcome") ? text(a.at("outcome")) : "";
+    auto op = wait_operation(
+        key,
+        [&](const json::object& o) {
+          return str(o, "state") == state && (outcome.empty() || str(o, "outcome") == outcome);
+        },
+        state + (outcome.empty() ? "" : "/" + outcome));
+    if (!op) return op.error();
+    return fmt::format("{} is {}{} after {} attempt(s)", key, state,
+                       outcome.empty() ? "" : " (" + outcome + ")", str(*op, "attempts"));
+  }
+
+  Result<std::string> await_turn(const json::object& a) {
+    const auto& s = spec(a);
+    auto it = trace_.sessions.find(s.name);
+    if (it == trace_.sessions.end()) return fail("session " + s.name + " was not started");
+    const auto want = text(a.at("status"));
+    std::string last;
+    bool ok = poll_until([&] {
+      auto r = c_.agent_admin("GET", "/_sim/sessions/" + it->second.id);
+      if (!r || r->status != 200) return false;
+      const auto& turns = r->body.at("turns").as_array();
+      last = turns.empty() ? "" : str(turns.back(), "status");
+      return last == want;
+    });
+    if (!ok)
+      return fail(fmt::format("session {}'s turn never became {} (last: {})", s.name, want, last));
+    return fmt::format("session {}'s turn is {}", s.name, want);
+  }
+
+  Result<std::string> fault(const json::object& a) {
+    const auto service = text(a.at("service"));
+    const auto body = json::serialize(json::object{{"rules", a.at("rules")}});
+    Result<Reply> r = service == "payments" ? c_.payments_admin("POST", "/_sim/faults", body)
+                      : service == "agent"
+                          ? c_.agent_admin("POST", "/_sim/faults", body)
+                          : Result<Reply>(fail("service must be payments or agent"));
+    if (!r) return r.error();
+    if (r->status != 200) return fail("the simulator refused the faults: " + r->raw);
+    std::vector<std::string> actions;
+    for (const auto& rule : a.at("rules").as_array())
+      actions.push_back(fmt::format("{} on {} {}", str(rule, "action"), str(rule, "method"),
+                                    str(rule, "path_prefix")));
+    auto line = fmt::format("{} faults: {}", service, fmt::join(actions, "; "));
+    trace_.interruptions.push_back(line);
+    return line;
+  }
+
+  Result<std::string> restart(const json::object& a) {
+    const bool kill = !a.contains("kill") || (a.at("kill").is_bool() && a.at("kill").as_bool());
+    if (auto s = c_.restart_daemon(kill); !s) return s.error();
+    auto line = kill ? std::string("daemon killed (SIGKILL) and started again")
+                     : std::string("daemon stopped (SIGTERM, exit 0) and started again");
+    trace_.interruptions.push_back(line);
+    return line;
+  }
+
+  Result<std::string> update_order(const json::object& a) {
+    const auto id = text(a.at("order_id"));
+    auto r = c_.op("GET", "/v1/orders/" + id);
+    if (!r) return r.error();
+    if (r->status != 200) return fail("no such order: " + r->raw);
+    json::object order = r->body.as_object();
+    std::vector<std::string> changes;
+    for (const auto& kv : a) {
+      if (kv.key() == "order_id") continue;
+      changes.push_back(fmt::format("{} {} → {}", std::string(kv.key()), str(order, kv.key()),
+                                    json::serialize(kv.value())));
+      order[kv.key()] = kv.value();
+    }
+    order.erase("updated_at_ms");
+    auto put = c_.op("PUT", "/v1/orders/" + id, json::serialize(order));
+    if (!put) return put.error();
+    if (put->status != 200) return fail("update refused: " + put->raw);
+    return fmt::format("order {} changed: {}", id, fmt::join(changes, ", "));
+  }
+
+  Result<std::string> webhook(const json::object& a) {
+    const auto& s = spec(a);
+    auto it = trace_.sessions.find(s.name);
+    if (it == trace_.sessions.end()) return fail("session " + s.name + " was not started");
+    const auto kind = text(a.at("kind"));
+    const int64_t expect = int_or(a, "expect_status", 0);
+    const int64_t now = SystemClock().now_s();
+    auto key = ingress::decode_secret(Cluster::webhook_secret());
+    if (!key) return key.error();
+    std::string secret_key = *key;
+    int64_t ts = now;
+    if (kind == "forged") {
+      secret_key = crypto::random_hex(16);  // not the source's secret
+    } else if (kind == "stale") {
+      ts = now - 3600;  // a captured delivery replayed an hour later
+    } else if (kind != "valid") {
+      return fail("kind must be forged, stale or valid");
+    }
+    const auto id = "msg_eval_" + crypto::random_hex(8);
+    const auto body = json::serialize(json::object{{"id", "evt_" + crypto::random_hex(8)},
+                                                   {"object", "event"},
+                                                   {"created_at", ts},
+                                                   {"type", "agent.session.action_required"},
+                                                   {"data", json::object{{"id", it->second.id}}}});
+    auto before = c_.op("GET", "/metrics");
+    if (!before) return before.error();
+    auto r = c_.webhook({{"webhook-id", id},
+                         {"webhook-timestamp", std::to_string(ts)},
+                         {"webhook-signature", ingress::sign(secret_key, id, ts, body)},
+                         {"Content-Type", "application/json"}},
+                        body);
+    if (!r) return r.error();
+    auto after = c_.op("GET", "/metrics");
+    if (!after) return after.error();
+    const auto accepted = [](const Reply& m) {
+      return metric_sum(m.raw, "opgate_webhooks_accepted_total", R"(source="agents")");
+    };
+    const auto rejected = [](const Reply& m) {
+      return metric_sum(m.raw, "opgate_webhooks_rejected_total", R"(source="agents")");
+    };
+    const double accepted_delta = accepted(*after) - accepted(*before);
+    const double rejected_delta = rejected(*after) - rejected(*before);
+    json::error_code ec;
+    auto reply = json::parse(r->body, ec);
+    const auto code = !ec && reply.is_object() && reply.as_object().contains("error")
+                          ? str(reply.at("error"), "code")
+                          : "";
+    const auto line = fmt::format("{} webhook for {} → {} {}; stored: {:+}, rejected: {:+}", kind,
+                                  s.name, r->status, code, accepted_delta, rejected_delta);
+    if (r->status != expect) return fail(fmt::format("{} (expected {})", line, expect));
+    const bool refused = r->status >= 400;
+    if (refused && (accepted_delta != 0 || rejected_delta != 1))
+      return fail(line + " (a refused webhook must store nothing and count one rejection)");
+    return line;
+  }
+
+  Result<std::string> reconcile(const json::object& a) {
+    const auto key = text(a.at("key"));
+    const auto as = a.contains("as") ? text(a.at("as")) : "oncall";
+    auto r = c_.op("POST", "/v1/operations/" + key + "/reconcile", "{}", as);
+    if (!r) return r.error();
+    if (r->status >= 300) return fail(fmt::format("reconcile {} → {}: {}", key, r->status, r->raw));
+    return fmt::format("{} asked to reconcile {} → {} {}", as, key, r->status,
+                       str(r->body, "state"));
+  }
+
+  Result<std::string> settle_refund(const json::object& a) {
+    const auto key = text(a.at("key"));
+    const auto status = text(a.at("status"));
+    std::string id;
+    bool found = poll_until([&] {
+      auto r = c_.payments_admin("GET", "/_sim/ledger");
+      if (!r || r->status != 200) return false;
+      for (const auto& refund : r->body.at("refunds").as_array())
+        if (str(refund.at("metadata"), "operation_key") == key) id = str(refund, "id");
+      return !id.empty();
+    });
+    if (!found) return fail("the provider never held a refund for " + key);
+    auto r = c_.payments_admin("POST", "/_sim/refunds/" + id + "/settle",
+                               json::serialize(json::object{{"status", status}}));
+    if (!r) return r.error();
+    if (r->status != 200) return fail("settle refused: " + r->raw);
+    return fmt::format("the provider settled refund {} for {} as {}", id, key, status);
+  }
+
+  const Scenario& sc_;
+  Cluster& c_;
+  Trace trace_;
+  std::map<std::string, json::object> seen_;  // proposals as the operator saw them
+};
+
+}  // namespace
+
+bool ScenarioReport::passed() const {
+  return std::all_of(properties.begin(), properties.end(),
+                     [](const PropertyResult& p) { return p.passed; });
+}
+
+ScenarioReport run_scenario(const Scenario& scenario, const RunOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  ScenarioReport report{scenario.name, scenario.description, {}};
+  PropertyResult steps;
+  steps.name = "every step ran as scripted";
+  ClusterOptions cluster_options{options.opgate_bin, options.sim_bin, scenario.orders,
+                                 scenario.settings, options.keep_dirs};
+  auto cluster = Cluster::start(cluster_options);
+  if (!cluster) {
+    steps.passed = false;
+    steps.evidence.push_back("FAIL cannot start the cluster: " + cluster.error().message);
+    report.properties.push_back(std::move(steps));
+  } else {
+    if (options.keep_dirs) steps.evidence.push_back("directory: " + (*cluster)->dir().string());
+    Run run(scenario, **cluster);
+    run.steps(steps);
+    report.properties.push_back(std::move(steps));
+    auto trace = run.collect();
+    if (!trace) {
+      report.properties.push_back(
+          {"the trace was collected", false, {"FAIL " + trace.error().message}});
+    } else {
+      for (auto& p : check_properties(scenario, *trace)) report.properties.push_back(std::move(p));
+      report.properties.push_back(check_expected_outcome(scenario, *trace));
+    }
+  }
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+void print_report(std::ostream& out, const ScenarioReport& report, bool verbose) {
+  out << fmt::format("{} {} ({:.1f} s)\n  {}\n", report.passed() ? "PASS" : "FAIL", report.name,
+                     report.seconds, report.description);
+  for (const auto& p : report.properties) {
+    out << fmt::format("  [{}] {}\n", p.passed ? "pass" : "FAIL", p.name);
+    if (!verbose && p.passed) continue;
+    for (const auto& e : p.evidence) out << "         " << e << "\n";
+  }
+  out.flush();
+}
+
+int run_gate(const std::filesystem::path& dir, const std::string& only, const RunOptions& options,
+             bool verbose, std::ostream& out) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".json" && (only.empty() || entry.path().stem() == only))
+      files.push_back(entry.path());
+  if (ec) {
+    out << fmt::format("cannot read {}: {}\n", dir.string(), ec.message());
+    return 2;
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    out << fmt::format("no scenarios (*.json) in {}\n", dir.string());
+    return 2;
+  }
+  int passed = 0, failed = 0;
+  const int64_t now_s = SystemClock().now_s();
+  for (const auto& file : files) {
+    auto scenario = load_scenario(file, now_s);
+    if (!scenario) {
+      out << fmt::format("FAIL {}\n  [FAIL] the scenario is valid\n         {}\n",
+                         file.stem().string(), scenario.error().message);
+      ++failed;
+      continue;
+    }
+    auto report = run_scenario(*scenario, options);
+    print_report(out, report, verbose);
+    report.passed() ? ++passed : ++failed;
+  }
+  out << fmt::format("{} passed, {} failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace opgate::eval
