@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <boost/process.hpp>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -98,6 +99,15 @@ Status Cluster::start_processes() {
   auto payments_port = wait_port_file(dir_ / "payments.port", payments_);
   if (!payments_port) return payments_port.error();
   payments_port_ = static_cast<uint16_t>(std::stoi(*payments_port));
+  // The provider knows each order's customer, as it would for credits.
+  std::set<std::string> customers;
+  for (const auto& o : options_.orders) customers.insert(std::string(o.at("customer").as_string()));
+  for (const auto& customer : customers) {
+    auto r =
+        payments_admin("POST", "/_sim/customers", json::serialize(json::object{{"id", customer}}));
+    if (!r) return r.error();
+    if (r->status != 200) return failed("cannot register customer " + customer + ": " + r->raw);
+  }
   agent_ = bp::child(sim, "agent", "--listen", "127.0.0.1:0", "--port-file",
                      (dir_ / "agent.port").string(), "--webhook-secret", webhook_secret(),
                      "--api-key", "sk-agent-eval", bp::std_out > (dir_ / "agent.out").string(),

@@ -1,6 +1,7 @@
 #include "sim/eval/properties.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -335,8 +336,13 @@ PropertyResult denial_reported_once(const Trace& t, const std::vector<Call>& cal
     for (const auto& linked : op.at("calls").as_array()) {
       const Call* call = find_call(calls, str(linked, "call_id"));
       if (!call) continue;
-      c.check(call->answered && !call->success && call->error.find("denied") != std::string::npos,
-              fmt::format("{} was told: {}", describe(*call), answer_of(*call)));
+      auto out = parse_object(call->output);
+      const auto status = out ? str(*out, "status") : "";
+      const bool told =
+          call->answered && (status == "denied" ||
+                             (!call->success && call->error.find("denied") != std::string::npos));
+      c.check(told, fmt::format("{} was told: {}", describe(*call),
+                                status.empty() ? answer_of(*call) : "status " + status));
     }
   }
   return c.done("no denial in this trace");
@@ -462,6 +468,19 @@ PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& tra
       for (const char* field :
            {"state", "outcome", "amount_minor", "currency", "kind", "decided_by"})
         expect_field(c, "operation " + key, want.as_object(), field, *op);
+      if (auto* states = want.as_object().if_contains("passed_through");
+          states && states->is_array()) {
+        std::vector<std::string> path;
+        for (const auto& r : history_of(*op))
+          if (!str(r, "to").empty() && (path.empty() || path.back() != str(r, "to")))
+            path.push_back(str(r, "to"));
+        for (const auto& s : states->as_array()) {
+          const auto state = s.is_string() ? std::string(s.as_string()) : "";
+          c.check(std::find(path.begin(), path.end(), state) != path.end(),
+                  fmt::format("operation {} passed through {}: {}", key, state,
+                              fmt::join(path, " → ")));
+        }
+      }
       if (auto* n = want.as_object().if_contains("approvals"))
         c.check(n->is_int64() &&
                     static_cast<size_t>(n->as_int64()) == op->at("approvals").as_array().size(),

@@ -1,6 +1,7 @@
 #include "sim/eval/runner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -245,15 +246,19 @@ class Run {
     const auto key = text(a.at("key"));
     const auto state = text(a.at("state"));
     const auto outcome = a.contains("outcome") ? text(a.at("outcome")) : "";
+    const int64_t calls = int_or(a, "linked_calls", 0);
     auto op = wait_operation(
         key,
         [&](const json::object& o) {
-          return str(o, "state") == state && (outcome.empty() || str(o, "outcome") == outcome);
+          return str(o, "state") == state && (outcome.empty() || str(o, "outcome") == outcome) &&
+                 (calls == 0 || static_cast<int64_t>(o.at("calls").as_array().size()) == calls);
         },
-        state + (outcome.empty() ? "" : "/" + outcome));
+        state + (outcome.empty() ? "" : "/" + outcome) +
+            (calls == 0 ? "" : fmt::format(" with {} linked calls", calls)));
     if (!op) return op.error();
-    return fmt::format("{} is {}{} after {} attempt(s)", key, state,
-                       outcome.empty() ? "" : " (" + outcome + ")", str(*op, "attempts"));
+    return fmt::format("{} is {}{} after {} attempt(s), {} linked call(s)", key, state,
+                       outcome.empty() ? "" : " (" + outcome + ")", str(*op, "attempts"),
+                       op->at("calls").as_array().size());
   }
 
   Result<std::string> await_turn(const json::object& a) {

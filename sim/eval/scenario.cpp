@@ -27,7 +27,7 @@ const std::map<std::string, StepShape>& step_shapes() {
       {"await_proposal", {{"key"}, {"session"}}},
       {"approve", {{"key", "as"}, {"expect_status", "amount_minor", "currency"}}},
       {"deny", {{"key", "as"}, {"expect_status", "reason"}}},
-      {"await_state", {{"key", "state"}, {"outcome"}}},
+      {"await_state", {{"key", "state"}, {"outcome", "linked_calls"}}},
       {"await_turn", {{"session", "status"}, {}}},
       {"fault", {{"service", "rules"}, {}}},
       {"restart_daemon", {{}, {"kill"}}},
