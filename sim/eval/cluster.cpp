@@ -29,8 +29,10 @@ std::string read_text(const std::filesystem::path& p) {
 
 Error failed(std::string message) { return Error{"cluster_failed", std::move(message)}; }
 
-Result<Reply> send(const std::string& method, const std::string& url, const std::string& body,
-                   http::Headers headers) {
+}  // namespace
+
+Result<Reply> send_request(const std::string& method, const std::string& url,
+                           const std::string& body, http::Headers headers) {
   http::ClientRequest req;
   req.method = method;
   req.url = url;
@@ -47,6 +49,8 @@ Result<Reply> send(const std::string& method, const std::string& url, const std:
   if (ec) r.body = nullptr;
   return r;
 }
+
+namespace {
 
 void stop_child(bp::child& c) {
   if (!c.valid() || !c.running()) return;
@@ -163,6 +167,7 @@ max_amount_minor = {{ USD = {}, GBP = {} }}
 [ingress]
 listen = "{}"
 timestamp_tolerance_s = 300
+{}
 
 [[ingress.sources]]
 name = "agents"
@@ -191,7 +196,7 @@ approval_ttl_s = {}
 two_person_threshold_minor = {{ USD = {}, GBP = {} }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
 )",
-      listen(ingress_port_), webhook_secret(), listen(operator_port_),
+      listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
       token("admin", R"("admin")", 1000000),
       token("alice", R"("operations:read", "operations:approve")", 100000),
       token("bob", R"("operations:read", "operations:approve")", 100000),
@@ -234,35 +239,49 @@ Status Cluster::start_daemon() {
   return Status::Ok();
 }
 
+void Cluster::signal_daemon(int signal) { ::kill(daemon_.id(), signal); }
+
+Result<int> Cluster::wait_daemon_exit() {
+  std::error_code ec;
+  if (!daemon_.wait_for(std::chrono::seconds(20), ec))
+    return failed("the daemon did not exit within 20 s");
+  return daemon_.exit_code();
+}
+
+std::string Cluster::daemon_log() const {
+  return read_text(dir_ / fmt::format("daemon{}.log", daemon_starts_));
+}
+
 Status Cluster::restart_daemon(bool kill) {
   std::error_code ec;
   if (kill) {
     daemon_.terminate(ec);  // SIGKILL
     daemon_.wait(ec);
   } else {
-    ::kill(daemon_.id(), SIGTERM);
-    if (!daemon_.wait_for(std::chrono::seconds(20), ec))
-      return failed("the daemon did not stop within 20 s of SIGTERM");
-    if (daemon_.exit_code() != 0)
-      return failed(fmt::format("the daemon exited {} after SIGTERM", daemon_.exit_code()));
+    signal_daemon(SIGTERM);
+    auto code = wait_daemon_exit();
+    if (!code) return code.error();
+    if (*code != 0) return failed(fmt::format("the daemon exited {} after SIGTERM", *code));
   }
   return start_daemon();
 }
 
 Result<Reply> Cluster::op(const std::string& method, const std::string& path,
-                          const std::string& body, const std::string& principal) {
-  return send(method, fmt::format("http://127.0.0.1:{}{}", operator_port_, path), body,
-              {{"Authorization", "Bearer " + token_for(principal)}});
+                          const std::string& body, const std::string& token) {
+  http::Headers headers;
+  if (!token.empty()) headers["Authorization"] = "Bearer " + token;
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", operator_port_, path), body,
+                      std::move(headers));
 }
 
 Result<Reply> Cluster::agent_admin(const std::string& method, const std::string& path,
                                    const std::string& body) {
-  return send(method, fmt::format("http://127.0.0.1:{}{}", agent_port_, path), body, {});
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", agent_port_, path), body, {});
 }
 
 Result<Reply> Cluster::payments_admin(const std::string& method, const std::string& path,
                                       const std::string& body) {
-  return send(method, fmt::format("http://127.0.0.1:{}{}", payments_port_, path), body, {});
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", payments_port_, path), body, {});
 }
 
 Result<http::Response> Cluster::webhook(const http::Headers& headers, const std::string& body) {

@@ -1,7 +1,8 @@
-// A private cluster for one scenario: opgate-sim payments, opgate-sim agent
-// and opgate serve as child processes on ephemeral loopback ports, in a
-// temporary directory of their own. Every call returns errors as values;
-// waiting is by polling a condition against a deadline.
+// A private cluster of real processes, for a release-gate scenario or an
+// integration test: opgate-sim payments, opgate-sim agent and opgate serve
+// as child processes on ephemeral loopback ports, in a temporary directory
+// of their own. Every call returns errors as values; waiting is by polling a
+// condition against a deadline.
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -25,7 +26,8 @@ struct ClusterOptions {
   std::filesystem::path sim_bin;     // opgate-sim
   std::vector<boost::json::object> orders;
   Settings settings;
-  bool keep_dir = false;  // leave the directory (logs, data) for inspection
+  std::string extra_ingress;  // TOML lines appended to [ingress]
+  bool keep_dir = false;      // leave the directory (logs, data) for inspection
 };
 
 struct Reply {
@@ -47,8 +49,9 @@ class Cluster {
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
+  // The operator API with a bearer token ("" sends none).
   Result<Reply> op(const std::string& method, const std::string& path, const std::string& body = "",
-                   const std::string& principal = "admin");
+                   const std::string& token = token_for("admin"));
   Result<Reply> agent_admin(const std::string& method, const std::string& path,
                             const std::string& body = "");
   Result<Reply> payments_admin(const std::string& method, const std::string& path,
@@ -56,16 +59,26 @@ class Cluster {
   // A raw POST to the daemon's webhook ingress for the "agents" source.
   Result<http::Response> webhook(const http::Headers& headers, const std::string& body);
 
-  // kill -9 (or SIGTERM and wait), then start again on the same ports.
+  // kill -9 (or SIGTERM, which must exit 0), then start again on the same
+  // ports and data.
   Status restart_daemon(bool kill);
+  // Starts the daemon (again); it must not be running.
+  Status start_daemon();
+  void signal_daemon(int signal);
+  // The daemon's exit code, once it exits within 20 s.
+  Result<int> wait_daemon_exit();
+  // The daemon's current log (JSON lines).
+  std::string daemon_log() const;
 
   const std::filesystem::path& dir() const { return dir_; }
+  uint16_t ingress_port() const { return ingress_port_; }
+  uint16_t operator_port() const { return operator_port_; }
+  uint16_t agent_port() const { return agent_port_; }
   static std::string webhook_secret();
 
  private:
   explicit Cluster(ClusterOptions options);
   Status start_processes();
-  Status start_daemon();
   Status write_config() const;
   Result<std::string> wait_port_file(const std::filesystem::path& file,
                                      boost::process::child& child);
@@ -76,6 +89,10 @@ class Cluster {
   uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
   int daemon_starts_ = 0;
 };
+
+// One HTTP request with a 20 s timeout; a JSON content type if there is a body.
+Result<Reply> send_request(const std::string& method, const std::string& url,
+                           const std::string& body, http::Headers headers);
 
 // Polls `done` every 20 ms until it returns true or `deadline` passes.
 bool poll_until(const std::function<bool()>& done,

@@ -8,25 +8,13 @@
 #include <optional>
 #include <set>
 
+#include "sim/eval/json_fields.h"
+
 namespace opgate::eval {
 
 namespace json = boost::json;
 
 namespace {
-
-std::string str(const json::value& v, std::string_view key) {
-  if (!v.is_object()) return "";
-  auto* p = v.as_object().if_contains(key);
-  if (!p || p->is_null()) return "";
-  if (p->is_string()) return std::string(p->as_string());
-  return json::serialize(*p);
-}
-
-int64_t i64(const json::value& v, std::string_view key) {
-  if (!v.is_object()) return 0;
-  auto* p = v.as_object().if_contains(key);
-  return p && p->is_int64() ? p->as_int64() : 0;
-}
 
 std::optional<json::object> parse_object(const std::string& text) {
   json::error_code ec;

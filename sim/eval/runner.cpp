@@ -15,6 +15,7 @@
 #include "common/crypto.h"
 #include "ingress/signature.h"
 #include "sim/eval/cluster.h"
+#include "sim/eval/json_fields.h"
 
 namespace opgate::eval {
 
@@ -22,21 +23,8 @@ namespace json = boost::json;
 
 namespace {
 
-std::string str(const json::value& v, std::string_view key) {
-  if (!v.is_object()) return "";
-  auto* p = v.as_object().if_contains(key);
-  if (!p || p->is_null()) return "";
-  if (p->is_string()) return std::string(p->as_string());
-  return json::serialize(*p);
-}
-
 std::string text(const json::value& v) {
   return v.is_string() ? std::string(v.as_string()) : json::serialize(v);
-}
-
-int64_t int_or(const json::object& o, std::string_view key, int64_t fallback) {
-  auto* p = o.if_contains(key);
-  return p && p->is_int64() ? p->as_int64() : fallback;
 }
 
 // Sums the samples of a Prometheus counter whose labels contain `labels`.
@@ -195,7 +183,7 @@ class Run {
     auto stats = c_.payments_admin("GET", "/_sim/stats");
     if (!stats) return stats.error();
     if (auto* k = stats->body.at("by_operation_key").as_object().if_contains(key))
-      pause.provider_posts = int_or(k->as_object(), "posts", 0);
+      pause.provider_posts = i64(k->as_object(), "posts", 0);
     trace_.pauses.push_back(pause);
     return fmt::format("{} pending: {} {}, fingerprint {}; session {}", key,
                        str(*op, "amount_minor"), str(*op, "currency"),
@@ -205,8 +193,9 @@ class Run {
   Result<std::string> decide(const json::object& a, const std::string& verb, json::object body) {
     const auto key = text(a.at("key"));
     const auto as = text(a.at("as"));
-    const int64_t expect = int_or(a, "expect_status", 200);
-    auto r = c_.op("POST", "/v1/operations/" + key + "/" + verb, json::serialize(body), as);
+    const int64_t expect = i64(a, "expect_status", 200);
+    auto r =
+        c_.op("POST", "/v1/operations/" + key + "/" + verb, json::serialize(body), token_for(as));
     if (!r) return r.error();
     const auto line = fmt::format(
         "{} {} {} → {} {}", as, verb, key, r->status,
@@ -246,7 +235,7 @@ class Run {
     const auto key = text(a.at("key"));
     const auto state = text(a.at("state"));
     const auto outcome = a.contains("outcome") ? text(a.at("outcome")) : "";
-    const int64_t calls = int_or(a, "linked_calls", 0);
+    const int64_t calls = i64(a, "linked_calls", 0);
     auto op = wait_operation(
         key,
         [&](const json::object& o) {
@@ -331,7 +320,7 @@ class Run {
     auto it = trace_.sessions.find(s.name);
     if (it == trace_.sessions.end()) return fail("session " + s.name + " was not started");
     const auto kind = text(a.at("kind"));
-    const int64_t expect = int_or(a, "expect_status", 0);
+    const int64_t expect = i64(a, "expect_status", 0);
     const int64_t now = SystemClock().now_s();
     auto key = ingress::decode_secret(Cluster::webhook_secret());
     if (!key) return key.error();
@@ -385,7 +374,7 @@ class Run {
   Result<std::string> reconcile(const json::object& a) {
     const auto key = text(a.at("key"));
     const auto as = a.contains("as") ? text(a.at("as")) : "oncall";
-    auto r = c_.op("POST", "/v1/operations/" + key + "/reconcile", "{}", as);
+    auto r = c_.op("POST", "/v1/operations/" + key + "/reconcile", "{}", token_for(as));
     if (!r) return r.error();
     if (r->status >= 300) return fail(fmt::format("reconcile {} → {}: {}", key, r->status, r->raw));
     return fmt::format("{} asked to reconcile {} → {} {}", as, key, r->status,
@@ -429,8 +418,12 @@ ScenarioReport run_scenario(const Scenario& scenario, const RunOptions& options)
   ScenarioReport report{scenario.name, scenario.description, {}};
   PropertyResult steps;
   steps.name = "every step ran as scripted";
-  ClusterOptions cluster_options{options.opgate_bin, options.sim_bin, scenario.orders,
-                                 scenario.settings, options.keep_dirs};
+  ClusterOptions cluster_options;
+  cluster_options.opgate_bin = options.opgate_bin;
+  cluster_options.sim_bin = options.sim_bin;
+  cluster_options.orders = scenario.orders;
+  cluster_options.settings = scenario.settings;
+  cluster_options.keep_dir = options.keep_dirs;
   auto cluster = Cluster::start(cluster_options);
   if (!cluster) {
     steps.passed = false;

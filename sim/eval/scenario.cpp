@@ -109,8 +109,7 @@ Result<json::object> parse_order(const json::value& v, size_t i, int64_t now_s) 
   return out;
 }
 
-// The orders a scenario gets when it lists none.
-std::vector<json::value> default_orders() {
+std::vector<json::value> default_order_specs() {
   auto order = [](const char* id, const char* owner, int64_t amount, const char* currency,
                   const char* note) {
     return json::value(json::object{{"order_id", id},
@@ -218,7 +217,7 @@ Result<Scenario> parse_scenario(std::string_view name, std::string_view text, in
   if (!description) return description.error();
   sc.description = *description;
 
-  const auto defaults = default_orders();
+  const auto defaults = default_order_specs();
   json::array orders(defaults.begin(), defaults.end());
   if (auto* given = in.if_contains("orders")) {
     if (!given->is_array() || given->as_array().empty())
@@ -269,6 +268,13 @@ Result<Scenario> load_scenario(const std::filesystem::path& file, int64_t now_s)
   auto parsed = parse_scenario(file.stem().string(), text.str(), now_s);
   if (!parsed) return bad(fmt::format("{}: {}", file.filename().string(), parsed.error().message));
   return parsed;
+}
+
+std::vector<json::object> default_orders(int64_t now_s) {
+  std::vector<json::object> out;
+  const auto specs = default_order_specs();
+  for (size_t i = 0; i < specs.size(); ++i) out.push_back(parse_order(specs[i], i, now_s).value());
+  return out;
 }
 
 std::string owner_of_order(const Scenario& scenario, const std::string& order_id) {

@@ -54,6 +54,12 @@ const std::vector<std::string>& step_actions();
 Result<Scenario> parse_scenario(std::string_view name, std::string_view text, int64_t now_s);
 Result<Scenario> load_scenario(const std::filesystem::path& file, int64_t now_s);
 
+// The orders a scenario gets when it lists none, as complete records:
+// ORDER-100 (demo-user, 2500 USD), ORDER-200 (other-user, 4000 USD),
+// ORDER-300 (demo-user, 80000 USD), ORDER-400 (demo-user, 20000 GBP) and
+// ORDER-500 (demo-user, 3000 USD, an instruction hidden in its note).
+std::vector<boost::json::object> default_orders(int64_t now_s);
+
 // The order's owner by id; "" if the scenario has no such order.
 std::string owner_of_order(const Scenario& scenario, const std::string& order_id);
 

@@ -40,7 +40,6 @@ TEST_CASE("an order changed while awaiting approval rejects the operation and te
 TEST_CASE(
     "decisions are idempotent per principal; a settled operation answers 409 with its state") {
   ClusterOptions o;
-  o.extra_policy = "";
   Cluster c(o);
   c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-300"}}])");
   const std::string key = "demo-user:ORDER-300:full-refund:v1";

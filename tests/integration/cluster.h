@@ -1,11 +1,10 @@
-// A real cluster for integration tests: opgate-sim payments, opgate-sim
-// agent and opgate serve as child processes on ephemeral loopback ports, in
-// a private temporary directory. Waiting is by polling a condition with a
+// A real cluster for integration tests: the release gate's cluster of child
+// processes (sim/eval/cluster.h), with doctest assertions on every call and
+// the helpers the tests share. Waiting is by polling a condition with a
 // deadline, never by sleeping for time to pass.
 #pragma once
 
 #include <boost/json.hpp>
-#include <boost/process.hpp>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -14,6 +13,8 @@
 #include <vector>
 
 #include "http/client.h"
+#include "sim/eval/cluster.h"
+#include "sim/eval/json_fields.h"
 
 namespace opgate::testing {
 
@@ -24,7 +25,6 @@ struct ClusterOptions {
   int payments_timeout_ms = 1500;
   int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
-  std::string extra_policy;   // TOML lines appended to [policy]
   std::string extra_ingress;  // TOML lines appended to [ingress]
 };
 
@@ -36,11 +36,7 @@ inline constexpr const char* kReaderToken = "tok-reader";    // operations:read 
 inline constexpr const char* kSupportToken = "tok-support";  // approver, limit 2000
 inline constexpr const char* kOncallToken = "tok-oncall";    // read + resolve
 
-struct Reply {
-  int status = 0;
-  json::value body;
-  std::string raw;
-};
+using Reply = eval::Reply;
 
 class Cluster {
  public:
@@ -84,26 +80,19 @@ class Cluster {
   int wait_daemon_exit();
   void start_daemon();
 
-  const std::filesystem::path& dir() const { return dir_; }
-  uint16_t ingress_port() const { return ingress_port_; }
-  std::string webhook_secret() const { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; }
-  std::string daemon_log() const;
+  const std::filesystem::path& dir() const { return c_->dir(); }
+  uint16_t ingress_port() const { return c_->ingress_port(); }
+  std::string webhook_secret() const { return eval::Cluster::webhook_secret(); }
+  std::string daemon_log() const { return c_->daemon_log(); }
 
  private:
-  void write_config();
-  uint16_t wait_port_file(const std::filesystem::path& file, boost::process::child& child);
-
-  ClusterOptions options_;
-  std::filesystem::path dir_;
-  boost::process::child payments_, agent_, daemon_;
-  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
-  int daemon_starts_ = 0;
+  std::unique_ptr<eval::Cluster> c_;
 };
 
 // Polls `fn` until it returns true or the deadline passes.
 bool eventually(const std::function<bool()>& fn,
                 std::chrono::milliseconds deadline = std::chrono::seconds(20));
 
-std::string str(const json::value& v, const char* key);
+using eval::str;  // a field as text
 
 }  // namespace opgate::testing

@@ -1,0 +1,28 @@
+// Reading fields of the JSON records the gate collects, leniently: a missing
+// field reads as "" or 0, so a check can report what it found. Pure.
+#pragma once
+
+#include <boost/json.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace opgate::eval {
+
+// A string field as is, any other field as JSON text, "" if absent or null.
+inline std::string str(const boost::json::value& v, std::string_view key) {
+  if (!v.is_object()) return "";
+  auto* p = v.as_object().if_contains(key);
+  if (!p || p->is_null()) return "";
+  if (p->is_string()) return std::string(p->as_string());
+  return boost::json::serialize(*p);
+}
+
+// An integer field, or `fallback`.
+inline int64_t i64(const boost::json::value& v, std::string_view key, int64_t fallback = 0) {
+  if (!v.is_object()) return fallback;
+  auto* p = v.as_object().if_contains(key);
+  return p && p->is_int64() ? p->as_int64() : fallback;
+}
+
+}  // namespace opgate::eval
