@@ -106,7 +106,9 @@ std::string Metrics::render() const {
     out += h->render(name, "");
   }
   for (const auto& [name, read] : gauges_)
-    out += fmt::format("# TYPE {} gauge\n{} {}\n", name, name, read());
+    // A value read on demand may be a counter kept elsewhere (…_total).
+    out += fmt::format("# TYPE {} {}\n{} {}\n", name,
+                       name.ends_with("_total") ? "counter" : "gauge", name, read());
   for (const auto& [name, fam] : families_) {
     out += fmt::format("# TYPE {} gauge\n", name);
     for (const auto& [value_label, v] : fam.second())

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
@@ -106,6 +107,15 @@ int serve(const Config& config, const ServeOptions& options) {
        std::chrono::seconds(config.sweep_window_s)});
 
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
+  // Group commit: synced writes of new webhook events, and the events in them.
+  metrics.gauge("opgate_inbox_group_commits_total",
+                [&] { return static_cast<double>(inbox.group_commits()); });
+  metrics.gauge("opgate_inbox_group_commit_events_total",
+                [&] { return static_cast<double>(inbox.committed_events()); });
+  metrics.gauge("opgate_inbox_events_per_group_commit", [&] {
+    const auto commits = inbox.group_commits();
+    return commits == 0 ? 0.0 : static_cast<double>(inbox.committed_events()) / commits;
+  });
   metrics.gauge("opgate_synced_writes_total",
                 [&] { return static_cast<double>(db.synced_writes()); });
   metrics.gauge("opgate_wal_fsyncs_total", [&] { return static_cast<double>(db.wal_syncs()); });
@@ -141,23 +151,28 @@ int serve(const Config& config, const ServeOptions& options) {
                                         config.max_backlog};
   ingress::WebhookHandler webhooks(ingress_config, inbox, clock, metrics);
   http::Router ingress_router;
-  ingress_router.add("POST", "/v1/webhooks/{source}",
-                     [&](const http::Request& req, const http::PathParams& p) {
-                       auto res = webhooks.handle(req, p.at("source"));
-                       if (res.status == 200) engine.wake();
-                       return res;
-                     });
+  ingress_router.add_async(
+      "POST", "/v1/webhooks/{source}",
+      [&](http::Request&& req, const http::PathParams& p, http::Respond respond) {
+        webhooks.handle(std::move(req), p.at("source"),
+                        [&engine, respond = std::move(respond)](http::Response res) {
+                          if (res.status == 200) engine.wake();
+                          respond(std::move(res));
+                        });
+      });
   http::ServerOptions ingress_options;
   ingress_options.listen = config.ingress_listen;
+  ingress_options.name = "ingress";
   ingress_options.max_body_bytes = config.max_body_bytes;
   ingress_options.header_timeout = std::chrono::milliseconds(config.header_timeout_ms);
   ingress_options.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
   ingress_options.max_connections = static_cast<size_t>(config.max_connections);
-  // Handlers block on the synced inbox write; more threads than cores let
-  // concurrent requests share one fsync.
-  ingress_options.threads = 64;
-  http::Server ingress_server(ingress_options,
-                              [&](http::Request&& r) { return ingress_router.dispatch(r); });
+  // Handlers never block: an accepted event is answered by the inbox's
+  // committer after its group commit, so one thread per core suffices.
+  ingress_options.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+  http::Server ingress_server(ingress_options, [&](http::Request&& r, http::Respond respond) {
+    ingress_router.dispatch(std::move(r), std::move(respond));
+  });
 
   std::atomic<bool> ready{false};
   operator_api::ApiDeps deps{**journal, outbox,          sessions,          drainer,
@@ -165,6 +180,7 @@ int serve(const Config& config, const ServeOptions& options) {
                              ready,     config.attention};
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
+  operator_options.name = "operator";
   operator_options.listen = config.operator_listen;
   operator_options.threads = 8;
   http::Server operator_server(operator_options,

@@ -2,6 +2,7 @@
 // handlers and routing stay pure and cheap to compile.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,10 @@ struct Response {
   bool close = false;  // close the connection after writing
   bool drop = false;   // close without answering (simulated faults only)
 };
+
+// Answers a request that a handler finished later, possibly on another
+// thread. Call it exactly once; dropping it unanswered closes the connection.
+using Respond = std::function<void(Response)>;
 
 Response json_response(int status, std::string body);
 // {"error":{"code","message"}}; the message must never carry a secret.

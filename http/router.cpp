@@ -24,40 +24,72 @@ bool split_path(const std::string& path, std::vector<std::string>& out) {
 }
 
 void Router::add(std::string method, std::string pattern, RouteHandler handler) {
-  Route r{std::move(method), {}, std::move(handler)};
+  Route r{std::move(method), {}, std::move(handler), {}};
   split_path(pattern, r.segments);
   routes_.push_back(std::move(r));
 }
 
-Response Router::dispatch(const Request& request) const {
+void Router::add_async(std::string method, std::string pattern, AsyncRouteHandler handler) {
+  Route r{std::move(method), {}, {}, std::move(handler)};
+  split_path(pattern, r.segments);
+  routes_.push_back(std::move(r));
+}
+
+const Router::Route* Router::match(const Request& request, PathParams& params,
+                                   Response& miss) const {
   std::vector<std::string> segments;
-  if (!split_path(request.path(), segments))
-    return error_response(400, "bad_path", "The request path is malformed.");
+  if (!split_path(request.path(), segments)) {
+    miss = error_response(400, "bad_path", "The request path is malformed.");
+    return nullptr;
+  }
   std::string allowed;
   for (const auto& route : routes_) {
     if (route.segments.size() != segments.size()) continue;
-    PathParams params;
-    bool match = true;
-    for (size_t i = 0; i < segments.size() && match; ++i) {
+    PathParams candidate;
+    bool matched = true;
+    for (size_t i = 0; i < segments.size() && matched; ++i) {
       const auto& pat = route.segments[i];
       if (pat.size() > 2 && pat.front() == '{' && pat.back() == '}') {
-        if (segments[i].empty()) match = false;
-        params[pat.substr(1, pat.size() - 2)] = segments[i];
+        if (segments[i].empty()) matched = false;
+        candidate[pat.substr(1, pat.size() - 2)] = segments[i];
       } else if (pat != segments[i]) {
-        match = false;
+        matched = false;
       }
     }
-    if (!match) continue;
-    if (route.method == request.method) return route.handler(request, params);
+    if (!matched) continue;
+    if (route.method == request.method) {
+      params = std::move(candidate);
+      return &route;
+    }
     if (!allowed.empty()) allowed += ", ";
     allowed += route.method;
   }
   if (!allowed.empty()) {
-    auto r = error_response(405, "method_not_allowed", "This method is not allowed here.");
-    r.headers["Allow"] = allowed;
-    return r;
+    miss = error_response(405, "method_not_allowed", "This method is not allowed here.");
+    miss.headers["Allow"] = allowed;
+  } else {
+    miss = error_response(404, "not_found", "No such route.");
   }
-  return error_response(404, "not_found", "No such route.");
+  return nullptr;
+}
+
+Response Router::dispatch(const Request& request) const {
+  PathParams params;
+  Response miss;
+  const Route* route = match(request, params, miss);
+  if (!route) return miss;
+  if (!route->handler) return error_response(500, "internal", "This route answers asynchronously.");
+  return route->handler(request, params);
+}
+
+void Router::dispatch(Request&& request, Respond respond) const {
+  PathParams params;
+  Response miss;
+  const Route* route = match(request, params, miss);
+  if (!route) return respond(std::move(miss));
+  if (route->async_handler)
+    return route->async_handler(std::move(request), params, std::move(respond));
+  respond(route->handler(request, params));
 }
 
 }  // namespace opgate::http

@@ -13,20 +13,29 @@ namespace opgate::http {
 
 using PathParams = std::map<std::string, std::string>;
 using RouteHandler = std::function<Response(const Request&, const PathParams&)>;
+// A route that answers later through `respond` (e.g. after a group commit).
+using AsyncRouteHandler = std::function<void(Request&&, const PathParams&, Respond)>;
 
 class Router {
  public:
   // pattern like "/v1/operations/{key}/approve"
   void add(std::string method, std::string pattern, RouteHandler handler);
-  // 404 for an unknown path, 405 (with Allow) for a known path and other method.
+  void add_async(std::string method, std::string pattern, AsyncRouteHandler handler);
+  // 404 for an unknown path, 405 (with Allow) for a known path and other
+  // method. Synchronous routes only (an asynchronous one answers 500).
   Response dispatch(const Request& request) const;
+  // Every route; synchronous ones answer at once.
+  void dispatch(Request&& request, Respond respond) const;
 
  private:
   struct Route {
     std::string method;
     std::vector<std::string> segments;
-    RouteHandler handler;
+    RouteHandler handler;             // set for a synchronous route
+    AsyncRouteHandler async_handler;  // set for an asynchronous one
   };
+  // The route for the request, or the 400/404/405 answer in `miss`.
+  const Route* match(const Request& request, PathParams& params, Response& miss) const;
   std::vector<Route> routes_;
 };
 

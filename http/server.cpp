@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_name.h"
+
 namespace opgate::http {
 
 namespace net = boost::asio;
@@ -23,7 +25,7 @@ class Connection;
 // that keeps a connection alive.
 struct Server::Impl {
   ServerOptions options;
-  Handler handler;
+  AsyncHandler handler;
   std::atomic<bool> draining{false};
   std::atomic<size_t> connections{0};
   uint16_t port = 0;
@@ -137,12 +139,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto ep = stream_.socket().remote_endpoint(ignore);
     req.remote = ep.address().to_string();
     const bool keep_alive = msg.keep_alive();
-    Response res;
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    Respond respond = [self = shared_from_this(), keep_alive, answered](Response res) {
+      if (answered->exchange(true)) return;  // answered already
+      // Inline when already on this connection's strand, else queued to it.
+      net::dispatch(self->stream_.get_executor(),
+                    [self, keep_alive, res = std::move(res)]() mutable {
+                      self->answer(std::move(res), keep_alive);
+                    });
+    };
     try {
-      res = server_->handler(std::move(req));
+      server_->handler(std::move(req), respond);
     } catch (const std::exception&) {
-      res = error_response(500, "internal", "Internal error.");
+      respond(error_response(500, "internal", "Internal error."));
     }
+  }
+
+  void answer(Response res, bool keep_alive) {
     if (res.drop) return close();
     if (!keep_alive || server_->draining) res.close = true;
     write(std::move(res));
@@ -203,7 +216,13 @@ void Server::Impl::accept() {
   });
 }
 
-Server::Server(ServerOptions options, Handler handler) : impl_(std::make_unique<Impl>()) {
+Server::Server(ServerOptions options, Handler handler)
+    : Server(std::move(options),
+             AsyncHandler([handler = std::move(handler)](Request&& request, Respond respond) {
+               respond(handler(std::move(request)));
+             })) {}
+
+Server::Server(ServerOptions options, AsyncHandler handler) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->handler = std::move(handler);
 }
@@ -236,7 +255,10 @@ Result<uint16_t> Server::start() {
   impl_->port = acc.local_endpoint().port();
   impl_->accept();
   for (int i = 0; i < std::max(1, o.threads); ++i)
-    impl_->threads.emplace_back([impl = impl_.get()] { impl->ioc.run(); });
+    impl_->threads.emplace_back([impl = impl_.get()] {
+      name_this_thread(impl->options.name);
+      impl->ioc.run();
+    });
   return impl_->port;
 }
 

@@ -1,8 +1,12 @@
 // An HTTP/1.1 server on Beast: keep-alive and pipelined requests, a header
 // and a body timeout per request, a body limit, a connection limit, and a
-// graceful drain. The handler is a plain function from Request to Response;
-// it runs on one of the server's threads and may block briefly (a synced
-// write). Thread-safe: start/drain/stop from any one controlling thread.
+// graceful drain. The handler is either a plain function from Request to
+// Response, run on one of the server's threads, or an asynchronous one that
+// answers later through a Respond callback from any thread (the webhook
+// ingress answers after the group commit that holds its event). A connection
+// reads its next request only after answering the current one, so each holds
+// at most one request in flight. Thread-safe: start/drain/stop from any one
+// controlling thread.
 #pragma once
 
 #include <chrono>
@@ -18,6 +22,7 @@ namespace opgate::http {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  std::string name = "http";           // its threads' name
   int threads = 2;
   // Connections past this get one 503 and are closed.
   size_t max_connections = 1024;
@@ -32,10 +37,12 @@ struct ServerOptions {
 };
 
 using Handler = std::function<Response(Request&&)>;
+using AsyncHandler = std::function<void(Request&&, Respond)>;
 
 class Server {
  public:
   Server(ServerOptions options, Handler handler);
+  Server(ServerOptions options, AsyncHandler handler);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -1,13 +1,27 @@
 // The durable inbox: webhook events keyed by source and webhook-id, plus a
-// queue of events the worker has not processed yet. accept() returns only
-// after the event is on disk. Thread-safe: a striped lock per webhook-id
-// makes "check, then store" atomic, so two copies racing store one event.
+// queue of events the worker has not processed yet.
+//
+// Events reach the disk by group commit: submit() queues an event and returns
+// at once; one committer thread takes everything queued, checks each event
+// against the store (a duplicate or a conflicting reuse of its webhook-id),
+// writes the new ones in one synced RocksDB batch, and only then reports each
+// event's result. Requests that arrive while a batch is being synced form
+// the next batch, so the number of events per fsync grows with the load.
+// Because one thread writes every event, two copies racing store one event,
+// and queue entries become visible in sequence order.
+//
+// Thread-safe. The queue of submissions is bounded: past `max_pending` a
+// submission fails at once with "overloaded".
 #pragma once
 
-#include <array>
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/clock.h"
@@ -21,11 +35,33 @@ struct Accepted {
   bool duplicate = false;
 };
 
+struct Submission {
+  std::string source;
+  std::string webhook_id;
+  std::string body;
+  Envelope envelope;
+};
+
+// Receives an event's result on the committer thread once the write holding
+// it is on disk. Errors: "conflict" (same id, other body), "overloaded",
+// "shutting_down", "storage_error" (or the store's own code).
+using Committed = std::function<void(Result<Accepted>)>;
+
+struct InboxOptions {
+  size_t max_pending = 16384;  // submissions waiting for the committer
+  size_t max_batch = 2048;     // events in one synced write
+};
+
 class Inbox {
  public:
-  Inbox(store::Store& store, const Clock& clock);
+  Inbox(store::Store& store, const Clock& clock, InboxOptions options = {});
+  // Commits what was submitted, then stops the committer.
+  ~Inbox();
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
 
-  // Errors: "conflict" (same id, other body), "storage_error".
+  void submit(Submission submission, Committed committed);
+  // submit() and wait for the result.
   Result<Accepted> accept(const std::string& source, const std::string& webhook_id,
                           const std::string& body, const Envelope& envelope);
 
@@ -33,6 +69,14 @@ class Inbox {
   size_t backlog() const { return backlog_.load(); }
   void processed(size_t n) { backlog_ -= std::min(n, backlog_.load()); }
   void set_backlog(size_t n) { backlog_ = n; }
+
+  // Synced writes of new events, and the events they held.
+  uint64_t group_commits() const { return group_commits_.load(); }
+  uint64_t committed_events() const { return committed_events_.load(); }
+
+  // True for events the worker acts on (a session's action_required); the
+  // others are stored already processed and never queued.
+  static bool needs_work(const Envelope& envelope);
 
   // Allocates a queue sequence number (monotonic across restarts).
   uint64_t next_seq();
@@ -42,11 +86,26 @@ class Inbox {
   static std::string waiting_key(const std::string& session_id, uint64_t seq);
 
  private:
+  struct Pending {
+    Submission submission;
+    Committed committed;
+  };
+  void run();
+  void commit(std::vector<Pending>& batch);
+
   store::Store& store_;
   const Clock& clock_;
-  std::array<std::mutex, 64> stripes_;
+  InboxOptions options_;
   std::atomic<uint64_t> seq_;
   std::atomic<size_t> backlog_{0};
+  std::atomic<uint64_t> group_commits_{0};
+  std::atomic<uint64_t> committed_events_{0};
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;
+  bool stopping_ = false;
+  std::thread committer_;  // last: starts after everything it uses
 };
 
 }  // namespace opgate::ingress

@@ -1,6 +1,7 @@
 #include "ingress/webhook_handler.h"
 
 #include <chrono>
+#include <future>
 
 #include "ingress/signature.h"
 
@@ -8,7 +9,12 @@ namespace opgate::ingress {
 
 WebhookHandler::WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& clock,
                                Metrics& metrics)
-    : config_(std::move(config)), inbox_(inbox), clock_(clock), metrics_(metrics) {}
+    : config_(std::move(config)),
+      inbox_(inbox),
+      clock_(clock),
+      metrics_(metrics),
+      latency_(metrics.histogram("opgate_ingest_seconds",
+                                 {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})) {}
 
 http::Response WebhookHandler::reject(const std::string& source, int status,
                                       std::string_view reason, std::string_view message) {
@@ -19,8 +25,9 @@ http::Response WebhookHandler::reject(const std::string& source, int status,
   return r;
 }
 
-http::Response WebhookHandler::handle(const http::Request& req, const std::string& source_name) {
-  const auto started = std::chrono::steady_clock::now();
+std::optional<http::Response> WebhookHandler::check(const http::Request& req,
+                                                    const std::string& source_name,
+                                                    Submission& submission) {
   const Source* source = nullptr;
   for (const auto& s : config_.sources)
     if (s.name == source_name) source = &s;
@@ -59,25 +66,52 @@ http::Response WebhookHandler::handle(const http::Request& req, const std::strin
   if (inbox_.backlog() >= config_.max_backlog)
     return reject(source->name, 503, "backlog_full", "The inbox backlog is full; retry later.");
 
-  auto accepted = inbox_.accept(source->name, *id, req.body, *envelope);
+  submission.source = source->name;
+  submission.webhook_id = *id;
+  submission.envelope = std::move(*envelope);
+  return std::nullopt;
+}
+
+http::Response WebhookHandler::answer(const std::string& source, const Result<Accepted>& accepted,
+                                      std::chrono::steady_clock::time_point started) {
   if (!accepted) {
     if (accepted.error().code == "conflict")
-      return reject(source->name, 409, "conflict", accepted.error().message);
-    return reject(source->name, 503, "storage_unavailable",
+      return reject(source, 409, "conflict", accepted.error().message);
+    if (accepted.error().code == "overloaded")
+      return reject(source, 503, "overloaded", "Too many events are waiting; retry later.");
+    if (accepted.error().code == "shutting_down")
+      return reject(source, 503, "shutting_down", "Shutting down; retry later.");
+    return reject(source, 503, "storage_unavailable",
                   "The event could not be stored; retry later.");
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  metrics_
-      .histogram("opgate_ingest_seconds",
-                 {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})
-      .observe(seconds);
+  latency_.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (accepted->duplicate) {
-    metrics_.inc("opgate_webhooks_duplicate_total", {{"source", source->name}});
+    metrics_.inc("opgate_webhooks_duplicate_total", {{"source", source}});
     return http::json_response(200, R"({"accepted":true,"duplicate":true})");
   }
-  metrics_.inc("opgate_webhooks_accepted_total", {{"source", source->name}});
+  metrics_.inc("opgate_webhooks_accepted_total", {{"source", source}});
   return http::json_response(200, R"({"accepted":true,"duplicate":false})");
+}
+
+void WebhookHandler::handle(http::Request&& req, const std::string& source, http::Respond respond) {
+  const auto started = std::chrono::steady_clock::now();
+  Submission submission;
+  if (auto rejected = check(req, source, submission)) return respond(std::move(*rejected));
+  submission.body = std::move(req.body);
+  std::string name = submission.source;
+  inbox_.submit(std::move(submission),
+                [this, name = std::move(name), started, respond = std::move(respond)](
+                    Result<Accepted> accepted) { respond(answer(name, accepted, started)); });
+}
+
+http::Response WebhookHandler::handle(const http::Request& req, const std::string& source) {
+  std::promise<http::Response> answered;
+  auto future = answered.get_future();
+  http::Request copy = req;
+  handle(std::move(copy), source,
+         [&answered](http::Response r) { answered.set_value(std::move(r)); });
+  return future.get();
 }
 
 }  // namespace opgate::ingress

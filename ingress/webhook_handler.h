@@ -1,9 +1,12 @@
-// POST /v1/webhooks/{source}: the status table of DESIGN.md §3.1 as one
-// function from request to response. Verification is pure; the only I/O is
-// Inbox::accept. Thread-safe.
+// POST /v1/webhooks/{source}: the status table of DESIGN.md §3.1. Checking a
+// request (source, draining, media type, headers, signature, envelope,
+// backlog) is pure; the only I/O is the inbox's group commit, and the answer
+// is sent when the write that holds the event is on disk. Thread-safe.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,17 +31,29 @@ struct IngressConfig {
 class WebhookHandler {
  public:
   WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& clock, Metrics& metrics);
+  // Answers through `respond`: at once for a rejection, after the group
+  // commit for an accepted event.
+  void handle(http::Request&& request, const std::string& source, http::Respond respond);
+  // handle() and wait for the answer.
   http::Response handle(const http::Request& request, const std::string& source);
   // While draining, new events get 503 so the sender retries elsewhere/later.
   void set_draining(bool draining) { draining_ = draining; }
 
  private:
+  // The rejection for a request that may not be stored, or nothing (and
+  // `submission` filled in) for one to submit.
+  std::optional<http::Response> check(const http::Request& request, const std::string& source,
+                                      Submission& submission);
   http::Response reject(const std::string& source, int status, std::string_view reason,
                         std::string_view message);
+  http::Response answer(const std::string& source, const Result<Accepted>& accepted,
+                        std::chrono::steady_clock::time_point started);
+
   IngressConfig config_;
   Inbox& inbox_;
   const Clock& clock_;
   Metrics& metrics_;
+  Histogram& latency_;
   std::atomic<bool> draining_{false};
 };
 

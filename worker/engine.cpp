@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/thread_name.h"
+
 namespace opgate::worker {
 
 Engine::Engine(SessionSync& sync, outbox::Drainer& drainer, Options options)
@@ -10,7 +12,10 @@ Engine::Engine(SessionSync& sync, outbox::Drainer& drainer, Options options)
 Engine::~Engine() { stop(); }
 
 void Engine::start() {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("worker");
+    loop();
+  });
 }
 
 void Engine::wake() {

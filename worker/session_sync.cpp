@@ -93,18 +93,35 @@ size_t SessionSync::process_inbox() {
   };
   std::vector<Queued> queued;
   auto& store = journal_.store();
-  Status scanned = store.scan(Cf::inbox, "q/", [&](std::string_view k, std::string_view v) {
-    auto ev = store.get_message<pb::InboxEvent>(Cf::inbox, v);
-    pb::InboxEvent event;
-    if (ev && ev->has_value()) event = **ev;
-    queued.push_back({std::string(k), std::move(event)});
-    return queued.size() < 1024;
-  });
+  // Resume after the entries earlier passes removed, so a pass does not step
+  // over their deletion markers again. The inbox writes queue entries in
+  // sequence order; bind() may add a lower one late, so it asks for a full
+  // scan, and every second one runs regardless.
+  const int64_t scan_ms = journal_.clock().now_ms();
+  if (rescan_.exchange(false) || scan_ms - last_full_scan_ms_ >= 1000) {
+    queue_cursor_.clear();
+    last_full_scan_ms_ = scan_ms;
+  }
+  Status scanned = store.scan(
+      Cf::inbox, "q/",
+      [&](std::string_view k, std::string_view v) {
+        auto ev = store.get_message<pb::InboxEvent>(Cf::inbox, v);
+        pb::InboxEvent event;
+        if (ev && ev->has_value()) event = **ev;
+        queued.push_back({std::string(k), std::move(event)});
+        return queued.size() < 1024;
+      },
+      queue_cursor_);
   if (!scanned) {
     spdlog::error("inbox scan failed: {}", scanned.error().message);
     return 0;
   }
   if (queued.empty()) return 0;
+  std::set<std::string> finished;  // queue keys handled in this pass
+  auto finish = [&](const std::vector<std::string>& keys) {
+    finished.insert(keys.begin(), keys.end());
+    return keys.size();
+  };
 
   // Group by session: one fetch answers every queued webhook of a session.
   std::map<std::string, std::vector<std::string>> by_session;
@@ -122,7 +139,7 @@ size_t SessionSync::process_inbox() {
         if (Status m = mark_processed(txn, k); !m) return m;
       return Status::Ok();
     });
-    if (s) handled += done.size();
+    if (s) handled += finish(done);
   }
   const int64_t now = journal_.clock().now_ms();
   for (const auto& entry : by_session) {
@@ -153,7 +170,7 @@ size_t SessionSync::process_inbox() {
         return Status::Ok();
       });
       if (s && parked) {
-        handled += keys.size();
+        handled += finish(keys);
         spdlog::info("session {} is not bound; {} event(s) wait for binding", session_id,
                      keys.size());
       }
@@ -175,7 +192,7 @@ size_t SessionSync::process_inbox() {
         txn.batch().put(Cf::sessions, session_id, updated);
         return Status::Ok();
       });
-      if (s) handled += keys.size();
+      if (s) handled += finish(keys);
       continue;
     }
     if (!view) {
@@ -204,8 +221,15 @@ size_t SessionSync::process_inbox() {
       spdlog::error("cannot store answers for session {}: {}", session_id, s.error().message);
       continue;
     }
-    handled += keys.size();
+    handled += finish(keys);
   }
+  // The next pass starts at the first entry still queued, or past them all.
+  queue_cursor_ = queued.back().queue_key;
+  for (const auto& q : queued)
+    if (!finished.count(q.queue_key)) {
+      queue_cursor_ = q.queue_key;
+      break;
+    }
   inbox_.processed(handled);
   return handled;
 }
@@ -404,6 +428,7 @@ Status SessionSync::bind(const std::string& session_id, const std::string& owner
     });
     return scan;
   });
+  if (s && released) rescan_ = true;
   return s;
 }
 

@@ -7,6 +7,7 @@
 // thread; bind() from operator threads (it only moves queue entries).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -67,6 +68,10 @@ class SessionSync {
     int64_t at_ms = 0;
   };
   std::map<std::string, Retry> retries_;  // sessions whose fetch failed
+  // Where the next pass over the inbox queue starts (engine thread only).
+  std::string queue_cursor_;
+  int64_t last_full_scan_ms_ = 0;
+  std::atomic<bool> rescan_{false};  // bind() queued entries: scan from the start
   std::mutex random_mu_;
   Random random_;
 };
