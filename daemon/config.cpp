@@ -89,10 +89,10 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
 
   if (root.contains("ingress")) {
     const auto& in = toml::find(root, "ingress");
-    if (auto e = check_keys(
-            in, "ingress",
-            {"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "retention_s",
-             "sources", "header_timeout_ms", "body_timeout_ms", "max_connections"}))
+    if (auto e = check_keys(in, "ingress",
+                            {"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog",
+                             "retention_s", "sources", "header_timeout_ms", "body_timeout_ms",
+                             "max_connections", "reject_cooldown_ms"}))
       return *e;
     c.ingress_listen = string_or(in, "listen", c.ingress_listen);
     c.max_body_bytes = int_or(in, "max_body_bytes", c.max_body_bytes);
@@ -102,8 +102,11 @@ Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
     c.header_timeout_ms = int_or(in, "header_timeout_ms", c.header_timeout_ms);
     c.body_timeout_ms = int_or(in, "body_timeout_ms", c.body_timeout_ms);
     c.max_connections = int_or(in, "max_connections", c.max_connections);
+    c.reject_cooldown_ms = int_or(in, "reject_cooldown_ms", c.reject_cooldown_ms);
     if (c.header_timeout_ms <= 0 || c.body_timeout_ms <= 0 || c.max_connections <= 0)
       return make_error("config", "ingress timeouts and max_connections must be positive");
+    if (c.reject_cooldown_ms < 0 || c.reject_cooldown_ms > 60'000)
+      return make_error("config", "ingress.reject_cooldown_ms must be between 0 and 60000");
     if (in.contains("sources")) {
       for (const auto& s : toml::find(in, "sources").as_array()) {
         if (auto e = check_keys(s, "ingress.sources", {"name", "secrets", "secrets_env"}))

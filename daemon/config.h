@@ -34,6 +34,10 @@ struct Config {
   int64_t header_timeout_ms = 10'000;
   int64_t body_timeout_ms = 30'000;
   int64_t max_connections = 4096;
+  // After a request fails verification (400/401), its connection's next
+  // request is read only after this pause: a flood of bad requests cannot
+  // crowd out good senders.
+  int64_t reject_cooldown_ms = 250;
   std::vector<ingress::Source> sources;
 
   // Private operator listener (also /healthz, /readyz, /metrics).

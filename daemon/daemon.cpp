@@ -148,7 +148,8 @@ int serve(const Config& config, const ServeOptions& options) {
       "state");
 
   ingress::IngressConfig ingress_config{config.sources, config.timestamp_tolerance_s,
-                                        config.max_backlog};
+                                        config.max_backlog,
+                                        std::chrono::milliseconds(config.reject_cooldown_ms)};
   ingress::WebhookHandler webhooks(ingress_config, inbox, clock, metrics);
   http::Router ingress_router;
   ingress_router.add_async(

@@ -2,6 +2,7 @@
 // handlers and routing stay pure and cheap to compile.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -36,6 +37,10 @@ struct Response {
   std::string body;
   bool close = false;  // close the connection after writing
   bool drop = false;   // close without answering (simulated faults only)
+  // Wait this long before reading the connection's next request: a sender
+  // that failed authentication gets one try per cooldown, so a flood of bad
+  // requests cannot crowd out good senders.
+  std::chrono::milliseconds cooldown{0};
 };
 
 // Answers a request that a handler finished later, possibly on another

@@ -66,7 +66,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Called on drain from any thread: close if waiting for a new request.
   void close_if_idle() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      if (self->idle_ && !self->has_pending_bytes()) {
+      // A connection cooling down after a refused request is not waited for.
+      if ((self->idle_ && !self->has_pending_bytes()) || self->cooling_) {
+        self->cooldown_.cancel();
         beast::error_code ec;
         self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
         self->stream_.socket().close(ec);
@@ -170,12 +172,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     msg->keep_alive(!r.close);
     msg->prepare_payload();
     stream_.expires_after(server_->options.write_timeout);
-    bhttp::async_write(
-        stream_, *msg,
-        [self = shared_from_this(), msg, close = r.close](beast::error_code ec, size_t) {
-          if (ec || close) return self->close();
-          self->read_header();
-        });
+    bhttp::async_write(stream_, *msg,
+                       [self = shared_from_this(), msg, close = r.close, cooldown = r.cooldown](
+                           beast::error_code ec, size_t) {
+                         if (ec || close) return self->close();
+                         if (cooldown.count() <= 0) return self->read_header();
+                         self->cooling_ = true;
+                         self->cooldown_.expires_after(cooldown);
+                         self->cooldown_.async_wait([self](beast::error_code ec) {
+                           self->cooling_ = false;
+                           if (ec) return self->close();
+                           self->read_header();
+                         });
+                       });
   }
 
   void close() {
@@ -185,11 +194,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer cooldown_{stream_.get_executor()};
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   Server::Impl* server_;
   uint64_t id_;
   bool idle_ = true;
+  bool cooling_ = false;
 };
 
 void Server::Impl::accept() {

@@ -22,6 +22,7 @@ http::Response WebhookHandler::reject(const std::string& source, int status,
                {{"source", source}, {"reason", std::string(reason)}});
   auto r = http::error_response(status, reason, message);
   if (status == 503) r.headers["Retry-After"] = "5";
+  if (status == 400 || status == 401) r.cooldown = config_.reject_cooldown;
   return r;
 }
 

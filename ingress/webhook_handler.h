@@ -26,6 +26,9 @@ struct IngressConfig {
   std::vector<Source> sources;
   int64_t timestamp_tolerance_s = 300;
   size_t max_backlog = 100000;
+  // After a request that fails verification (400 or 401), its connection
+  // waits this long before its next request is read.
+  std::chrono::milliseconds reject_cooldown{250};
 };
 
 class WebhookHandler {

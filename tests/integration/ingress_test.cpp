@@ -198,3 +198,42 @@ TEST_CASE("a slow sender is disconnected and does not hold up others; a full bac
   slow.read_some(boost::asio::buffer(buf), ec);
   CHECK(ec == boost::asio::error::eof);
 }
+
+TEST_CASE("a connection that failed verification waits its cooldown; other senders do not") {
+  ClusterOptions o;
+  o.extra_ingress = "reject_cooldown_ms = 60000";
+  Cluster c(o);
+  namespace net = boost::asio;
+  net::io_context ioc;
+  auto raw = [](const std::string& body, const http::Headers& headers) {
+    std::string text = "POST /v1/webhooks/agents HTTP/1.1\r\nHost: x\r\n";
+    for (const auto& [k, v] : headers) text += k + ": " + v + "\r\n";
+    text += fmt::format("Content-Length: {}\r\n\r\n{}", body.size(), body);
+    return text;
+  };
+  const auto body = envelope();
+  auto forged = signed_headers(c, "msg_forged", body);
+  forged["webhook-signature"] = "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+  // One connection: a forged request, then a good one right behind it.
+  net::ip::tcp::socket attacker(ioc);
+  attacker.connect({net::ip::make_address("127.0.0.1"), c.ingress_port()});
+  net::write(attacker,
+             net::buffer(raw(body, forged) + raw(body, signed_headers(c, "msg_behind", body))));
+  std::string received;
+  char buf[4096];
+  REQUIRE(eventually([&] {
+    boost::system::error_code ec;
+    if (attacker.available(ec) > 0) received.append(buf, attacker.read_some(net::buffer(buf), ec));
+    return received.find("\r\n\r\n") != std::string::npos &&
+           received.find("}") != std::string::npos;
+  }));
+  CHECK(received.starts_with("HTTP/1.1 401"));
+  // Another sender is served at once, while the first connection cools down.
+  auto good = c.webhook("agents", signed_headers(c, "msg_other", body), body);
+  CHECK(good.status == 200);
+  boost::system::error_code ec;
+  CHECK(attacker.available(ec) == 0);  // the request behind the forged one waits
+  CHECK(received.find("HTTP/1.1 200") == std::string::npos);
+  auto metrics = c.op("GET", "/metrics").raw;
+  CHECK(metrics.find(R"(opgate_webhooks_accepted_total{source="agents"} 1)") != std::string::npos);
+}
