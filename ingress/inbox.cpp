@@ -150,11 +150,15 @@ void Inbox::commit(std::vector<Pending>& batch) {
   }
   Status written = Status::Ok();
   if (fresh > 0) {
+    // Counted before the write: the worker may process an entry as soon as
+    // it is visible, and must never find the count below what it removes.
+    backlog_ += queued_count;
     written = store_.commit(write);
     if (written) {
-      backlog_ += queued_count;
       group_commits_++;
       committed_events_ += fresh;
+    } else {
+      backlog_ -= queued_count;
     }
   }
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -10,13 +10,19 @@ import random
 import sys
 import threading
 import time
+import urllib.request
 
 from cluster import WEBHOOK_SECRET, Cluster, orders
 
 KEY = base64.b64decode(WEBHOOK_SECRET[len("whsec_"):])
 
 
-def event(wid):
+def event(wid, session=None):
+    """An action_required event for `session` (work for the worker), or an
+    event opgate only stores."""
+    if session:
+        return json.dumps({"id": "evt_" + wid, "object": "event", "created_at": int(time.time()),
+                           "type": "agent.session.action_required", "data": {"id": session}})
     return json.dumps({"id": "evt_" + wid, "object": "event", "created_at": int(time.time()),
                        "type": "response.completed", "data": {"id": wid}})
 
@@ -28,6 +34,13 @@ def headers_for(wid, body):
                                     hashlib.sha256).digest()).decode()
     return {"webhook-id": wid, "webhook-timestamp": ts, "webhook-signature": "v1," + sig,
             "Content-Type": "application/json"}
+
+
+def metric_value(text, name):
+    for line in (text or "").splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def send(port, wid, body, headers):
@@ -48,12 +61,17 @@ def main():
     acked = {}  # webhook-id -> body
     lock = threading.Lock()
     try:
+        # A bound session with nothing to answer: its events go through the
+        # worker's queue (fetch the session, mark the event processed).
+        status, created = c.agent_admin("POST", "/_sim/sessions", {"input": "hi", "script": []})
+        session = created["id"]
+        c.op("POST", f"/v1/sessions/{session}/bind", {"owner": "demo-user"})
         events = [f"msg_crash_{i}" for i in range(n)]
         kill_points = set(sorted(random.sample(range(n // 10, n), kills)))
         sent = 0
 
         def worker(wid):
-            body = event(wid)
+            body = event(wid, session if int(wid.rsplit("_", 1)[1]) % 2 == 0 else None)
             while True:
                 status, data = send(c.ingress_port, wid, body, headers_for(wid, body))
                 if status == 200:
@@ -85,12 +103,22 @@ def main():
                 found += 1
             else:
                 lost += 1
-        print(f"sent: {sent}")
+        # Every queued event is processed: the worker's backlog drains to 0.
+        deadline, backlog = time.time() + 60, None
+        while time.time() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{c.operator_port}/metrics") as r:
+                backlog = metric_value(r.read().decode(), "opgate_inbox_backlog")
+            if backlog == 0:
+                break
+            time.sleep(0.1)
+        print(f"sent: {sent} (half of them action_required events for the worker)")
         print(f"acknowledged: {len(acked)}")
         print(f"found after restarts: {found}")
         print(f"lost: {lost} (must be 0)")
-        print("PASS" if lost == 0 and len(acked) == sent else "FAIL")
-        return 0 if lost == 0 else 1
+        print(f"left unprocessed: {backlog:.0f} (must be 0)")
+        ok = lost == 0 and len(acked) == sent and backlog == 0
+        print("PASS" if ok else "FAIL")
+        return 0 if ok else 1
     finally:
         c.close()
 

@@ -75,6 +75,8 @@ TEST_CASE("an unknown key, a wrong type or a bad value is refused with its name"
         std::string::npos);
   CHECK(error_of("[policy]\napproval_ttl_s = 0\n" + kSource).find("approval_ttl_s") !=
         std::string::npos);
+  CHECK(error_of("[ingress]\nreject_cooldown_ms = -1\n" + kSource).find("reject_cooldown_ms") !=
+        std::string::npos);
   CHECK(error_of(R"([[ingress.sources]]
 name = "agents"
 secrets = ["not-a-secret"]
