@@ -215,6 +215,9 @@ int serve(const Config& config, const ServeOptions& options) {
   ready = false;
   webhooks.set_draining(true);
   ingress_server.drain(std::chrono::seconds(10));
+  // Answers whatever still waits for its group commit while the connections
+  // it answers to can still be written.
+  inbox.stop();
   operator_server.drain(std::chrono::seconds(10));
   engine.stop();
   ingress_server.stop();

@@ -37,7 +37,9 @@ Inbox::Inbox(store::Store& store, const Clock& clock, InboxOptions options)
   });
 }
 
-Inbox::~Inbox() {
+Inbox::~Inbox() { stop(); }
+
+void Inbox::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

@@ -55,12 +55,16 @@ struct InboxOptions {
 class Inbox {
  public:
   Inbox(store::Store& store, const Clock& clock, InboxOptions options = {});
-  // Commits what was submitted, then stops the committer.
+  // stop()s.
   ~Inbox();
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
 
   void submit(Submission submission, Committed committed);
+  // Commits and answers what was submitted, then stops the committer; later
+  // submissions fail with "shutting_down". Idempotent. Call it before
+  // whatever the answers go to (the HTTP server) is torn down.
+  void stop();
   // submit() and wait for the result.
   Result<Accepted> accept(const std::string& source, const std::string& webhook_id,
                           const std::string& body, const Envelope& envelope);

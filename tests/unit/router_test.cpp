@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 #include "common/backoff.h"
 
 using namespace opgate;
@@ -27,6 +30,41 @@ TEST_CASE("routes match with decoded path parameters; 404 and 405 otherwise") {
   req.target = "/v1/operations//approve";
   req.method = "POST";
   CHECK(r.dispatch(req).status == 404);
+}
+
+TEST_CASE("an asynchronous route answers through respond; misses answer at once") {
+  http::Router r;
+  http::Respond held;  // the answer a group commit would send later
+  std::string seen;
+  r.add_async("POST", "/v1/webhooks/{source}",
+              [&](http::Request&& req, const http::PathParams& p, http::Respond respond) {
+                seen = p.at("source") + ":" + req.body;
+                held = std::move(respond);
+              });
+  std::vector<http::Response> answers;
+  auto collect = [&](http::Response res) { answers.push_back(std::move(res)); };
+  http::Request req;
+  req.method = "POST";
+  req.target = "/v1/webhooks/agents";
+  req.body = "{}";
+  r.dispatch(http::Request(req), collect);
+  CHECK(seen == "agents:{}");
+  CHECK(answers.empty());  // not answered until the route says so
+  held(http::json_response(200, "{}"));
+  REQUIRE(answers.size() == 1);
+  CHECK(answers[0].status == 200);
+  req.method = "GET";
+  r.dispatch(http::Request(req), collect);
+  REQUIRE(answers.size() == 2);
+  CHECK(answers[1].status == 405);
+  req.target = "/v1/nothing";
+  r.dispatch(http::Request(req), collect);
+  REQUIRE(answers.size() == 3);
+  CHECK(answers[2].status == 404);
+  // The synchronous dispatch cannot wait for an asynchronous route.
+  req.method = "POST";
+  req.target = "/v1/webhooks/agents";
+  CHECK(r.dispatch(req).status == 500);
 }
 
 TEST_CASE("query parameters are decoded") {
