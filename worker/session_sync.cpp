@@ -102,21 +102,34 @@ size_t SessionSync::process_inbox() {
     queue_cursor_.clear();
     last_full_scan_ms_ = scan_ms;
   }
+  // Entries of sessions waiting out a fetch backoff are stepped over, so they
+  // cannot hold up the events queued behind them.
+  std::string first_waiting;  // the first entry stepped over
+  size_t examined = 0;
   Status scanned = store.scan(
       Cf::inbox, "q/",
       [&](std::string_view k, std::string_view v) {
+        ++examined;
         auto ev = store.get_message<pb::InboxEvent>(Cf::inbox, v);
         pb::InboxEvent event;
         if (ev && ev->has_value()) event = **ev;
-        queued.push_back({std::string(k), std::move(event)});
-        return queued.size() < 1024;
+        auto retry = retries_.find(event.session_id());
+        if (retry != retries_.end() && retry->second.at_ms > scan_ms) {
+          if (first_waiting.empty()) first_waiting = std::string(k);
+        } else {
+          queued.push_back({std::string(k), std::move(event)});
+        }
+        return queued.size() < kPassEvents && examined < kPassExamined;
       },
       queue_cursor_);
   if (!scanned) {
     spdlog::error("inbox scan failed: {}", scanned.error().message);
     return 0;
   }
-  if (queued.empty()) return 0;
+  if (queued.empty()) {
+    if (!first_waiting.empty()) queue_cursor_ = first_waiting;
+    return 0;
+  }
   std::set<std::string> finished;  // queue keys handled in this pass
   auto finish = [&](const std::vector<std::string>& keys) {
     finished.insert(keys.begin(), keys.end());
@@ -230,6 +243,7 @@ size_t SessionSync::process_inbox() {
       queue_cursor_ = q.queue_key;
       break;
     }
+  if (!first_waiting.empty() && first_waiting < queue_cursor_) queue_cursor_ = first_waiting;
   inbox_.processed(handled);
   return handled;
 }

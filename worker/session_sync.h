@@ -24,6 +24,10 @@ namespace opgate::worker {
 
 class SessionSync {
  public:
+  // One pass over the inbox queue handles at most kPassEvents events and
+  // looks at most kPassExamined entries (those of sessions in backoff).
+  static constexpr size_t kPassEvents = 1024;
+  static constexpr size_t kPassExamined = 16384;
   SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox::Outbox& outbox,
               adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics, Random random);
 

@@ -72,6 +72,21 @@ TEST_CASE("a burst of webhooks for one session is one fetch, answered once") {
   CHECK(w.outbox->due(w.clock.now_ms(), 10)->size() == 1);
 }
 
+TEST_CASE("events queued behind a pass's worth of events for a session in backoff still run") {
+  World w;
+  REQUIRE(w.sync->bind("sess_bad", "demo-user", "admin").ok());
+  REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());
+  w.agents.session_errors["sess_bad"] = make_error("agents_unavailable", "agents API answered 503");
+  const size_t many = worker::SessionSync::kPassEvents + 100;
+  for (size_t i = 0; i < many; ++i) w.webhook(fmt::format("msg_bad_{}", i), "sess_bad");
+  CHECK(w.sync->process_inbox() == 0);  // sess_bad's fetch fails: it backs off
+  w.require_lookup("call_1");
+  w.webhook("msg_good", "sess_1");
+  CHECK(w.sync->process_inbox() == 1);
+  CHECK(w.answered("call_1"));
+  CHECK(w.inbox->backlog() == many);  // sess_bad's events wait, none lost
+}
+
 TEST_CASE("a failed fetch backs off with jitter and no sooner than Retry-After") {
   World w;
   REQUIRE(w.sync->bind("sess_1", "demo-user", "admin").ok());

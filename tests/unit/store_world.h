@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,15 +24,17 @@ namespace opgate::testing {
 // Answers as scripted and records what it was asked.
 class FakeAgents final : public adapters::AgentsClient {
  public:
-  std::optional<Error> fetch_error;
+  std::optional<Error> fetch_error;             // for every session
+  std::map<std::string, Error> session_errors;  // for one session
   adapters::SessionView view;
   int fetches = 0;
   Result<adapters::SubmitVerdict> verdict = adapters::SubmitVerdict::accepted;
   std::vector<std::string> idempotency_keys;
 
-  Result<adapters::SessionView> get_session(const std::string&) override {
+  Result<adapters::SessionView> get_session(const std::string& session_id) override {
     ++fetches;
     if (fetch_error) return *fetch_error;
+    if (auto it = session_errors.find(session_id); it != session_errors.end()) return it->second;
     return view;
   }
   Result<adapters::SubmitVerdict> submit_result(const std::string&, const pb::CallRef&,
