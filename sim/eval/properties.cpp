@@ -241,6 +241,12 @@ PropertyResult own_order_evidence(const Scenario& sc, const Trace& t,
 
 PropertyResult paused_before_acting(const Trace& t) {
   Checker c("the run paused before every consequential action");
+  // The approval records below are evidence only if the chain is intact.
+  const bool chain_ok = t.audit_check.contains("ok") && t.audit_check.at("ok").is_bool() &&
+                        t.audit_check.at("ok").as_bool();
+  c.check(chain_ok, fmt::format("the audit chain verifies: {} ({} records)",
+                                chain_ok ? "yes" : "NO " + str(t.audit_check, "problem"),
+                                i64(t.audit_check, "records")));
   for (const auto& p : t.pauses)
     c.check(p.session_status == "requires_action" && p.call_pending && p.provider_posts == 0,
             fmt::format("while {} was pending: session {}, call {}, {} provider requests", p.key,

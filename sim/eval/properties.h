@@ -36,6 +36,7 @@ struct Trace {
   boost::json::array provider_objects;           // refunds and balance transactions
   boost::json::object provider_by_key;           // operation key -> {"posts","objects"}
   boost::json::object agent_stats;               // results received, conflicts, unknown calls
+  boost::json::object audit_check;  // opgate's audit chain verification {"ok","records"}
   std::vector<Pause> pauses;
   std::vector<std::string> interruptions;  // restarts and injected faults, in order
 };

@@ -79,6 +79,11 @@ class Run {
       if (op->status != 200) return fail("get operation: " + op->raw);
       trace_.operations.push_back(op->body);
     }
+    auto audit = c_.op("GET", "/v1/audit/verify");
+    if (!audit) return audit.error();
+    if (audit->status != 200 || !audit->body.is_object())
+      return fail("verify the audit chain: " + audit->raw);
+    trace_.audit_check = audit->body.as_object();
     auto ledger = c_.op("GET", "/v1/ledger");
     if (!ledger) return ledger.error();
     trace_.ledger = ledger->body.at("ledger").as_array();

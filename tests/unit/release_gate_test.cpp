@@ -90,6 +90,7 @@ Trace sound_trace() {
                                             {"metadata", json::object{{"operation_key", kKey}}}});
   t.provider_by_key[kKey] = json::object{{"posts", 1}, {"objects", 1}};
   t.agent_stats = json::object{{"conflicts", 0}};
+  t.audit_check = json::object{{"ok", true}, {"records", 4}};
   t.pauses.push_back(Pause{kKey, "requires_action", true, 0});
   return t;
 }
@@ -160,6 +161,9 @@ TEST_CASE("3: a provider call without an approval, or before it, or while it sho
   CHECK(only_fails(t, 3));
   t = sound_trace();
   t.provider_by_key["someone-else:ORDER-9:full-refund:v1"] = json::object{{"posts", 1}};
+  CHECK(only_fails(t, 3));
+  t = sound_trace();
+  t.audit_check = json::object{{"ok", false}, {"records", 4}, {"problem", "hash mismatch"}};
   CHECK(only_fails(t, 3));
 }
 
