@@ -97,6 +97,11 @@ TEST_CASE("the webhook ingress answers every row of the status table") {
   auto metrics = c.op("GET", "/metrics").raw;
   CHECK(metrics.find(R"(opgate_webhooks_accepted_total{source="agents"} 2)") != std::string::npos);
   CHECK(metrics.find(R"(opgate_webhooks_duplicate_total{source="agents"} 1)") != std::string::npos);
+  // Two new events, each in a synced write of its own (they came one by one).
+  CHECK(metrics.find("opgate_inbox_group_commit_events_total 2\n") != std::string::npos);
+  CHECK(metrics.find("opgate_inbox_group_commits_total 2\n") != std::string::npos);
+  CHECK(metrics.find("opgate_inbox_events_per_group_commit 1\n") != std::string::npos);
+  CHECK(metrics.find("# TYPE opgate_inbox_group_commits_total counter") != std::string::npos);
 }
 
 TEST_CASE("every acknowledged webhook survives kill -9") {
