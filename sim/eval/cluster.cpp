@@ -52,6 +52,16 @@ Result<Reply> send_request(const std::string& method, const std::string& url,
 
 namespace {
 
+// Starts a child process; an executable that cannot run is an error value.
+template <typename... Args>
+Result<bp::child> start_child(const std::string& what, Args&&... args) {
+  try {
+    return bp::child(std::forward<Args>(args)...);
+  } catch (const std::exception& e) {
+    return failed(fmt::format("cannot start {}: {}", what, e.what()));
+  }
+}
+
 void stop_child(bp::child& c) {
   if (!c.valid() || !c.running()) return;
   ::kill(c.id(), SIGTERM);
@@ -95,11 +105,13 @@ Status Cluster::start_processes() {
     if (!out) return failed("cannot write orders.ndjson");
   }
   const auto sim = options_.sim_bin.string();
-  payments_ =
-      bp::child(sim, "payments", "--listen", "127.0.0.1:0", "--port-file",
-                (dir_ / "payments.port").string(), "--orders", (dir_ / "orders.ndjson").string(),
-                "--secret-key", "sk_test_eval", bp::std_out > (dir_ / "payments.out").string(),
-                bp::std_err > (dir_ / "payments.log").string());
+  auto payments_child =
+      start_child("opgate-sim payments", sim, "payments", "--listen", "127.0.0.1:0", "--port-file",
+                  (dir_ / "payments.port").string(), "--orders", (dir_ / "orders.ndjson").string(),
+                  "--secret-key", "sk_test_eval", bp::std_out > (dir_ / "payments.out").string(),
+                  bp::std_err > (dir_ / "payments.log").string());
+  if (!payments_child) return payments_child.error();
+  payments_ = std::move(*payments_child);
   auto payments_port = wait_port_file(dir_ / "payments.port", payments_);
   if (!payments_port) return payments_port.error();
   payments_port_ = static_cast<uint16_t>(std::stoi(*payments_port));
@@ -112,10 +124,13 @@ Status Cluster::start_processes() {
     if (!r) return r.error();
     if (r->status != 200) return failed("cannot register customer " + customer + ": " + r->raw);
   }
-  agent_ = bp::child(sim, "agent", "--listen", "127.0.0.1:0", "--port-file",
-                     (dir_ / "agent.port").string(), "--webhook-secret", webhook_secret(),
-                     "--api-key", "sk-agent-eval", bp::std_out > (dir_ / "agent.out").string(),
-                     bp::std_err > (dir_ / "agent.log").string());
+  auto agent_child =
+      start_child("opgate-sim agent", sim, "agent", "--listen", "127.0.0.1:0", "--port-file",
+                  (dir_ / "agent.port").string(), "--webhook-secret", webhook_secret(), "--api-key",
+                  "sk-agent-eval", bp::std_out > (dir_ / "agent.out").string(),
+                  bp::std_err > (dir_ / "agent.log").string());
+  if (!agent_child) return agent_child.error();
+  agent_ = std::move(*agent_child);
   auto agent_port = wait_port_file(dir_ / "agent.port", agent_);
   if (!agent_port) return agent_port.error();
   agent_port_ = static_cast<uint16_t>(std::stoi(*agent_port));
@@ -218,11 +233,13 @@ Status Cluster::start_daemon() {
   env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
   env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
   ++daemon_starts_;
-  daemon_ =
-      bp::child(options_.opgate_bin.string(), "serve", "--config", (dir_ / "opgate.toml").string(),
-                "--ports-file", (dir_ / "daemon.ports").string(), env,
-                bp::std_out > (dir_ / fmt::format("daemon{}.out", daemon_starts_)).string(),
-                bp::std_err > (dir_ / fmt::format("daemon{}.log", daemon_starts_)).string());
+  auto daemon_child =
+      start_child("opgate serve", options_.opgate_bin.string(), "serve", "--config",
+                  (dir_ / "opgate.toml").string(), "--ports-file", (dir_ / "daemon.ports").string(),
+                  env, bp::std_out > (dir_ / fmt::format("daemon{}.out", daemon_starts_)).string(),
+                  bp::std_err > (dir_ / fmt::format("daemon{}.log", daemon_starts_)).string());
+  if (!daemon_child) return daemon_child.error();
+  daemon_ = std::move(*daemon_child);
   auto ports = wait_port_file(dir_ / "daemon.ports", daemon_);
   if (!ports) return ports.error();
   json::error_code jec;
