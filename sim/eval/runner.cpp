@@ -48,7 +48,7 @@ class Run {
   // Runs every step; the first that fails ends the run (its error is kept).
   void steps(PropertyResult& log) {
     for (const auto& step : sc_.steps) {
-      auto done = run_step(step);
+      auto done = guarded([&] { return run_step(step); });
       const auto line = fmt::format("step {} {}: {}", step.index, step.action,
                                     done ? *done : done.error().message);
       if (!done) {
@@ -62,6 +62,22 @@ class Run {
 
   // Collects what the three services recorded.
   Result<Trace> collect() {
+    return guarded([&] { return collect_unguarded(); });
+  }
+
+ private:
+  // A reply of an unexpected shape (a missing field) is a failure of the
+  // run, reported like any other, not a crash of the gate.
+  template <typename Fn>
+  static auto guarded(Fn fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (const std::exception& e) {
+      return fail(std::string("unexpected reply: ") + e.what());
+    }
+  }
+
+  Result<Trace> collect_unguarded() {
     for (auto& [name, s] : trace_.sessions) {
       auto r = c_.agent_admin("GET", "/_sim/sessions/" + s.id);
       if (!r) return r.error();
@@ -101,7 +117,6 @@ class Run {
     return trace_;
   }
 
- private:
   static Error fail(std::string message) { return Error{"step_failed", std::move(message)}; }
 
   Result<std::string> run_step(const Step& step) {
