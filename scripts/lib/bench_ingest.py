@@ -10,21 +10,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 from cluster import WEBHOOK_SECRET, Cluster, orders
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def metric(c, name):
-    with urllib.request.urlopen(f"http://127.0.0.1:{c.operator_port}/metrics") as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def stored_check(stored, acked):
@@ -94,13 +83,13 @@ def main():
         for conns in (1, 16, 64, 256):
             n = 60000 * seconds if conns > 1 else 4000 * seconds
             reqs = write_requests(f"c{conns}", n, True)
-            accepted0 = metric(c, "opgate_webhooks_accepted_total")
-            fsync0 = metric(c, "opgate_wal_fsyncs_total")
+            accepted0 = c.metric("opgate_webhooks_accepted_total", absent=0)
+            fsync0 = c.metric("opgate_wal_fsyncs_total", absent=0)
             r = wrk(conns, reqs, seconds)
             ok = r["requests"] - r["non2xx"]
             time.sleep(0.5)  # let the last answers' writes settle into the counters
-            accepted = metric(c, "opgate_webhooks_accepted_total") - accepted0
-            fsyncs = metric(c, "opgate_wal_fsyncs_total") - fsync0
+            accepted = c.metric("opgate_webhooks_accepted_total", absent=0) - accepted0
+            fsyncs = c.metric("opgate_wal_fsyncs_total", absent=0) - fsync0
             secs = r["duration_us"] / 1e6
             print(f"{conns:>5} {ok / secs:>8.0f} {r['p50'] / 1000:>7.2f} {r['p99'] / 1000:>7.2f} "
                   f"{r['p999'] / 1000:>8.2f} {fsyncs / secs:>8.0f} {accepted / max(fsyncs, 1):>8.1f} "
@@ -117,12 +106,12 @@ def main():
         alone = wrk(16, good, seconds)
         bad = write_requests("bad", 200000 * seconds, False)
         good2 = write_requests("good2", 60000 * seconds, True)
-        rejected0 = metric(c, "opgate_webhooks_rejected_total")
+        rejected0 = c.metric("opgate_webhooks_rejected_total", absent=0)
         flood = wrk(64, bad, seconds + 2, background=True)
         time.sleep(1)
         during = wrk(16, good2, seconds)
         flood_result = parse(flood.communicate()[0])
-        rejected = metric(c, "opgate_webhooks_rejected_total") - rejected0
+        rejected = c.metric("opgate_webhooks_rejected_total", absent=0) - rejected0
         for label, r, bad_rate in (("alone", alone, 0.0), ("during flood", during,
                                    flood_result["requests"] / (flood_result["duration_us"] / 1e6))):
             secs = r["duration_us"] / 1e6

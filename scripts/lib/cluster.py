@@ -138,6 +138,20 @@ two_person_threshold_minor = {{ USD = 100000000 }}
     def payments_admin(self, method, path, body=None):
         return http(method, f"http://127.0.0.1:{self.payments_port}{path}", body)
 
+    def metric(self, name, absent=None):
+        """The sum of every series of a metric on the daemon's /metrics; a
+        labelled counter has no series before its first increment, so the
+        caller says what absence means (None: an error)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.operator_port}/metrics") as r:
+            text = r.read().decode()
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith(name + " ") or line.startswith(name + "{")]
+        if not values:
+            if absent is None:
+                raise KeyError(f"/metrics has no {name}")
+            return absent
+        return sum(values)
+
     def operations(self, state=None):
         q = "/v1/operations?limit=1000" + (f"&state={state}" if state else "")
         out, cursor = [], None

@@ -10,7 +10,6 @@ import random
 import sys
 import threading
 import time
-import urllib.request
 
 from cluster import WEBHOOK_SECRET, Cluster, orders
 
@@ -34,13 +33,6 @@ def headers_for(wid, body):
                                     hashlib.sha256).digest()).decode()
     return {"webhook-id": wid, "webhook-timestamp": ts, "webhook-signature": "v1," + sig,
             "Content-Type": "application/json"}
-
-
-def metric_value(text, name):
-    for line in (text or "").splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def send(port, wid, body, headers):
@@ -106,8 +98,7 @@ def main():
         # Every queued event is processed: the worker's backlog drains to 0.
         deadline, backlog = time.time() + 60, None
         while time.time() < deadline:
-            with urllib.request.urlopen(f"http://127.0.0.1:{c.operator_port}/metrics") as r:
-                backlog = metric_value(r.read().decode(), "opgate_inbox_backlog")
+            backlog = c.metric("opgate_inbox_backlog")
             if backlog == 0:
                 break
             time.sleep(0.1)
