@@ -187,13 +187,11 @@ http::Response AgentSim::handle(http::Request&& request) {
     if (path.starts_with("/_sim/")) return admin_.dispatch(request);
     if (auto refused = check_auth(request)) return *refused;
     auto response = api_.dispatch(request);
-    if (is_router_miss(response)) {
-      auto r = openai_error(response.status, "Invalid URL (" + request.method + " " + path + ")",
-                            "invalid_request_error", "");
-      if (auto allow = response.headers.find("Allow"); allow != response.headers.end())
-        r.headers["Allow"] = allow->second;
-      return r;
-    }
+    if (is_router_miss(response))
+      return reshaped_miss(
+          response,
+          openai_error(response.status, "Invalid URL (" + request.method + " " + path + ")",
+                       "invalid_request_error", ""));
     return response;
   } catch (const std::exception& e) {
     log_warn("agent handler failed", {{"error", e.what()}});

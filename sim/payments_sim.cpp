@@ -189,14 +189,11 @@ http::Response PaymentsSim::handle(http::Request&& request) {
       return r;
     }
     auto response = api_.dispatch(request);
-    if (is_router_miss(response)) {
-      auto r = stripe_reply(
-          error_of(response.status, "invalid_request_error", "",
-                   "Unrecognized request URL (" + request.method + ": " + path + ")."));
-      if (auto allow = response.headers.find("Allow"); allow != response.headers.end())
-        r.headers["Allow"] = allow->second;
-      return r;
-    }
+    if (is_router_miss(response))
+      return reshaped_miss(
+          response, stripe_reply(error_of(
+                        response.status, "invalid_request_error", "",
+                        "Unrecognized request URL (" + request.method + ": " + path + ").")));
     return response;
   } catch (const std::exception& e) {
     log_warn("payments handler failed", {{"error", e.what()}});

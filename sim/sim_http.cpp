@@ -99,4 +99,10 @@ bool is_router_miss(const http::Response& response) {
   return error && error->is_object() && !error->as_object().contains("type");
 }
 
+http::Response reshaped_miss(const http::Response& miss, http::Response reply) {
+  if (auto allow = miss.headers.find("Allow"); allow != miss.headers.end())
+    reply.headers["Allow"] = allow->second;
+  return reply;
+}
+
 }  // namespace opgate::sim

@@ -38,5 +38,7 @@ namespace opgate::sim {
 // True for the router's own 404/405 answers (an error object without a
 // "type"), which each simulator reshapes into its provider's error format.
 bool is_router_miss(const http::Response& response);
+// The simulator's own reply for a router miss, keeping the miss's Allow.
+http::Response reshaped_miss(const http::Response& miss, http::Response reply);
 
 }  // namespace opgate::sim
