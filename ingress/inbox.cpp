@@ -50,8 +50,8 @@ void Inbox::stop() {
 
 uint64_t Inbox::next_seq() { return seq_++; }
 
-bool Inbox::needs_work(const Envelope& envelope) {
-  return envelope.type == kActionRequired && !envelope.session_id.empty();
+bool Inbox::needs_work(std::string_view type, std::string_view session_id) {
+  return type == kActionRequired && !session_id.empty();
 }
 
 void Inbox::submit(Submission submission, Committed committed) {
@@ -137,7 +137,7 @@ void Inbox::commit(std::vector<Pending>& batch) {
     ev.set_session_id(sub.envelope.session_id);
     // Only an action_required event for a session has work for the worker;
     // any other is stored (for deduplication and audit) already processed.
-    const bool queued = needs_work(sub.envelope);
+    const bool queued = needs_work(sub.envelope.type, sub.envelope.session_id);
     if (!queued) {
       ev.set_processed(true);
       ev.set_processed_at_ms(now_ms);

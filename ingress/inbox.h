@@ -21,6 +21,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -80,7 +81,7 @@ class Inbox {
 
   // True for events the worker acts on (a session's action_required); the
   // others are stored already processed and never queued.
-  static bool needs_work(const Envelope& envelope);
+  static bool needs_work(std::string_view type, std::string_view session_id);
 
   // Allocates a queue sequence number (monotonic across restarts).
   uint64_t next_seq();

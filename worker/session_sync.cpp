@@ -26,19 +26,14 @@ SessionSync::SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox:
       metrics_(metrics),
       random_(std::move(random)) {}
 
-Status SessionSync::mark_processed(store::Txn& txn, const std::string& queue_key) {
-  auto event_key = txn.store().get(Cf::inbox, queue_key);
-  if (!event_key) return event_key.error();
-  txn.batch().del(Cf::inbox, queue_key);
-  if (!event_key->has_value()) return Status::Ok();
-  auto event = txn.store().get_message<pb::InboxEvent>(Cf::inbox, **event_key);
-  if (!event) return event.error();
-  if (!event->has_value()) return Status::Ok();
+void SessionSync::mark_processed(store::Txn& txn, const Queued& entry) {
+  txn.batch().del(Cf::inbox, entry.queue_key);
+  if (!entry.event) return;  // an entry whose event is gone: only the entry goes
   // Processed events become eligible for removal by the retention filter.
-  (*event)->set_processed(true);
-  (*event)->set_processed_at_ms(txn.now_ms());
-  txn.batch().put(Cf::inbox, **event_key, **event);
-  return Status::Ok();
+  pb::InboxEvent event = *entry.event;
+  event.set_processed(true);
+  event.set_processed_at_ms(txn.now_ms());
+  txn.batch().put(Cf::inbox, entry.event_key, event);
 }
 
 bool SessionSync::is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms) {
@@ -87,10 +82,8 @@ size_t SessionSync::sweep(int64_t window_ms, size_t max_sessions) {
 }
 
 size_t SessionSync::process_inbox() {
-  struct Queued {
-    std::string queue_key;
-    pb::InboxEvent event;
-  };
+  // Only this thread removes queue entries and changes queued events, so
+  // what the scan read stays true for the whole pass.
   std::vector<Queued> queued;
   auto& store = journal_.store();
   // Resume after the entries earlier passes removed, so a pass does not step
@@ -110,14 +103,15 @@ size_t SessionSync::process_inbox() {
       Cf::inbox, "q/",
       [&](std::string_view k, std::string_view v) {
         ++examined;
-        auto ev = store.get_message<pb::InboxEvent>(Cf::inbox, v);
-        pb::InboxEvent event;
-        if (ev && ev->has_value()) event = **ev;
-        auto retry = retries_.find(event.session_id());
+        Queued entry{std::string(k), std::string(v), std::nullopt};
+        if (auto ev = store.get_message<pb::InboxEvent>(Cf::inbox, v); ev && ev->has_value())
+          entry.event = std::move(**ev);
+        const std::string session_id = entry.event ? entry.event->session_id() : "";
+        auto retry = retries_.find(session_id);
         if (retry != retries_.end() && retry->second.at_ms > scan_ms) {
-          if (first_waiting.empty()) first_waiting = std::string(k);
+          if (first_waiting.empty()) first_waiting = entry.queue_key;
         } else {
-          queued.push_back({std::string(k), std::move(event)});
+          queued.push_back(std::move(entry));
         }
         return queued.size() < kPassEvents && examined < kPassExamined;
       },
@@ -131,36 +125,37 @@ size_t SessionSync::process_inbox() {
     return 0;
   }
   std::set<std::string> finished;  // queue keys handled in this pass
-  auto finish = [&](const std::vector<std::string>& keys) {
-    finished.insert(keys.begin(), keys.end());
-    return keys.size();
+  using Entries = std::vector<const Queued*>;
+  auto finish = [&](const Entries& entries) {
+    for (const auto* e : entries) finished.insert(e->queue_key);
+    return entries.size();
+  };
+  auto mark_all = [&](store::Txn& txn, const Entries& entries) {
+    for (const auto* e : entries) mark_processed(txn, *e);
   };
 
   // Group by session: one fetch answers every queued webhook of a session.
-  std::map<std::string, std::vector<std::string>> by_session;
-  std::vector<std::string> done;  // not for a session: processed by being stored
-  for (auto& q : queued) {
-    if (q.event.type() == ingress::kActionRequired && !q.event.session_id().empty())
-      by_session[q.event.session_id()].push_back(q.queue_key);
+  std::map<std::string, Entries> by_session;
+  Entries done;  // nothing to do (the ingress queues none such; older data may)
+  for (const auto& q : queued) {
+    if (q.event && ingress::Inbox::needs_work(q.event->type(), q.event->session_id()))
+      by_session[q.event->session_id()].push_back(&q);
     else
-      done.push_back(q.queue_key);
+      done.push_back(&q);
   }
   size_t handled = 0;
   if (!done.empty()) {
     Status s = journal_.run([&](store::Txn& txn) -> Status {
-      for (const auto& k : done)
-        if (Status m = mark_processed(txn, k); !m) return m;
+      mark_all(txn, done);
       return Status::Ok();
     });
     if (s) handled += finish(done);
   }
   const int64_t now = journal_.clock().now_ms();
-  for (const auto& entry : by_session) {
+  for (const auto& group : by_session) {
     // Named, not structured bindings: the lambdas below capture them.
-    const std::string& session_id = entry.first;
-    const std::vector<std::string>& keys = entry.second;
-    if (auto it = retries_.find(session_id); it != retries_.end() && it->second.at_ms > now)
-      continue;
+    const std::string& session_id = group.first;
+    const Entries& entries = group.second;
     auto session = store.get_message<pb::Session>(Cf::sessions, session_id);
     if (!session) continue;
     if (!session->has_value()) {
@@ -173,19 +168,17 @@ size_t SessionSync::process_inbox() {
         if (!again) return again.error();
         if (again->has_value()) return Status::Ok();
         parked = true;
-        for (const auto& k : keys) {
-          auto event_key = store.get(Cf::inbox, k);
-          if (!event_key || !event_key->has_value()) continue;
-          txn.batch().del(Cf::inbox, k);
+        for (const auto* e : entries) {
+          txn.batch().del(Cf::inbox, e->queue_key);
           txn.batch().put(Cf::inbox, ingress::Inbox::waiting_key(session_id, inbox_.next_seq()),
-                          **event_key);
+                          e->event_key);
         }
         return Status::Ok();
       });
       if (s && parked) {
-        handled += finish(keys);
+        handled += finish(entries);
         spdlog::info("session {} is not bound; {} event(s) wait for binding", session_id,
-                     keys.size());
+                     entries.size());
       }
       continue;
     }
@@ -196,16 +189,15 @@ size_t SessionSync::process_inbox() {
       // so they cannot clog the queue; the session keeps the reason.
       metrics_.inc("opgate_session_sync_total", {{"result", "not_found"}});
       spdlog::warn("session {} does not exist on the platform; {} event(s) closed", session_id,
-                   keys.size());
+                   entries.size());
       Status s = journal_.run([&](store::Txn& txn) -> Status {
-        for (const auto& k : keys)
-          if (Status m = mark_processed(txn, k); !m) return m;
+        mark_all(txn, entries);
         pb::Session updated = **session;
         updated.set_last_sync_error("the agent platform has no such session");
         txn.batch().put(Cf::sessions, session_id, updated);
         return Status::Ok();
       });
-      if (s) handled += finish(keys);
+      if (s) handled += finish(entries);
       continue;
     }
     if (!view) {
@@ -221,8 +213,7 @@ size_t SessionSync::process_inbox() {
     Status s = journal_.run([&](store::Txn& txn) -> Status {
       for (const auto& action : view->required_actions)
         if (Status a = answer(txn, **session, action); !a) return a;
-      for (const auto& k : keys)
-        if (Status m = mark_processed(txn, k); !m) return m;
+      mark_all(txn, entries);
       pb::Session updated = **session;
       updated.set_last_sync_ms(txn.now_ms());
       updated.clear_last_sync_error();
@@ -234,7 +225,7 @@ size_t SessionSync::process_inbox() {
       spdlog::error("cannot store answers for session {}: {}", session_id, s.error().message);
       continue;
     }
-    handled += finish(keys);
+    handled += finish(entries);
   }
   // The next pass starts at the first entry still queued, or past them all.
   queue_cursor_ = queued.back().queue_key;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "adapters/agents/agents_client.h"
@@ -63,8 +64,14 @@ class SessionSync {
   PolicyConfig policy_;
   Metrics& metrics_;
   std::mutex sync_mu_;  // one sync at a time: per-session order and no duplicate work
+  // A queue entry, its event's key, and the event if it could be read.
+  struct Queued {
+    std::string queue_key;
+    std::string event_key;
+    std::optional<pb::InboxEvent> event;
+  };
   // Removes a queue entry and marks its event processed, in the txn.
-  Status mark_processed(store::Txn& txn, const std::string& queue_key);
+  static void mark_processed(store::Txn& txn, const Queued& entry);
   bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
 
   struct Retry {
