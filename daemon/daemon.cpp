@@ -37,16 +37,6 @@ Status write_ports_file(const std::string& path, uint16_t ingress, uint16_t op) 
       path, fmt::format(R"({{"ingress":{},"operator":{}}})", ingress, op) + "\n");
 }
 
-size_t count_prefix(const store::Store& store, store::Cf cf, std::string_view prefix) {
-  size_t n = 0;
-  Status s = store.scan(cf, prefix, [&](std::string_view, std::string_view) {
-    ++n;
-    return true;
-  });
-  (void)s;
-  return n;
-}
-
 }  // namespace
 
 int serve(const Config& config, const ServeOptions& options) {
@@ -78,7 +68,6 @@ int serve(const Config& config, const ServeOptions& options) {
     return 2;
   }
   ingress::Inbox inbox(db, clock);
-  inbox.set_backlog(count_prefix(db, store::Cf::inbox, "q/"));
   outbox::Outbox outbox(db);
 
   auto agents = adapters::make_agents_http_client(
@@ -140,13 +129,16 @@ int serve(const Config& config, const ServeOptions& options) {
         std::map<std::string, double> out;
         for (auto st :
              {operations::State::pending, operations::State::approved, operations::State::executing,
-              operations::State::outcome_unknown, operations::State::settled})
-          out[std::string(operations::to_string(st))] = static_cast<double>(count_prefix(
-              db, store::Cf::operations, fmt::format("s/{}/", operations::to_string(st))));
+              operations::State::outcome_unknown, operations::State::settled}) {
+          auto n = operations::count_in_state(db, st);
+          out[std::string(operations::to_string(st))] = n ? static_cast<double>(*n) : 0.0;
+        }
         return out;
       },
       "state");
 
+  // Work queued by a group commit wakes the worker at once.
+  inbox.on_queued([&engine] { engine.wake(); });
   ingress::IngressConfig ingress_config{config.sources, config.timestamp_tolerance_s,
                                         config.max_backlog,
                                         std::chrono::milliseconds(config.reject_cooldown_ms)};
@@ -155,11 +147,7 @@ int serve(const Config& config, const ServeOptions& options) {
   ingress_router.add_async(
       "POST", "/v1/webhooks/{source}",
       [&](http::Request&& req, const http::PathParams& p, http::Respond respond) {
-        webhooks.handle(std::move(req), p.at("source"),
-                        [&engine, respond = std::move(respond)](http::Response res) {
-                          if (res.status == 200) engine.wake();
-                          respond(std::move(res));
-                        });
+        webhooks.handle(std::move(req), p.at("source"), std::move(respond));
       });
   http::ServerOptions ingress_options;
   ingress_options.listen = config.ingress_listen;

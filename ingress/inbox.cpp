@@ -31,6 +31,13 @@ Inbox::Inbox(store::Store& store, const Clock& clock, InboxOptions options)
   if (last && last->has_value())
     start = std::max<uint64_t>(start, std::stoull((*last)->substr(2), nullptr, 16) + 1);
   seq_ = start;
+  size_t queued = 0;
+  Status counted = store_.scan(Cf::inbox, "q/", [&](std::string_view, std::string_view) {
+    ++queued;
+    return true;
+  });
+  (void)counted;  // a store that cannot be read fails every later step anyway
+  backlog_ = queued;
   committer_ = std::thread([this] {
     name_this_thread("inbox-commit");
     run();
@@ -54,7 +61,14 @@ bool Inbox::needs_work(std::string_view type, std::string_view session_id) {
   return type == kActionRequired && !session_id.empty();
 }
 
+void Inbox::on_queued(std::function<void()> notify) {
+  std::lock_guard lock(mu_);
+  on_queued_ = std::move(notify);
+}
+
 void Inbox::submit(Submission submission, Committed committed) {
+  // Hashed here, on the submitting thread, not on the one committer.
+  std::string digest = crypto::sha256(submission.body);
   std::optional<Error> refused;
   {
     std::lock_guard lock(mu_);
@@ -63,7 +77,7 @@ void Inbox::submit(Submission submission, Committed committed) {
     else if (pending_.size() >= options_.max_pending)
       refused = Error{"overloaded", "Too many events are waiting to be stored."};
     else
-      pending_.push_back({std::move(submission), std::move(committed)});
+      pending_.push_back({std::move(submission), std::move(digest), std::move(committed)});
   }
   if (refused) return committed(*refused);
   wake_.notify_one();
@@ -81,6 +95,7 @@ Result<Accepted> Inbox::accept(const std::string& source, const std::string& web
 void Inbox::run() {
   std::vector<Pending> batch;
   for (;;) {
+    std::function<void()> notify;
     {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
@@ -89,13 +104,14 @@ void Inbox::run() {
         batch.push_back(std::move(pending_.front()));
         pending_.pop_front();
       }
+      notify = on_queued_;
     }
-    commit(batch);
+    if (commit(batch) && notify) notify();
     batch.clear();
   }
 }
 
-void Inbox::commit(std::vector<Pending>& batch) {
+bool Inbox::commit(std::vector<Pending>& batch) {
   struct Outcome {
     std::optional<Result<Accepted>> result;  // decided without this write
     std::string digest;
@@ -107,9 +123,9 @@ void Inbox::commit(std::vector<Pending>& batch) {
   size_t fresh = 0, queued_count = 0;
   const int64_t now_ms = clock_.now_ms();
   for (size_t i = 0; i < batch.size(); ++i) {
-    const auto& sub = batch[i].submission;
+    auto& sub = batch[i].submission;
     auto& out = outcomes[i];
-    out.digest = crypto::sha256(sub.body);
+    out.digest = batch[i].digest;
     const std::string key = event_key(sub.source, sub.webhook_id);
     if (auto it = new_in_batch.find(key); it != new_in_batch.end()) {
       out.first = it->second;  // answered with the copy that this write stores
@@ -130,7 +146,7 @@ void Inbox::commit(std::vector<Pending>& batch) {
     pb::InboxEvent ev;
     ev.set_source(sub.source);
     ev.set_webhook_id(sub.webhook_id);
-    ev.set_body(sub.body);
+    ev.set_body(std::move(sub.body));  // not needed again
     ev.set_body_sha256(out.digest);
     ev.set_received_at_ms(now_ms);
     ev.set_type(sub.envelope.type);
@@ -178,6 +194,7 @@ void Inbox::commit(std::vector<Pending>& batch) {
     }
     batch[i].committed(std::move(result));
   }
+  return written && queued_count > 0;
 }
 
 }  // namespace opgate::ingress

@@ -62,6 +62,9 @@ class Inbox {
   Inbox& operator=(const Inbox&) = delete;
 
   void submit(Submission submission, Committed committed);
+  // Called on the committer thread after a write that queued work for the
+  // worker (set it before events arrive; e.g. to wake the worker).
+  void on_queued(std::function<void()> notify);
   // Commits and answers what was submitted, then stops the committer; later
   // submissions fail with "shutting_down". Idempotent. Call it before
   // whatever the answers go to (the HTTP server) is torn down.
@@ -70,10 +73,9 @@ class Inbox {
   Result<Accepted> accept(const std::string& source, const std::string& webhook_id,
                           const std::string& body, const Envelope& envelope);
 
-  // Events waiting for the worker.
+  // Events waiting for the worker (counted from the store at start).
   size_t backlog() const { return backlog_.load(); }
   void processed(size_t n) { backlog_ -= std::min(n, backlog_.load()); }
-  void set_backlog(size_t n) { backlog_ = n; }
 
   // Synced writes of new events, and the events they held.
   uint64_t group_commits() const { return group_commits_.load(); }
@@ -93,10 +95,12 @@ class Inbox {
  private:
   struct Pending {
     Submission submission;
+    std::string digest;  // SHA-256 of the body, computed by the submitter
     Committed committed;
   };
   void run();
-  void commit(std::vector<Pending>& batch);
+  // Writes a batch and answers each event; true if it queued work.
+  bool commit(std::vector<Pending>& batch);
 
   store::Store& store_;
   const Clock& clock_;
@@ -109,6 +113,7 @@ class Inbox {
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Pending> pending_;
+  std::function<void()> on_queued_;
   bool stopping_ = false;
   std::thread committer_;  // last: starts after everything it uses
 };

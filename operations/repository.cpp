@@ -50,6 +50,17 @@ Result<std::vector<std::string>> keys_expired_by(const store::Store& store, int6
   return keys;
 }
 
+Result<size_t> count_in_state(const store::Store& store, State state) {
+  size_t n = 0;
+  Status s = store.scan(Cf::operations, fmt::format("s/{}/", to_string(state)),
+                        [&](std::string_view, std::string_view) {
+                          ++n;
+                          return true;
+                        });
+  if (!s) return s.error();
+  return n;
+}
+
 Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state, size_t limit,
                                                const std::string& after) {
   std::vector<std::string> keys;

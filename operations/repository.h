@@ -21,6 +21,9 @@ Result<std::optional<pb::Operation>> load(const store::Store& store, const std::
 Result<std::vector<std::string>> keys_in_state(const store::Store& store, State state, size_t limit,
                                                const std::string& after = {});
 
+// How many operations are in a state (a scan of the state index).
+Result<size_t> count_in_state(const store::Store& store, State state);
+
 // Keys of pending operations whose approval TTL has passed at now_ms.
 Result<std::vector<std::string>> keys_expired_by(const store::Store& store, int64_t now_ms,
                                                  size_t limit);

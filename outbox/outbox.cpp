@@ -51,16 +51,6 @@ Result<std::vector<Outbox::Entry>> Outbox::due(int64_t now_ms, size_t limit) con
   return out;
 }
 
-Result<size_t> Outbox::size() const {
-  size_t n = 0;
-  Status s = store_.scan(Cf::outbox, "", [&](std::string_view, std::string_view) {
-    ++n;
-    return true;
-  });
-  if (!s) return s.error();
-  return n;
-}
-
 namespace {
 void stage_ledger(store::Txn& txn, const pb::Operation& op, const std::string& recorded_by) {
   pb::LedgerEntry row;

@@ -29,7 +29,6 @@ class Outbox {
   };
   // Items due at now_ms, oldest first, at most `limit`.
   Result<std::vector<Entry>> due(int64_t now_ms, size_t limit) const;
-  Result<size_t> size() const;
 
   // Saves `result` on the call and queues its delivery.
   void stage_result(store::Txn& txn, pb::ToolCall& call, const pb::ToolResult& result);
