@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
   deny->add_option("--operation", key)->required();
   deny->add_option("--reason", reason, "why (shown to the session)")
       ->default_val("denied by operator");
-  deny->add_option("--session", session);
-  deny->callback([&] { rc = cli::deny(ctx, key, reason); });
+  deny->add_option("--session", session, "check it belongs to this session");
+  deny->callback([&] { rc = cli::deny(ctx, key, reason, session); });
 
   auto* ops = app.add_subcommand("ops", "operations: list, show, reconcile, resolve");
   ops->require_subcommand(1);

@@ -126,6 +126,26 @@ void print_proposal(const json::value& op) {
   }
 }
 
+// True if the operation was proposed by, or is linked to, a call of the session.
+bool linked_to(const json::value& op, const std::string& session) {
+  if (s(op, "session_id") == session) return true;
+  for (const auto& ref : op.as_object().at("calls").as_array())
+    if (s(ref, "session_id") == session) return true;
+  return false;
+}
+
+// Fetches the operation; with a session given, it must belong to it.
+std::optional<Reply> operation_of_session(const Context& c, const std::string& key,
+                                          const std::string& session) {
+  auto shown = call(c, "GET", "/v1/operations/" + seg(key));
+  if (!shown) return std::nullopt;
+  if (!session.empty() && !linked_to(shown->body, session)) {
+    std::cerr << fmt::format("error: operation {} does not belong to session {}\n", key, session);
+    return std::nullopt;
+  }
+  return shown;
+}
+
 int print_json_or(const Context& c, const Reply& r, const std::function<void()>& human) {
   if (c.json)
     std::cout << json::serialize(r.body) << "\n";
@@ -210,10 +230,7 @@ int pending(const Context& c, const std::string& session) {
   if (!r) return 1;
   json::array ops;
   for (const auto& op : r->body.as_object().at("operations").as_array()) {
-    bool linked = session.empty();
-    for (const auto& ref : op.as_object().at("calls").as_array())
-      if (s(ref, "session_id") == session) linked = true;
-    if (linked) ops.push_back(op);
+    if (session.empty() || linked_to(op, session)) ops.push_back(op);
   }
   if (c.json) {
     std::cout << json::serialize(json::object{{"operations", ops}}) << "\n";
@@ -228,18 +245,9 @@ int pending(const Context& c, const std::string& session) {
 }
 
 int approve(const Context& c, const std::string& key, const std::string& session) {
-  auto shown = call(c, "GET", "/v1/operations/" + seg(key));
+  auto shown = operation_of_session(c, key, session);
   if (!shown) return 1;
   const auto& op = shown->body;
-  if (!session.empty() && s(op, "session_id") != session) {
-    bool linked = false;
-    for (const auto& ref : op.as_object().at("calls").as_array())
-      if (s(ref, "session_id") == session) linked = true;
-    if (!linked) {
-      std::cerr << fmt::format("error: operation {} does not belong to session {}\n", key, session);
-      return 1;
-    }
-  }
   if (!c.json) {
     std::cout << "You are approving exactly this proposal:\n";
     print_proposal(op);
@@ -266,7 +274,9 @@ int approve(const Context& c, const std::string& key, const std::string& session
   });
 }
 
-int deny(const Context& c, const std::string& key, const std::string& reason) {
+int deny(const Context& c, const std::string& key, const std::string& reason,
+         const std::string& session) {
+  if (!session.empty() && !operation_of_session(c, key, session)) return 1;
   auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/deny",
                 json::serialize(json::object{{"reason", reason}}));
   if (!r) return 1;

@@ -19,7 +19,9 @@ int recover_session(const Context& c, const std::string& session);
 int inspect_session(const Context& c, const std::string& session);
 int pending(const Context& c, const std::string& session);
 int approve(const Context& c, const std::string& key, const std::string& session);
-int deny(const Context& c, const std::string& key, const std::string& reason);
+// With a session given, the operation must belong to it.
+int deny(const Context& c, const std::string& key, const std::string& reason,
+         const std::string& session);
 int list_operations(const Context& c, const std::string& state, bool attention);
 int show_operation(const Context& c, const std::string& key);
 int reconcile(const Context& c, const std::string& key);

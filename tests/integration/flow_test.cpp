@@ -102,6 +102,11 @@ TEST_CASE("a denial makes no provider call and the session is told") {
   Cluster c;
   auto session = c.create_session(kLookupThenRefund);
   c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  // The CLI refuses to deny on behalf of a session the operation is not linked to.
+  auto [wrong_rc, wrong_out] =
+      c.cli({"deny", "--operation", kKey, "--session", "sess_other", "--reason", "x"}, kAliceToken);
+  CHECK(wrong_rc == 1);
+  CHECK(str(c.operation(kKey), "state") == "pending");
   auto denied =
       c.op("POST", "/v1/operations/" + kKey + "/deny", R"({"reason":"not eligible"})", kAliceToken);
   REQUIRE_MESSAGE(denied.status == 200, denied.raw);
