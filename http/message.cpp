@@ -26,11 +26,6 @@ std::string Request::path() const {
   return q == std::string::npos ? target : target.substr(0, q);
 }
 
-std::string Request::query() const {
-  auto q = target.find('?');
-  return q == std::string::npos ? std::string() : target.substr(q + 1);
-}
-
 std::optional<std::string> Request::query_param(std::string_view name) const {
   auto parsed = boost::urls::parse_origin_form(target);
   if (!parsed) return std::nullopt;

@@ -22,11 +22,9 @@ struct Request {
   std::string target;  // path plus optional query, as received
   Headers headers;
   std::string body;
-  std::string remote;  // peer address, for logs
 
   std::optional<std::string> header(std::string_view name) const;
   std::string path() const;   // target without the query
-  std::string query() const;  // text after '?', or ""
   // Decoded value of one query parameter.
   std::optional<std::string> query_param(std::string_view name) const;
 };

@@ -137,9 +137,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!inserted) it->second += ", " + std::string(field.value());
     }
     req.body = std::move(msg.body());
-    beast::error_code ignore;
-    auto ep = stream_.socket().remote_endpoint(ignore);
-    req.remote = ep.address().to_string();
     const bool keep_alive = msg.keep_alive();
     auto answered = std::make_shared<std::atomic<bool>>(false);
     Respond respond = [self = shared_from_this(), keep_alive, answered](Response res) {
