@@ -385,19 +385,11 @@ void SessionSync::link_call(store::Txn& txn, pb::Operation& op, pb::ToolCall& ca
 std::optional<pb::Operation> SessionSync::existing_refund(const store::Store& store,
                                                           const std::string& owner,
                                                           const std::string& arguments_json) {
-  json::error_code ec;
-  auto args = json::parse(arguments_json, ec);
-  if (ec || !args.is_object()) return std::nullopt;
   // Only well-formed requests link; anything else gets the tool's refusal.
-  for (const auto& [k, v] : args.as_object())
-    if (k != "order_id" && !(k == "reason" && v.is_string() && v.as_string().size() <= 500))
-      return std::nullopt;
-  auto* order_id = args.as_object().if_contains("order_id");
-  if (!order_id || !order_id->is_string() || !operations::valid_identifier(order_id->as_string()))
-    return std::nullopt;
+  auto order_id = refund_order_id(arguments_json);
+  if (!order_id) return std::nullopt;
   auto op =
-      operations::load(store, operations::operation_key(owner, std::string(order_id->as_string()),
-                                                        operations::kFullRefund));
+      operations::load(store, operations::operation_key(owner, *order_id, operations::kFullRefund));
   if (!op || !op->has_value()) return std::nullopt;
   return **op;
 }

@@ -172,19 +172,30 @@ pb::Proposal base_proposal(const pb::Order& order, std::string_view kind) {
   return p;
 }
 
+struct RefundArgs {
+  std::string order_id;
+  std::string reason;
+};
+
+// request_refund's arguments, or the refusal that names what is wrong.
+std::optional<std::string> parse_refund_args(std::string_view args_text, RefundArgs& out) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id"}, {"reason"}}, args)) return e;
+  if (auto e = get_order_id(args, out.order_id)) return e;
+  if (auto it = args.find("reason"); it != args.end()) {
+    if (!it->value().is_string()) return "reason must be a string.";
+    out.reason = std::string(it->value().as_string());
+    if (out.reason.size() > 500) return "reason must be at most 500 characters.";
+  }
+  return std::nullopt;
+}
+
 ToolOutcome request_refund(std::string_view args_text, const std::string& owner,
                            const OrderLookup& lookup, const PolicyConfig& policy, int64_t now_s) {
-  json::object args;
-  if (auto e = check_shape(args_text, {{"order_id"}, {"reason"}}, args))
-    return {failure_result(*e), {}};
-  std::string order_id;
-  if (auto e = get_order_id(args, order_id)) return {failure_result(*e), {}};
-  std::string reason;
-  if (auto it = args.find("reason"); it != args.end()) {
-    if (!it->value().is_string()) return {failure_result("reason must be a string."), {}};
-    reason = std::string(it->value().as_string());
-    if (reason.size() > 500) return {failure_result("reason must be at most 500 characters."), {}};
-  }
+  RefundArgs parsed;
+  if (auto e = parse_refund_args(args_text, parsed)) return {failure_result(*e), {}};
+  const std::string& order_id = parsed.order_id;
+  const std::string& reason = parsed.reason;
   auto order = owned_order(lookup, order_id, owner);
   if (!order) return {failure_result(std::string(kNotFound)), {}};
   auto decision = decide_refund(*order, policy, now_s);
@@ -235,6 +246,12 @@ ToolOutcome issue_account_credit(std::string_view args_text, const std::string& 
 }
 
 }  // namespace
+
+std::optional<std::string> refund_order_id(std::string_view arguments_json) {
+  RefundArgs parsed;
+  if (parse_refund_args(arguments_json, parsed)) return std::nullopt;
+  return parsed.order_id;
+}
 
 ToolOutcome dispatch_tool(std::string_view name, std::string_view arguments_json,
                           const std::string& owner, const OrderLookup& lookup,

@@ -34,6 +34,10 @@ ToolOutcome dispatch_tool(std::string_view name, std::string_view arguments_json
 
 pb::ToolResult failure_result(std::string error);
 
+// The order id of a well-formed request_refund call (the same checks the
+// tool makes), or nothing.
+std::optional<std::string> refund_order_id(std::string_view arguments_json);
+
 // The result a settled operation reports to every call linked to it.
 pb::ToolResult settled_result(const pb::Operation& operation);
 
