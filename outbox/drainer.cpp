@@ -182,16 +182,21 @@ void Drainer::execute(const Outbox::Entry& entry) {
     return;
   }
   if (!claimed) return;
+  call_provider(*claimed, entry.key, "system");
+}
+
+void Drainer::call_provider(const pb::Operation& claimed, const std::string& item_key,
+                            const std::string& principal) {
   // Durably executing: now, and only now, the provider is called.
   const auto started = std::chrono::steady_clock::now();
-  auto result = provider_.execute(request_for(*claimed));
+  auto result = provider_.execute(request_for(claimed));
   metrics_
       .histogram("opgate_provider_call_seconds", {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
       .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   metrics_.inc("opgate_provider_attempts_total",
                {{"result", std::string(verdict_name(result.verdict))}});
-  if (Status r = record_result(key, entry.key, result, "system"); !r)
-    spdlog::error("cannot record provider result for {}: {}", key, r.error().message);
+  if (Status r = record_result(claimed.key(), item_key, result, principal); !r)
+    spdlog::error("cannot record provider result for {}: {}", claimed.key(), r.error().message);
 }
 
 Status Drainer::record_result(const std::string& key, const std::string& item_key,
@@ -313,11 +318,7 @@ void Drainer::reconcile(const Outbox::Entry& entry) {
       return Status::Ok();
     });
     if (!s || !claimed) return;
-    auto result = provider_.execute(request_for(*claimed));
-    metrics_.inc("opgate_provider_attempts_total",
-                 {{"result", std::string(verdict_name(result.verdict))}});
-    if (Status r = record_result(key, entry.key, result, "reconciler"); !r)
-      spdlog::error("cannot record provider result for {}: {}", key, r.error().message);
+    call_provider(*claimed, entry.key, "reconciler");
     return;
   }
   // Unreachable, or found but still pending: stay outcome_unknown, try later.

@@ -48,6 +48,10 @@ class Drainer {
   void reconcile(const Outbox::Entry& entry);
   void deliver(const Outbox::Entry& entry);
   // Records the provider's answer for an executing operation.
+  // Calls the provider for a claimed operation (timed, counted) and records
+  // what it answered.
+  void call_provider(const pb::Operation& claimed, const std::string& item_key,
+                     const std::string& principal);
   Status record_result(const std::string& key, const std::string& item_key,
                        const adapters::PaymentResult& result, const std::string& principal);
   // Reschedules with jittered backoff, and no sooner than the peer asked.
