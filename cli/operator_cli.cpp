@@ -378,25 +378,13 @@ int audit_verify_offline(const std::string& data_dir, bool as_json) {
 }
 
 int import_orders(const Context& c, const std::string& file) {
-  std::ifstream in(file);
-  if (!in) {
-    std::cerr << "error: cannot read " << file << "\n";
+  // Validate the whole file first: a bad line imports nothing.
+  auto read = worker::read_orders_file(file);
+  if (!read) {
+    std::cerr << "error: " << read.error().message << "\n";
     return 1;
   }
-  std::string line;
-  std::vector<pb::Order> orders;
-  size_t line_no = 0;
-  // Validate the whole file first: a bad line imports nothing.
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto order = worker::parse_order(line);
-    if (!order) {
-      std::cerr << fmt::format("error: {} line {}: {}\n", file, line_no, order.error().message);
-      return 1;
-    }
-    orders.push_back(*order);
-  }
+  const auto& orders = *read;
   for (const auto& o : orders)
     if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), worker::order_to_json(o))) return 1;
   std::cout << fmt::format("imported {} order(s)\n", orders.size());

@@ -98,12 +98,12 @@ std::string order_to_json(const pb::Order& o) {
                                       {"refunded_minor", o.refunded_minor()}});
 }
 
-Result<size_t> import_orders_file(store::Store& store, const std::string& path, int64_t now_ms) {
+Result<std::vector<pb::Order>> read_orders_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return make_error("orders_file", "cannot read orders file " + path);
-  store::Batch batch;
+  std::vector<pb::Order> orders;
   std::string line;
-  size_t n = 0, line_no = 0;
+  size_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -111,21 +111,30 @@ Result<size_t> import_orders_file(store::Store& store, const std::string& path, 
     if (!order)
       return make_error("orders_file",
                         fmt::format("{} line {}: {}", path, line_no, order.error().message));
+    orders.push_back(std::move(*order));
+  }
+  return orders;
+}
+
+Result<size_t> import_orders_file(store::Store& store, const std::string& path, int64_t now_ms) {
+  auto orders = read_orders_file(path);
+  if (!orders) return orders.error();
+  store::Batch batch;
+  for (auto& order : *orders) {
     // Refunds opgate has executed stay recorded: a re-seed must not make a
     // refunded order refundable again.
-    auto stored = store.get_message<pb::Order>(store::Cf::orders, order->order_id());
+    auto stored = store.get_message<pb::Order>(store::Cf::orders, order.order_id());
     if (!stored) return stored.error();
-    if (stored->has_value() && (*stored)->refunded_minor() > order->refunded_minor() &&
-        (*stored)->amount_minor() == order->amount_minor()) {
-      order->set_refunded_minor((*stored)->refunded_minor());
-      if (order->refunded_minor() >= order->amount_minor()) order->set_status("refunded");
+    if (stored->has_value() && (*stored)->refunded_minor() > order.refunded_minor() &&
+        (*stored)->amount_minor() == order.amount_minor()) {
+      order.set_refunded_minor((*stored)->refunded_minor());
+      if (order.refunded_minor() >= order.amount_minor()) order.set_status("refunded");
     }
-    order->set_updated_at_ms(now_ms);
-    batch.put(store::Cf::orders, order->order_id(), *order);
-    ++n;
+    order.set_updated_at_ms(now_ms);
+    batch.put(store::Cf::orders, order.order_id(), order);
   }
   if (Status s = store.commit(batch); !s) return s.error();
-  return n;
+  return orders->size();
 }
 
 }  // namespace opgate::worker

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <fstream>
+
 #include "cluster.h"
 
 using namespace opgate::testing;
@@ -374,4 +376,25 @@ TEST_CASE("inspect shows root turn status, every page of items and the ledger ro
   CHECK(out.find("ledger:") != std::string::npos);
   CHECK(out.find(kKey) != std::string::npos);
   CHECK(out.find("re_") != std::string::npos);
+}
+
+TEST_CASE("orders import checks the whole file first, then upserts every order") {
+  Cluster c;
+  const std::string order =
+      R"({"order_id":"ORDER-900","owner":"demo-user","amount_minor":1200,"currency":"USD",)"
+      R"("payment_intent":"pi_900","customer":"cus_900","payment_method":"visa","status":"paid",)"
+      R"("placed_at":1800000000,"note":""})";
+  const auto bad = c.dir() / "bad.ndjson";
+  std::ofstream(bad) << order << "\n\nnot json\n";
+  auto [bad_rc, bad_out] = c.cli({"orders", "import", bad.string()});
+  CHECK(bad_rc == 1);
+  CHECK(c.op("GET", "/v1/orders/ORDER-900").status == 404);  // nothing imported
+  const auto good = c.dir() / "good.ndjson";
+  std::ofstream(good) << order << "\n";
+  auto [rc, out] = c.cli({"orders", "import", good.string()});
+  CHECK(rc == 0);
+  CHECK(out.find("imported 1 order(s)") != std::string::npos);
+  auto stored = c.op("GET", "/v1/orders/ORDER-900");
+  REQUIRE(stored.status == 200);
+  CHECK(stored.body.at("amount_minor").as_int64() == 1200);
 }
