@@ -18,8 +18,11 @@ std::string Inbox::event_key(const std::string& source, const std::string& webho
   return fmt::format("e/{}/{}", source, webhook_id);
 }
 std::string Inbox::queue_key(uint64_t seq) { return fmt::format("q/{:016x}", seq); }
+std::string Inbox::waiting_prefix(const std::string& session_id) {
+  return fmt::format("w/{}/", session_id);
+}
 std::string Inbox::waiting_key(const std::string& session_id, uint64_t seq) {
-  return fmt::format("w/{}/{:016x}", session_id, seq);
+  return fmt::format("{}{:016x}", waiting_prefix(session_id), seq);
 }
 
 Inbox::Inbox(store::Store& store, const Clock& clock, InboxOptions options)

@@ -91,6 +91,8 @@ class Inbox {
   static std::string event_key(const std::string& source, const std::string& webhook_id);
   static std::string queue_key(uint64_t seq);
   static std::string waiting_key(const std::string& session_id, uint64_t seq);
+  // The prefix of every waiting_key of a session.
+  static std::string waiting_prefix(const std::string& session_id);
 
  private:
   struct Pending {

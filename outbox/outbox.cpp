@@ -16,6 +16,17 @@ std::string call_key(const std::string& session, const std::string& turn, const 
 std::string call_key(const pb::CallRef& c) {
   return call_key(c.session_id(), c.turn_id(), c.call_id());
 }
+std::string call_key(const pb::ToolCall& c) {
+  return call_key(c.session_id(), c.turn_id(), c.call_id());
+}
+
+pb::CallRef call_ref(const pb::ToolCall& call) {
+  pb::CallRef ref;
+  ref.set_session_id(call.session_id());
+  ref.set_turn_id(call.turn_id());
+  ref.set_call_id(call.call_id());
+  return ref;
+}
 
 std::string result_idempotency_key(const pb::CallRef& call) {
   return "opgate-result-" + crypto::sha256_hex(call_key(call)).substr(0, 40);
@@ -94,13 +105,11 @@ void Outbox::stage_result(store::Txn& txn, pb::ToolCall& call, const pb::ToolRes
   call.mutable_result()->set_saved_at_ms(txn.now_ms());
   call.set_result_saved(true);
   call.set_delivery("pending");
-  txn.batch().put(Cf::calls, call_key(call.session_id(), call.turn_id(), call.call_id()), call);
+  txn.batch().put(Cf::calls, call_key(call), call);
   pb::OutboxItem item;
   item.set_kind(std::string(kDeliverResult));
   item.set_operation_key(call.operation_key());
-  item.mutable_call()->set_session_id(call.session_id());
-  item.mutable_call()->set_turn_id(call.turn_id());
-  item.mutable_call()->set_call_id(call.call_id());
+  *item.mutable_call() = call_ref(call);
   enqueue(txn, std::move(item));
 }
 

@@ -53,7 +53,10 @@ struct AttentionPolicy {
 bool needs_attention(const pb::Operation& operation, int64_t now_ms, const AttentionPolicy& policy);
 
 std::string call_key(const pb::CallRef& call);
+std::string call_key(const pb::ToolCall& call);
 std::string call_key(const std::string& session, const std::string& turn, const std::string& call);
+// The reference to a call: its session, turn and call id.
+pb::CallRef call_ref(const pb::ToolCall& call);
 // Stable per call: a resend carries the same key.
 std::string result_idempotency_key(const pb::CallRef& call);
 

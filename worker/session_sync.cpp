@@ -325,10 +325,7 @@ Status SessionSync::answer(store::Txn& txn, const pb::Session& session,
       operations::operation_key(proposal.owner(), proposal.order_id(), proposal.kind());
   const std::string fp = operations::fingerprint(proposal);
   call.set_operation_key(op_key);
-  pb::CallRef ref;
-  ref.set_session_id(call.session_id());
-  ref.set_turn_id(call.turn_id());
-  ref.set_call_id(call.call_id());
+  const pb::CallRef ref = outbox::call_ref(call);
 
   auto loaded = operations::load(store, op_key);
   if (!loaded) return loaded.error();
@@ -366,10 +363,7 @@ Status SessionSync::answer(store::Txn& txn, const pb::Session& session,
 void SessionSync::link_call(store::Txn& txn, pb::Operation& op, pb::ToolCall& call) {
   // The same operation, asked for again: link this call to it.
   call.set_operation_key(op.key());
-  pb::CallRef* ref = op.add_calls();
-  ref->set_session_id(call.session_id());
-  ref->set_turn_id(call.turn_id());
-  ref->set_call_id(call.call_id());
+  *op.add_calls() = outbox::call_ref(call);
   operations::save_with_audit(txn, op, "link_call", "system",
                               json::serialize(json::object{{"session_id", call.session_id()},
                                                            {"call_id", call.call_id()}}));
@@ -377,8 +371,7 @@ void SessionSync::link_call(store::Txn& txn, pb::Operation& op, pb::ToolCall& ca
     // Already decided: answer with the recorded outcome, never ask again.
     outbox_.stage_result(txn, call, settled_result(op));
   } else {
-    txn.batch().put(Cf::calls, outbox::call_key(call.session_id(), call.turn_id(), call.call_id()),
-                    call);
+    txn.batch().put(Cf::calls, outbox::call_key(call), call);
   }
 }
 
@@ -416,7 +409,7 @@ Status SessionSync::bind(const std::string& session_id, const std::string& owner
     session.set_bound_by(principal);
     session.set_bound_at_ms(txn.now_ms());
     txn.batch().put(Cf::sessions, session_id, session);
-    const std::string prefix = fmt::format("w/{}/", session_id);
+    const std::string prefix = ingress::Inbox::waiting_prefix(session_id);
     Status scan = store.scan(Cf::inbox, prefix, [&](std::string_view k, std::string_view v) {
       txn.batch().del(Cf::inbox, k);
       txn.batch().put(Cf::inbox, ingress::Inbox::queue_key(inbox_.next_seq()), v);
