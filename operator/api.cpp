@@ -271,38 +271,43 @@ class Api {
       }
     }
     auto& store = d_.journal.store();
-    std::vector<std::string> keys;
+    json::array out;
+    std::string next;
+    // Adds an operation that matches; false once one past the page is found.
+    auto take = [&](const pb::Operation& op) {
+      if (!owner.empty() && op.proposal().owner() != owner) return true;
+      if (out.size() == limit) {
+        next = out.back().as_object().at("key").as_string().c_str();
+        return false;
+      }
+      out.push_back(operation_json(op, attention(op)));
+      return true;
+    };
     if (!state.empty()) {
       auto st = operations::parse_state(state);
       if (!st)
         return error_response(400, "bad_request",
                               "state must be pending, approved, executing, outcome_unknown or "
                               "settled.");
-      auto k = operations::keys_in_state(store, *st, SIZE_MAX, cursor);
-      if (!k) return from_error(k.error());
-      keys = std::move(*k);
+      auto keys = operations::keys_in_state(store, *st, SIZE_MAX, cursor);
+      if (!keys) return from_error(keys.error());
+      for (const auto& k : *keys) {
+        auto op = operations::load(store, k);
+        if (!op || !op->has_value()) continue;
+        if (!take(**op)) break;
+      }
     } else {
+      // The records themselves, read once, until the page is full.
       std::string start = cursor.empty() ? "" : operations::record_key(cursor) + '\0';
       Status s = store.scan(
           Cf::operations, "o/",
-          [&](std::string_view k, std::string_view) {
-            keys.emplace_back(k.substr(2));
-            return true;
+          [&](std::string_view, std::string_view v) {
+            pb::Operation op;
+            if (!op.ParseFromArray(v.data(), static_cast<int>(v.size()))) return true;
+            return take(op);
           },
           start);
       if (!s) return from_error(s.error());
-    }
-    json::array out;
-    std::string next;
-    for (const auto& k : keys) {
-      auto op = operations::load(store, k);
-      if (!op || !op->has_value()) continue;
-      if (!owner.empty() && (*op)->proposal().owner() != owner) continue;
-      if (out.size() == limit) {
-        next = out.back().as_object().at("key").as_string().c_str();
-        break;
-      }
-      out.push_back(operation_json(**op, attention(**op)));
     }
     json::object res{{"operations", out}, {"next_cursor", nullptr}};
     if (!next.empty()) res["next_cursor"] = next;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cluster.h"
@@ -397,4 +398,41 @@ TEST_CASE("orders import checks the whole file first, then upserts every order")
   auto stored = c.op("GET", "/v1/orders/ORDER-900");
   REQUIRE(stored.status == 200);
   CHECK(stored.body.at("amount_minor").as_int64() == 1200);
+}
+
+TEST_CASE("operations list in pages, with or without a state, filtered by owner") {
+  Cluster c;
+  c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100"}},)"
+                   R"({"name":"request_refund","arguments":{"order_id":"ORDER-300"}}])");
+  c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-500"}}])");
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  c.wait_operation("demo-user:ORDER-500:full-refund:v1",
+                   [](auto& o) { return str(o, "state") == "pending"; });
+  // ORDER-300 is asked for once ORDER-100's call is answered; deny ORDER-100.
+  REQUIRE(
+      c.op("POST", "/v1/operations/" + kKey + "/deny", R"({"reason":"no"})", kAliceToken).status ==
+      200);
+  c.wait_operation("demo-user:ORDER-300:full-refund:v1",
+                   [](auto& o) { return str(o, "state") == "pending"; });
+  for (const std::string filter : {"", "&state=pending"}) {
+    CAPTURE(filter);
+    std::vector<std::string> keys;
+    std::string cursor;
+    int pages = 0;
+    do {
+      auto r = c.op(
+          "GET", "/v1/operations?limit=1" + filter + (cursor.empty() ? "" : "&cursor=" + cursor));
+      REQUIRE(r.status == 200);
+      for (const auto& op : r.body.at("operations").as_array()) keys.push_back(str(op, "key"));
+      cursor = str(r.body, "next_cursor");
+      ++pages;
+    } while (!cursor.empty() && pages < 10);
+    CHECK(keys.size() == (filter.empty() ? 3u : 2u));
+    CHECK(std::is_sorted(keys.begin(), keys.end()));
+  }
+  CHECK(c.op("GET", "/v1/operations?owner=other-user").body.at("operations").as_array().empty());
+  CHECK(c.op("GET", "/v1/operations?owner=demo-user&limit=1000")
+            .body.at("operations")
+            .as_array()
+            .size() == 3);
 }
