@@ -371,14 +371,11 @@ class Api {
       if (!order->has_value() || worker::order_changed(op.proposal(), **order)) {
         op.set_decided_by(p.name);
         op.set_decision_reason("The order changed while the proposal awaited approval.");
-        if (Status a = operations::apply(txn, op, operations::Event::reject, p.name,
-                                         R"({"reason":"order changed since the proposal"})");
-            !a)
-          return a;
         refusal = make_error("order_changed",
                              "The order changed since the proposal; the operation is rejected "
                              "and the session is told.");
-        return d_.outbox.stage_settled_results(txn, op);
+        return d_.outbox.settle(txn, op, operations::Event::reject, p.name,
+                                R"({"reason":"order changed since the proposal"})");
       }
       auto* approval = op.add_approvals();
       approval->set_principal(p.name);
@@ -433,11 +430,8 @@ class Api {
         return make_error("invalid_state", "Only pending operations can be denied.");
       op.set_decided_by(p.name);
       op.set_decision_reason(*reason);
-      if (Status a = operations::apply(txn, op, operations::Event::deny, p.name,
-                                       json::serialize(json::object{{"reason", *reason}}));
-          !a)
-        return a;
-      return d_.outbox.stage_settled_results(txn, op);
+      return d_.outbox.settle(txn, op, operations::Event::deny, p.name,
+                              json::serialize(json::object{{"reason", *reason}}));
     });
     if (!s) {
       if (s.error().code == "invalid_state") return settled_conflict(key, s.error());
@@ -476,15 +470,9 @@ class Api {
       op.set_decided_by(p.name);
       op.set_decision_reason(*evidence);
       const bool ok = *outcome == "succeeded";
-      if (Status a = operations::apply(
-              txn, op,
-              ok ? operations::Event::resolve_succeeded : operations::Event::resolve_failed, p.name,
-              json::serialize(json::object{{"evidence", *evidence}}));
-          !a)
-        return a;
-      if (ok)
-        if (Status l = d_.outbox.stage_success(txn, op, p.name); !l) return l;
-      return d_.outbox.stage_settled_results(txn, op);
+      return d_.outbox.settle(
+          txn, op, ok ? operations::Event::resolve_succeeded : operations::Event::resolve_failed,
+          p.name, json::serialize(json::object{{"evidence", *evidence}}));
     });
     if (!s) {
       if (s.error().code == "invalid_state") return settled_conflict(key, s.error());

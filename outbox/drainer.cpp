@@ -162,12 +162,9 @@ void Drainer::execute(const Outbox::Entry& entry) {
     if (!order) return order.error();
     if (!order->has_value() || worker::order_changed(o.proposal(), **order)) {
       o.set_decision_reason("The order changed after the proposal was approved.");
-      if (Status s = operations::apply(txn, o, Event::reject, "system",
-                                       details({{"reason", "order changed before execution"}}));
-          !s)
-        return s;
       txn.batch().del(Cf::outbox, entry.key);
-      return outbox_.stage_settled_results(txn, o);
+      return outbox_.settle(txn, o, Event::reject, "system",
+                            details({{"reason", "order changed before execution"}}));
     }
     o.set_attempts(o.attempts() + 1);
     if (Status s = operations::apply(txn, o, Event::claim, "system",
@@ -212,21 +209,15 @@ Status Drainer::record_result(const std::string& key, const std::string& item_ke
     switch (result.verdict) {
       case adapters::Verdict::succeeded: {
         o.set_last_error("");
-        if (Status s = operations::apply(txn, o, Event::provider_succeeded, principal,
-                                         details({{"provider_object_id", o.provider_object_id()}}));
-            !s)
-          return s;
-        if (Status s = outbox_.stage_success(txn, o, "provider"); !s) return s;
-        return outbox_.stage_settled_results(txn, o);
+        return outbox_.settle(txn, o, Event::provider_succeeded, principal,
+                              details({{"provider_object_id", o.provider_object_id()}}),
+                              "provider");
       }
       case adapters::Verdict::refused: {
         o.set_last_error(result.error);
         o.set_decision_reason(result.error);
-        if (Status s = operations::apply(txn, o, Event::provider_refused, principal,
-                                         details({{"error", result.error}}));
-            !s)
-          return s;
-        return outbox_.stage_settled_results(txn, o);
+        return outbox_.settle(txn, o, Event::provider_refused, principal,
+                              details({{"error", result.error}}));
       }
       case adapters::Verdict::pending:
       case adapters::Verdict::indeterminate: {
@@ -282,18 +273,11 @@ void Drainer::reconcile(const Outbox::Entry& entry) {
       o.set_provider_status(found.object.provider_status);
       o.set_attempts(o.attempts() + 1);
       const bool ok = found.object.verdict == adapters::Verdict::succeeded;
-      if (Status s = operations::apply(
-              txn, o, ok ? Event::reconcile_succeeded : Event::reconcile_failed, "reconciler",
-              details({{"provider_object_id", o.provider_object_id()},
-                       {"provider_status", o.provider_status()}}));
-          !s)
-        return s;
-      if (ok) {
-        if (Status s = outbox_.stage_success(txn, o, "reconciler"); !s) return s;
-      } else {
-        o.set_decision_reason("The payment provider reports the operation failed.");
-      }
-      return outbox_.stage_settled_results(txn, o);
+      if (!ok) o.set_decision_reason("The payment provider reports the operation failed.");
+      return outbox_.settle(txn, o, ok ? Event::reconcile_succeeded : Event::reconcile_failed,
+                            "reconciler",
+                            details({{"provider_object_id", o.provider_object_id()},
+                                     {"provider_status", o.provider_status()}}));
     });
     if (!s) spdlog::error("cannot settle reconciled {}: {}", key, s.error().message);
     return;

@@ -4,6 +4,7 @@
 
 #include "common/crypto.h"
 #include "operations/proposal.h"
+#include "operations/repository.h"
 #include "worker/tools.h"
 
 namespace opgate::outbox {
@@ -111,6 +112,16 @@ void Outbox::stage_result(store::Txn& txn, pb::ToolCall& call, const pb::ToolRes
   item.set_operation_key(call.operation_key());
   *item.mutable_call() = call_ref(call);
   enqueue(txn, std::move(item));
+}
+
+Status Outbox::settle(store::Txn& txn, pb::Operation& operation, operations::Event event,
+                      const std::string& principal, const std::string& details_json,
+                      const std::string& recorded_by) {
+  if (Status s = operations::apply(txn, operation, event, principal, details_json); !s) return s;
+  if (operation.outcome() == "succeeded")
+    if (Status s = stage_success(txn, operation, recorded_by.empty() ? principal : recorded_by); !s)
+      return s;
+  return stage_settled_results(txn, operation);
 }
 
 Status Outbox::stage_settled_results(store::Txn& txn, const pb::Operation& op) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "operations/state_machine.h"
 #include "opgate.pb.h"
 #include "store/journal.h"
 
@@ -38,6 +39,12 @@ class Outbox {
   // refunded amount.
   Status stage_success(store::Txn& txn, const pb::Operation& operation,
                        const std::string& recorded_by);
+  // Applies an event that settles the operation (operations::apply), then
+  // stages what settling owes: for a success the ledger row (recorded by
+  // `recorded_by`, or the principal if empty), and every linked call's result.
+  Status settle(store::Txn& txn, pb::Operation& operation, operations::Event event,
+                const std::string& principal, const std::string& details_json,
+                const std::string& recorded_by = "");
 
  private:
   store::Store& store_;

@@ -435,12 +435,12 @@ size_t SessionSync::expire_pending() {
         return Status::Ok();
       auto& o = **op;
       o.set_decision_reason("No decision was made before the approval time limit.");
-      if (Status a = operations::apply(txn, o, operations::Event::expire, "system",
-                                       R"({"reason":"approval TTL passed"})");
-          !a)
-        return a;
+      if (Status st = outbox_.settle(txn, o, operations::Event::expire, "system",
+                                     R"({"reason":"approval TTL passed"})");
+          !st)
+        return st;
       ++expired;
-      return outbox_.stage_settled_results(txn, o);
+      return Status::Ok();
     });
     if (!s) spdlog::error("cannot expire {}: {}", key, s.error().message);
   }
