@@ -201,13 +201,7 @@ http::Response AgentSim::handle(http::Request&& request) {
 
 http::Response AgentSim::guarded_get(const http::Request& request,
                                      const std::function<http::Response()>& produce) {
-  const std::string path = request.path();
-  std::optional<FaultRule> fault =
-      faults_.take({.method = "GET", .path = path, .subject = std::nullopt});
-  if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"path", path}});
-  apply_delay(fault);
-  if (is_before_commit(fault)) return before_commit_response(*fault, kFaultReplies);
-  return after_commit_response(fault, produce(), kFaultReplies);
+  return faulted_get(faults_, kFaultReplies, request, produce);
 }
 
 http::Response AgentSim::get_session(const std::string& id) {

@@ -3,9 +3,22 @@
 #include <boost/json.hpp>
 #include <string>
 
+#include "sim/log.h"
 #include "sim/sim_http.h"
 
 namespace opgate::sim {
+
+http::Response faulted_get(FaultTable& faults, const FaultReplies& replies,
+                           const http::Request& request,
+                           const std::function<http::Response()>& produce) {
+  const std::string path = request.path();
+  std::optional<FaultRule> fault =
+      faults.take({.method = "GET", .path = path, .subject = std::nullopt});
+  if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"path", path}});
+  apply_delay(fault);
+  if (is_before_commit(fault)) return before_commit_response(*fault, replies);
+  return after_commit_response(fault, produce(), replies);
+}
 
 http::Response before_commit_response(const FaultRule& rule, const FaultReplies& replies) {
   http::Response r;

@@ -2,6 +2,7 @@
 // error dialect (OpenAI's or Stripe's). Pure; thread-safe.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string_view>
 
@@ -21,6 +22,12 @@ http::Response before_commit_response(const FaultRule& rule, const FaultReplies&
 // What the client sees after the request was processed into `processed`.
 http::Response after_commit_response(const std::optional<FaultRule>& rule, http::Response processed,
                                      const FaultReplies& replies);
+
+// A read (GET) under the fault table: the matching rule, if any, delays it,
+// answers for it before `produce` runs, or replaces what it produced.
+http::Response faulted_get(FaultTable& faults, const FaultReplies& replies,
+                           const http::Request& request,
+                           const std::function<http::Response()>& produce);
 
 // The fault admin API on `admin`: POST /_sim/faults adds rules (only actions
 // in `allowed`), GET lists them, DELETE clears them. `subject_field` names

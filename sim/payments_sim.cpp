@@ -347,15 +347,11 @@ http::Response PaymentsSim::create(const http::Request& request, CreateKind kind
 
 http::Response PaymentsSim::guarded_get(const http::Request& request,
                                         const std::function<http::Response()>& produce) {
-  const std::string path = request.path();
-  std::optional<FaultRule> fault =
-      faults_.take({.method = "GET", .path = path, .subject = std::nullopt});
-  if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"path", path}});
-  apply_delay(fault);
-  if (is_before_commit(fault)) return before_commit_response(*fault, kFaultReplies);
-  auto response = produce();
-  response.headers["Request-Id"] = new_id("req_");
-  return after_commit_response(fault, std::move(response), kFaultReplies);
+  return faulted_get(faults_, kFaultReplies, request, [&] {
+    auto response = produce();
+    response.headers["Request-Id"] = new_id("req_");
+    return response;
+  });
 }
 
 http::Response PaymentsSim::list_refunds(const http::Request& request) {
