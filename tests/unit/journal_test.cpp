@@ -27,6 +27,17 @@ pb::Operation new_op(const std::string& key) {
   op.set_fingerprint("fp");
   return op;
 }
+
+// Stores a new pending operation through the journal, as the worker would.
+void propose(store::Journal& journal, const std::string& key) {
+  REQUIRE(journal
+              .run([&](store::Txn& txn) {
+                auto op = new_op(key);
+                operations::create(txn, op, "system", "{}");
+                return Status::Ok();
+              })
+              .ok());
+}
 }  // namespace
 
 TEST_CASE("transitions write the record, the state index and a chained audit record") {
@@ -36,13 +47,7 @@ TEST_CASE("transitions write the record, the state index and a chained audit rec
   REQUIRE(store.ok());
   auto journal = store::Journal::open(**store, clock);
   REQUIRE(journal.ok());
-  REQUIRE((*journal)
-              ->run([&](store::Txn& txn) {
-                auto op = new_op("u:O1:full-refund:v1");
-                operations::create(txn, op, "system", "{}");
-                return Status::Ok();
-              })
-              .ok());
+  propose(**journal, "u:O1:full-refund:v1");
   REQUIRE((*journal)
               ->run([&](store::Txn& txn) -> Status {
                 auto op = operations::load(txn.store(), "u:O1:full-refund:v1");
@@ -64,13 +69,7 @@ TEST_CASE("a refused transition stages nothing and writes nothing") {
   ManualClock clock(1'000'000);
   auto store = store::Store::open(dir.path.string(), {});
   auto journal = store::Journal::open(**store, clock);
-  REQUIRE((*journal)
-              ->run([&](store::Txn& txn) {
-                auto op = new_op("u:O1:full-refund:v1");
-                operations::create(txn, op, "system", "{}");
-                return Status::Ok();
-              })
-              .ok());
+  propose(**journal, "u:O1:full-refund:v1");
   const auto writes = (*store)->synced_writes();
   auto s = (*journal)->run([&](store::Txn& txn) -> Status {
     auto op = operations::load(txn.store(), "u:O1:full-refund:v1");
@@ -88,26 +87,13 @@ TEST_CASE("altering one stored audit record is named by verification, also after
   {
     auto store = store::Store::open(dir.path.string(), {});
     auto journal = store::Journal::open(**store, clock);
-    for (int i = 0; i < 5; ++i)
-      REQUIRE((*journal)
-                  ->run([&](store::Txn& txn) {
-                    auto op = new_op("u:O" + std::to_string(i) + ":full-refund:v1");
-                    operations::create(txn, op, "system", "{}");
-                    return Status::Ok();
-                  })
-                  .ok());
+    for (int i = 0; i < 5; ++i) propose(**journal, "u:O" + std::to_string(i) + ":full-refund:v1");
   }
   {
     // The chain continues across a restart.
     auto store = store::Store::open(dir.path.string(), {});
     auto journal = store::Journal::open(**store, clock);
-    REQUIRE((*journal)
-                ->run([&](store::Txn& txn) {
-                  auto op = new_op("u:O9:full-refund:v1");
-                  operations::create(txn, op, "system", "{}");
-                  return Status::Ok();
-                })
-                .ok());
+    propose(**journal, "u:O9:full-refund:v1");
     auto v = store::verify_audit(**store);
     CHECK(v->ok);
     CHECK(v->records == 6);
