@@ -11,9 +11,9 @@
 #include <iostream>
 
 #include "http/client.h"
-#include "store/journal.h"
-#include "worker/orders.h"
-#include "worker/policy.h"
+#include "operations/orders.h"
+#include "operations/policy.h"
+#include "store/rocksdb/rocks_storage.h"
 
 namespace opgate::cli {
 
@@ -78,12 +78,55 @@ std::optional<Reply> call(const Context& c, const std::string& method, const std
   return r;
 }
 
+}  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    // C0 controls and DEL, and the C1 controls (UTF-8 C2 80 to C2 9F): a
+    // terminal would act on them (colours, cursor moves, titles).
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else if (c == 0xc2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// A field as text for people: every control character escaped, since the
+// field may hold what a customer or a model wrote.
 std::string s(const json::value& v, const char* key) {
   if (!v.is_object()) return "";
   auto* p = v.as_object().if_contains(key);
   if (!p || p->is_null()) return "";
-  if (p->is_string()) return std::string(p->as_string());
-  return json::serialize(*p);
+  if (p->is_string()) return printable(p->as_string());
+  return printable(json::serialize(*p));
+}
+
+// Every operation of a listing, following next_cursor page by page.
+std::optional<json::array> all_operations(const Context& c, const std::string& query) {
+  json::array ops;
+  std::string cursor;
+  for (;;) {
+    std::string path = "/v1/operations?limit=1000" + query;
+    if (!cursor.empty()) path += "&cursor=" + seg(cursor);
+    auto r = call(c, "GET", path);
+    if (!r) return std::nullopt;
+    for (auto& op : r->body.as_object().at("operations").as_array()) ops.push_back(op);
+    const auto& next = r->body.as_object().at("next_cursor");
+    if (!next.is_string() || next.as_string().empty()) return ops;
+    cursor = std::string(next.as_string());
+  }
 }
 
 int64_t n(const json::value& v, const char* key) {
@@ -92,7 +135,7 @@ int64_t n(const json::value& v, const char* key) {
 }
 
 std::string money(const json::value& op) {
-  return worker::format_money(n(op, "amount_minor"), s(op, "currency"));
+  return operations::format_money(n(op, "amount_minor"), s(op, "currency"));
 }
 
 void print_operation_line(const json::value& op) {
@@ -213,7 +256,7 @@ int inspect_session(const Context& c, const std::string& session) {
     const auto& result = call.as_object().at("result");
     std::cout << fmt::format("  {} {} op={} result={} delivery={}\n", s(call, "call_id"),
                              s(call, "name"), s(call, "operation_key"),
-                             result.is_null() ? "(none yet)" : json::serialize(result),
+                             result.is_null() ? "(none yet)" : printable(json::serialize(result)),
                              s(call, "delivery"));
   }
   std::cout << "\nledger:\n";
@@ -226,10 +269,10 @@ int inspect_session(const Context& c, const std::string& session) {
 }
 
 int pending(const Context& c, const std::string& session) {
-  auto r = call(c, "GET", "/v1/operations?state=pending&limit=1000");
-  if (!r) return 1;
+  auto all = all_operations(c, "&state=pending");
+  if (!all) return 1;
   json::array ops;
-  for (const auto& op : r->body.as_object().at("operations").as_array()) {
+  for (const auto& op : *all) {
     if (session.empty() || linked_to(op, session)) ops.push_back(op);
   }
   if (c.json) {
@@ -252,7 +295,12 @@ int approve(const Context& c, const std::string& key, const std::string& session
     std::cout << "You are approving exactly this proposal:\n";
     print_proposal(op);
   }
-  if (!c.assume_yes && isatty(STDIN_FILENO)) {
+  if (!c.assume_yes && !isatty(STDIN_FILENO)) {
+    std::cerr << "error: stdin is not a terminal, so nobody can confirm; pass --yes to approve "
+                 "exactly what is shown above without asking\n";
+    return 1;
+  }
+  if (!c.assume_yes) {
     std::cout << "Approve? [y/N] " << std::flush;
     std::string answer;
     std::getline(std::cin, answer);
@@ -286,12 +334,10 @@ int deny(const Context& c, const std::string& key, const std::string& reason,
 }
 
 int list_operations(const Context& c, const std::string& state, bool attention) {
-  std::string path = "/v1/operations?limit=1000";
-  if (!state.empty()) path += "&state=" + seg(state);
-  auto r = call(c, "GET", path);
-  if (!r) return 1;
+  auto all = all_operations(c, state.empty() ? "" : "&state=" + seg(state));
+  if (!all) return 1;
   json::array ops;
-  for (const auto& op : r->body.as_object().at("operations").as_array())
+  for (const auto& op : *all)
     if (!attention || s(op, "needs_attention") == "true") ops.push_back(op);
   if (c.json) {
     std::cout << json::serialize(json::object{{"operations", ops}}) << "\n";
@@ -349,15 +395,16 @@ int audit_verify_online(const Context& c) {
 }
 
 int audit_verify_offline(const std::string& data_dir, bool as_json) {
-  store::OpenOptions o;
+  store::rocks::OpenOptions o;
   o.read_only = true;
   o.create_if_missing = false;
-  auto st = store::Store::open(data_dir, o);
+  SystemClock clock;
+  auto st = store::rocks::RocksStorage::open(data_dir, o, clock);
   if (!st) {
     std::cerr << "error: " << st.error().message << "\n";
     return 1;
   }
-  auto v = store::verify_audit(**st);
+  auto v = (*st)->verify_audit();
   if (!v) {
     std::cerr << "error: " << v.error().message << "\n";
     return 1;
@@ -379,14 +426,14 @@ int audit_verify_offline(const std::string& data_dir, bool as_json) {
 
 int import_orders(const Context& c, const std::string& file) {
   // Validate the whole file first: a bad line imports nothing.
-  auto read = worker::read_orders_file(file);
+  auto read = operations::read_orders_file(file);
   if (!read) {
     std::cerr << "error: " << read.error().message << "\n";
     return 1;
   }
   const auto& orders = *read;
   for (const auto& o : orders)
-    if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), worker::order_to_json(o))) return 1;
+    if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), operations::order_to_json(o))) return 1;
   std::cout << fmt::format("imported {} order(s)\n", orders.size());
   return 0;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace opgate::cli {
 
@@ -30,5 +31,9 @@ int resolve(const Context& c, const std::string& key, const std::string& outcome
 int audit_verify_online(const Context& c);
 int audit_verify_offline(const std::string& data_dir, bool json);
 int import_orders(const Context& c, const std::string& file);
+
+// Text safe to print on a terminal: control characters (C0, DEL, C1) are
+// shown escaped, never sent.
+std::string printable(std::string_view text);
 
 }  // namespace opgate::cli

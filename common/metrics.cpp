@@ -54,19 +54,25 @@ std::string Metrics::key(const std::map<std::string, std::string>& labels) {
 void Metrics::inc(const std::string& name, const std::map<std::string, std::string>& labels,
                   uint64_t by) {
   std::string k = key(labels);
-  std::atomic<uint64_t>* c;
   {
-    std::lock_guard lock(mu_);
-    auto& slot = counters_[name][k];
-    if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
-    c = slot.get();
+    // The common case: the series exists. Shared with other increments and
+    // with scrapes, so neither waits for the other.
+    std::shared_lock lock(mu_);
+    if (auto it = counters_.find(name); it != counters_.end())
+      if (auto s = it->second.find(k); s != it->second.end()) {
+        *s->second += by;
+        return;
+      }
   }
-  *c += by;
+  std::unique_lock lock(mu_);
+  auto& slot = counters_[name][k];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  *slot += by;
 }
 
 uint64_t Metrics::counter_value(const std::string& name,
                                 const std::map<std::string, std::string>& labels) const {
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   auto it = counters_.find(name);
   if (it == counters_.end()) return 0;
   auto s = it->second.find(key(labels));
@@ -74,42 +80,54 @@ uint64_t Metrics::counter_value(const std::string& name,
 }
 
 Histogram& Metrics::histogram(const std::string& name, const std::vector<double>& bounds) {
-  std::lock_guard lock(mu_);
+  {
+    std::shared_lock lock(mu_);
+    if (auto it = histograms_.find(name); it != histograms_.end()) return *it->second;
+  }
+  std::unique_lock lock(mu_);
   auto& slot = histograms_[name];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
   return *slot;
 }
 
 void Metrics::gauge(const std::string& name, std::function<double()> read) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   gauges_[name] = std::move(read);
 }
 
 void Metrics::gauge_family(const std::string& name,
                            std::function<std::map<std::string, double>()> read,
                            const std::string& label) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   families_[name] = {label, std::move(read)};
 }
 
 std::string Metrics::render() const {
-  std::lock_guard lock(mu_);
   std::string out;
-  for (const auto& [name, series] : counters_) {
-    out += fmt::format("# TYPE {} counter\n", name);
-    for (const auto& [labels, value] : series)
-      out += labels.empty() ? fmt::format("{} {}\n", name, value->load())
-                            : fmt::format("{}{{{}}} {}\n", name, labels, value->load());
+  decltype(gauges_) gauges;
+  decltype(families_) families;
+  {
+    // Atomic loads only under the (shared) lock; the gauges, which may read
+    // the store, are evaluated after it is released.
+    std::shared_lock lock(mu_);
+    for (const auto& [name, series] : counters_) {
+      out += fmt::format("# TYPE {} counter\n", name);
+      for (const auto& [labels, value] : series)
+        out += labels.empty() ? fmt::format("{} {}\n", name, value->load())
+                              : fmt::format("{}{{{}}} {}\n", name, labels, value->load());
+    }
+    for (const auto& [name, h] : histograms_) {
+      out += fmt::format("# TYPE {} histogram\n", name);
+      out += h->render(name, "");
+    }
+    gauges = gauges_;
+    families = families_;
   }
-  for (const auto& [name, h] : histograms_) {
-    out += fmt::format("# TYPE {} histogram\n", name);
-    out += h->render(name, "");
-  }
-  for (const auto& [name, read] : gauges_)
+  for (const auto& [name, read] : gauges)
     // A value read on demand may be a counter kept elsewhere (…_total).
     out += fmt::format("# TYPE {} {}\n{} {}\n", name,
                        name.ends_with("_total") ? "counter" : "gauge", name, read());
-  for (const auto& [name, fam] : families_) {
+  for (const auto& [name, fam] : families) {
     out += fmt::format("# TYPE {} gauge\n", name);
     for (const auto& [value_label, v] : fam.second())
       out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, fam.first, value_label, v);

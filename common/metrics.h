@@ -1,6 +1,8 @@
 // A small Prometheus registry: labelled counters, gauges read on demand, and
-// fixed-bucket histograms. Thread-safe: counters are atomics behind a
-// registry mutex taken only to find or create a series.
+// fixed-bucket histograms. Thread-safe: counters are atomics; the registry's
+// lock is shared by increments and scrapes and exclusive only to add a
+// series, and gauges are evaluated outside it, so a scrape never holds up
+// the request path.
 #pragma once
 
 #include <atomic>
@@ -8,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -43,7 +46,7 @@ class Metrics {
 
  private:
   static std::string key(const std::map<std::string, std::string>& labels);
-  mutable std::mutex mu_;
+  mutable std::shared_mutex mu_;  // exclusive only to add a series
   std::map<std::string, std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>>> counters_;
   std::map<std::string, std::unique_ptr<Histogram>> histograms_;
   std::map<std::string, std::function<double()>> gauges_;

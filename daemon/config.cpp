@@ -14,47 +14,96 @@ namespace opgate::daemon {
 
 namespace {
 
-using Table = toml::value;
-
-std::optional<Error> check_keys(const Table& table, const std::string& where,
-                                const std::set<std::string>& known) {
-  for (const auto& [k, _] : table.as_table())
-    if (!known.count(k))
-      return make_error("config",
-                        fmt::format("unknown key '{}{}'", where.empty() ? "" : where + ".", k));
-  return std::nullopt;
-}
-
-// A present key of the wrong type is an error, never the default.
-struct WrongType : std::runtime_error {
+// A configuration problem; its message names the dotted key.
+struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-int64_t int_or(const Table& t, const char* key, int64_t fallback) {
-  if (!t.contains(key)) return fallback;
-  const auto& v = t.at(key);
-  if (!v.is_integer()) throw WrongType(fmt::format("key '{}' must be an integer", key));
-  return v.as_integer();
-}
+// A table of the file and its dotted path, with typed accessors: a present
+// key of the wrong type is an error, never the default.
+class Section {
+ public:
+  Section(const toml::value& v, std::string path) : v_(v), path_(std::move(path)) {
+    if (!v_.is_table()) throw ConfigError(fmt::format("'{}' must be a table", path_));
+  }
 
-std::string string_or(const Table& t, const char* key, const std::string& fallback) {
-  if (!t.contains(key)) return fallback;
-  const auto& v = t.at(key);
-  if (!v.is_string()) throw WrongType(fmt::format("key '{}' must be a string", key));
-  return v.as_string();
-}
+  std::string key(std::string_view k) const {
+    return path_.empty() ? std::string(k) : path_ + "." + std::string(k);
+  }
+  bool has(const char* k) const { return v_.contains(k); }
 
-std::map<std::string, int64_t> amount_map(const Table& v) {
-  std::map<std::string, int64_t> out;
-  for (const auto& [k, amount] : v.as_table()) out[k] = amount.as_integer();
-  return out;
-}
+  void only(const std::set<std::string>& known) const {
+    for (const auto& [k, _] : v_.as_table())
+      if (!known.count(k)) throw ConfigError(fmt::format("unknown key '{}'", key(k)));
+  }
 
-std::vector<std::string> string_list(const Table& v) {
-  std::vector<std::string> out;
-  for (const auto& s : v.as_array()) out.push_back(s.as_string());
-  return out;
-}
+  int64_t integer(const char* k, int64_t fallback) const {
+    if (!has(k)) return fallback;
+    const auto& v = v_.at(k);
+    if (!v.is_integer()) throw ConfigError(fmt::format("key '{}' must be an integer", key(k)));
+    return v.as_integer();
+  }
+
+  std::string string(const char* k, const std::string& fallback) const {
+    if (!has(k)) return fallback;
+    const auto& v = v_.at(k);
+    if (!v.is_string()) throw ConfigError(fmt::format("key '{}' must be a string", key(k)));
+    return v.as_string();
+  }
+
+  std::string required_string(const char* k) const {
+    if (!has(k)) throw ConfigError(fmt::format("key '{}' is required", key(k)));
+    return string(k, "");
+  }
+
+  std::vector<std::string> strings(const char* k) const {
+    std::vector<std::string> out;
+    if (!has(k)) return out;
+    const auto& v = v_.at(k);
+    if (!v.is_array()) throw ConfigError(fmt::format("key '{}' must be a list of strings", key(k)));
+    for (const auto& s : v.as_array()) {
+      if (!s.is_string())
+        throw ConfigError(fmt::format("key '{}' must be a list of strings", key(k)));
+      out.push_back(s.as_string());
+    }
+    return out;
+  }
+
+  // { USD = 5000, GBP = 5000 }: upper-case ISO 4217 keys, amounts >= 0.
+  std::map<std::string, int64_t> amounts(const char* k) const {
+    std::map<std::string, int64_t> out;
+    const Section t = table(k);
+    for (const auto& [currency, amount] : t.v_.as_table()) {
+      if (!operations::valid_currency(currency))
+        throw ConfigError(
+            fmt::format("key '{}': currency keys must be upper-case ISO 4217 codes "
+                        "such as USD",
+                        t.key(currency)));
+      if (!amount.is_integer() || amount.as_integer() < 0)
+        throw ConfigError(
+            fmt::format("key '{}' must be an amount in minor units (>= 0)", t.key(currency)));
+      out[currency] = amount.as_integer();
+    }
+    return out;
+  }
+
+  Section table(const char* k) const { return Section(v_.at(k), key(k)); }
+
+  std::vector<Section> tables(const char* k) const {
+    std::vector<Section> out;
+    if (!has(k)) return out;
+    const auto& v = v_.at(k);
+    if (!v.is_array())
+      throw ConfigError(fmt::format("key '{}' must be an array of tables", key(k)));
+    size_t i = 0;
+    for (const auto& t : v.as_array()) out.emplace_back(t, fmt::format("{}[{}]", key(k), i++));
+    return out;
+  }
+
+ private:
+  const toml::value& v_;
+  std::string path_;
+};
 
 std::vector<std::string> split_env(const std::string& name) {
   std::vector<std::string> out;
@@ -79,173 +128,170 @@ std::string env_or_empty(const std::string& name) {
   return v ? v : "";
 }
 
-Result<Config> parse(const Table& root, const std::filesystem::path& base_dir) {
+void parse_ingress(const Section& in, Config& c) {
+  in.only({"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "retention_s",
+           "sources", "header_timeout_ms", "body_timeout_ms", "max_connections",
+           "reject_cooldown_ms"});
+  c.ingress_listen = in.string("listen", c.ingress_listen);
+  c.max_body_bytes = in.integer("max_body_bytes", c.max_body_bytes);
+  c.timestamp_tolerance_s = in.integer("timestamp_tolerance_s", c.timestamp_tolerance_s);
+  c.max_backlog = in.integer("max_backlog", c.max_backlog);
+  c.inbox_retention_s = in.integer("retention_s", c.inbox_retention_s);
+  c.header_timeout_ms = in.integer("header_timeout_ms", c.header_timeout_ms);
+  c.body_timeout_ms = in.integer("body_timeout_ms", c.body_timeout_ms);
+  c.max_connections = in.integer("max_connections", c.max_connections);
+  c.reject_cooldown_ms = in.integer("reject_cooldown_ms", c.reject_cooldown_ms);
+  if (c.header_timeout_ms <= 0 || c.body_timeout_ms <= 0 || c.max_connections <= 0)
+    throw ConfigError("ingress timeouts and max_connections must be positive");
+  if (c.reject_cooldown_ms < 0 || c.reject_cooldown_ms > 60'000)
+    throw ConfigError("ingress.reject_cooldown_ms must be between 0 and 60000");
+  for (const auto& s : in.tables("sources")) {
+    s.only({"name", "secrets", "secrets_env"});
+    ingress::Source source;
+    source.name = s.required_string("name");
+    std::vector<std::string> secrets = s.strings("secrets");
+    if (s.has("secrets_env"))
+      for (auto& v : split_env(s.string("secrets_env", ""))) secrets.push_back(v);
+    if (secrets.empty())
+      throw ConfigError(
+          fmt::format("webhook source '{}' has no secrets (set secrets or the "
+                      "variable in secrets_env)",
+                      source.name));
+    for (const auto& secret : secrets) {
+      auto key = ingress::decode_secret(secret);
+      if (!key)
+        throw ConfigError(fmt::format("webhook source '{}': {}", source.name, key.error().message));
+      source.raw_keys.push_back(*key);
+    }
+    c.sources.push_back(std::move(source));
+  }
+}
+
+void parse_operator(const Section& op, Config& c) {
+  op.only({"listen", "tokens"});
+  c.operator_listen = op.string("listen", c.operator_listen);
+  for (const auto& t : op.tables("tokens")) {
+    t.only({"principal", "token_sha256", "scopes", "owners", "max_amount_minor", "tiers"});
+    operations::Principal p;
+    p.name = t.required_string("principal");
+    p.token_sha256 = t.required_string("token_sha256");
+    for (auto& ch : p.token_sha256) ch = static_cast<char>(std::tolower(ch));
+    if (p.token_sha256.size() != 64 ||
+        p.token_sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw ConfigError(
+          fmt::format("operator token '{}': token_sha256 must be 64 hex digits", p.name));
+    p.scopes = t.strings("scopes");
+    static const std::set<std::string> scopes = {
+        std::string(operations::scope::read), std::string(operations::scope::approve),
+        std::string(operations::scope::resolve), std::string(operations::scope::bind),
+        std::string(operations::scope::admin)};
+    for (const auto& s : p.scopes)
+      if (!scopes.count(s))
+        throw ConfigError(fmt::format("operator token '{}': unknown scope '{}'", p.name, s));
+    p.owners = t.strings("owners");
+    p.tiers = t.strings("tiers");
+    for (const auto& tier : p.tiers)
+      if (tier != "refund" && tier != "support" && tier != "supervisor")
+        throw ConfigError(fmt::format("operator token '{}': unknown tier '{}'", p.name, tier));
+    if (t.has("max_amount_minor")) p.max_amount_minor = t.amounts("max_amount_minor");
+    c.principals.push_back(std::move(p));
+  }
+}
+
+void parse_policy(const Section& p, operations::PolicyConfig& pol) {
+  p.only({"refund_window_days", "approval_ttl_s", "two_person_threshold_minor",
+          "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor"});
+  pol.refund_window_days = p.integer("refund_window_days", pol.refund_window_days);
+  pol.approval_ttl_s = p.integer("approval_ttl_s", pol.approval_ttl_s);
+  if (p.has("two_person_threshold_minor"))
+    pol.two_person_threshold_minor = p.amounts("two_person_threshold_minor");
+  if (p.has("credit_reason_codes")) pol.credit_reason_codes = p.strings("credit_reason_codes");
+  if (p.has("credit_hard_cap_minor"))
+    pol.credit_hard_cap_minor = p.amounts("credit_hard_cap_minor");
+  if (p.has("credit_support_limit_minor"))
+    pol.credit_support_limit_minor = p.amounts("credit_support_limit_minor");
+  if (pol.approval_ttl_s <= 0 || pol.refund_window_days < 0)
+    throw ConfigError(
+        "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
+}
+
+Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
-  if (auto e = check_keys(
-          root, "",
-          {"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy", "outbox"}))
-    return *e;
-  c.data_dir = string_or(root, "data_dir", c.data_dir);
-
-  if (root.contains("ingress")) {
-    const auto& in = toml::find(root, "ingress");
-    if (auto e = check_keys(in, "ingress",
-                            {"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog",
-                             "retention_s", "sources", "header_timeout_ms", "body_timeout_ms",
-                             "max_connections", "reject_cooldown_ms"}))
-      return *e;
-    c.ingress_listen = string_or(in, "listen", c.ingress_listen);
-    c.max_body_bytes = int_or(in, "max_body_bytes", c.max_body_bytes);
-    c.timestamp_tolerance_s = int_or(in, "timestamp_tolerance_s", 300);
-    c.max_backlog = int_or(in, "max_backlog", c.max_backlog);
-    c.inbox_retention_s = int_or(in, "retention_s", c.inbox_retention_s);
-    c.header_timeout_ms = int_or(in, "header_timeout_ms", c.header_timeout_ms);
-    c.body_timeout_ms = int_or(in, "body_timeout_ms", c.body_timeout_ms);
-    c.max_connections = int_or(in, "max_connections", c.max_connections);
-    c.reject_cooldown_ms = int_or(in, "reject_cooldown_ms", c.reject_cooldown_ms);
-    if (c.header_timeout_ms <= 0 || c.body_timeout_ms <= 0 || c.max_connections <= 0)
-      return make_error("config", "ingress timeouts and max_connections must be positive");
-    if (c.reject_cooldown_ms < 0 || c.reject_cooldown_ms > 60'000)
-      return make_error("config", "ingress.reject_cooldown_ms must be between 0 and 60000");
-    if (in.contains("sources")) {
-      for (const auto& s : toml::find(in, "sources").as_array()) {
-        if (auto e = check_keys(s, "ingress.sources", {"name", "secrets", "secrets_env"}))
-          return *e;
-        ingress::Source source;
-        source.name = toml::find<std::string>(s, "name");
-        std::vector<std::string> secrets;
-        if (s.contains("secrets")) secrets = string_list(toml::find(s, "secrets"));
-        if (s.contains("secrets_env"))
-          for (auto& v : split_env(toml::find<std::string>(s, "secrets_env"))) secrets.push_back(v);
-        if (secrets.empty())
-          return make_error("config", fmt::format("webhook source '{}' has no secrets (set "
-                                                  "secrets or the variable in secrets_env)",
-                                                  source.name));
-        for (const auto& secret : secrets) {
-          auto key = ingress::decode_secret(secret);
-          if (!key)
-            return make_error(
-                "config", fmt::format("webhook source '{}': {}", source.name, key.error().message));
-          source.raw_keys.push_back(*key);
-        }
-        c.sources.push_back(std::move(source));
-      }
-    }
-  }
-
-  if (root.contains("operator")) {
-    const auto& op = toml::find(root, "operator");
-    if (auto e = check_keys(op, "operator", {"listen", "tokens"})) return *e;
-    c.operator_listen = string_or(op, "listen", c.operator_listen);
-    if (op.contains("tokens")) {
-      for (const auto& t : toml::find(op, "tokens").as_array()) {
-        if (auto e = check_keys(
-                t, "operator.tokens",
-                {"principal", "token_sha256", "scopes", "owners", "max_amount_minor", "tiers"}))
-          return *e;
-        operator_api::Principal p;
-        p.name = toml::find<std::string>(t, "principal");
-        p.token_sha256 = toml::find<std::string>(t, "token_sha256");
-        for (auto& ch : p.token_sha256) ch = static_cast<char>(std::tolower(ch));
-        if (p.token_sha256.size() != 64 ||
-            p.token_sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
-          return make_error("config", fmt::format("operator token '{}': token_sha256 must be 64 "
-                                                  "hex digits",
-                                                  p.name));
-        if (t.contains("scopes")) p.scopes = string_list(toml::find(t, "scopes"));
-        static const std::set<std::string> scopes = {"operations:read", "operations:approve",
-                                                     "operations:resolve", "sessions:bind",
-                                                     "admin"};
-        for (const auto& s : p.scopes)
-          if (!scopes.count(s))
-            return make_error("config",
-                              fmt::format("operator token '{}': unknown scope '{}'", p.name, s));
-        if (t.contains("owners")) p.owners = string_list(toml::find(t, "owners"));
-        if (t.contains("tiers")) {
-          p.tiers = string_list(toml::find(t, "tiers"));
-          for (const auto& tier : p.tiers)
-            if (tier != "refund" && tier != "support" && tier != "supervisor")
-              return make_error(
-                  "config", fmt::format("operator token '{}': unknown tier '{}'", p.name, tier));
-        }
-        if (t.contains("max_amount_minor"))
-          p.max_amount_minor = amount_map(toml::find(t, "max_amount_minor"));
-        c.principals.push_back(std::move(p));
-      }
-    }
-  }
+  const Section root(file, "");
+  root.only({"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy", "outbox"});
+  c.data_dir = root.string("data_dir", c.data_dir);
+  if (root.has("ingress")) parse_ingress(root.table("ingress"), c);
+  if (root.has("operator")) parse_operator(root.table("operator"), c);
 
   for (auto [section, key_env, default_env, upstream] :
        {std::tuple{"agent", "api_key_env", "OPENAI_API_KEY", &c.agent},
         std::tuple{"payments", "secret_key_env", "OPGATE_PAYMENTS_SECRET_KEY", &c.payments}}) {
     std::string env_name = default_env;
-    if (root.contains(section)) {
-      const auto& t = toml::find(root, section);
+    if (root.has(section)) {
+      const Section t = root.table(section);
       std::set<std::string> known = {"base_url", key_env, "timeout_ms", "ca_file"};
       if (upstream == &c.agent) known.insert({"sweep_interval_s", "sweep_window_s"});
-      if (auto e = check_keys(t, section, known)) return *e;
+      t.only(known);
       if (upstream == &c.agent) {
-        c.sweep_interval_s = int_or(t, "sweep_interval_s", c.sweep_interval_s);
-        c.sweep_window_s = int_or(t, "sweep_window_s", c.sweep_window_s);
+        c.sweep_interval_s = t.integer("sweep_interval_s", c.sweep_interval_s);
+        c.sweep_window_s = t.integer("sweep_window_s", c.sweep_window_s);
       }
-      upstream->base_url = string_or(t, "base_url", upstream->base_url);
-      env_name = string_or(t, key_env, env_name);
-      upstream->timeout_ms = static_cast<int>(int_or(t, "timeout_ms", upstream->timeout_ms));
-      upstream->ca_file = string_or(t, "ca_file", "");
+      upstream->base_url = t.string("base_url", upstream->base_url);
+      env_name = t.string(key_env, env_name);
+      upstream->timeout_ms = static_cast<int>(t.integer("timeout_ms", upstream->timeout_ms));
+      upstream->ca_file = t.string("ca_file", "");
     }
     upstream->secret = env_or_empty(env_name);
   }
 
-  if (root.contains("orders")) {
-    const auto& o = toml::find(root, "orders");
-    if (auto e = check_keys(o, "orders", {"source", "seed_file", "base_url"})) return *e;
-    c.orders_source = string_or(o, "source", "embedded");
+  if (root.has("orders")) {
+    const Section o = root.table("orders");
+    o.only({"source", "seed_file", "base_url"});
+    c.orders_source = o.string("source", "embedded");
     if (c.orders_source != "embedded")
-      return make_error("config", "orders.source: only \"embedded\" is supported in this version");
-    c.orders_seed_file = string_or(o, "seed_file", "");
+      throw ConfigError("orders.source: only \"embedded\" is supported in this version");
+    c.orders_seed_file = o.string("seed_file", "");
     if (!c.orders_seed_file.empty() && std::filesystem::path(c.orders_seed_file).is_relative())
       c.orders_seed_file = (base_dir / c.orders_seed_file).string();
   }
-
-  if (root.contains("policy")) {
-    const auto& p = toml::find(root, "policy");
-    if (auto e = check_keys(
-            p, "policy",
-            {"refund_window_days", "approval_ttl_s", "two_person_threshold_minor",
-             "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor"}))
-      return *e;
-    auto& pol = c.policy;
-    pol.refund_window_days = int_or(p, "refund_window_days", pol.refund_window_days);
-    pol.approval_ttl_s = int_or(p, "approval_ttl_s", pol.approval_ttl_s);
-    if (p.contains("two_person_threshold_minor"))
-      pol.two_person_threshold_minor = amount_map(toml::find(p, "two_person_threshold_minor"));
-    if (p.contains("credit_reason_codes"))
-      pol.credit_reason_codes = string_list(toml::find(p, "credit_reason_codes"));
-    if (p.contains("credit_hard_cap_minor"))
-      pol.credit_hard_cap_minor = amount_map(toml::find(p, "credit_hard_cap_minor"));
-    if (p.contains("credit_support_limit_minor"))
-      pol.credit_support_limit_minor = amount_map(toml::find(p, "credit_support_limit_minor"));
-    if (pol.approval_ttl_s <= 0 || pol.refund_window_days < 0)
-      return make_error("config",
-                        "policy.approval_ttl_s must be positive and "
-                        "policy.refund_window_days not negative");
-  }
-  if (root.contains("outbox")) {
-    const auto& o = toml::find(root, "outbox");
-    if (auto e = check_keys(o, "outbox", {"attention_after_attempts", "attention_after_s"}))
-      return *e;
+  if (root.has("policy")) parse_policy(root.table("policy"), c.policy);
+  if (root.has("outbox")) {
+    const Section o = root.table("outbox");
+    o.only({"attention_after_attempts", "attention_after_s"});
     c.attention.after_attempts =
-        static_cast<int>(int_or(o, "attention_after_attempts", c.attention.after_attempts));
-    c.attention.after_ms = int_or(o, "attention_after_s", c.attention.after_ms / 1000) * 1000;
+        static_cast<int>(o.integer("attention_after_attempts", c.attention.after_attempts));
+    c.attention.after_ms = o.integer("attention_after_s", c.attention.after_ms / 1000) * 1000;
   }
   if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
-    return make_error("config", "ingress.max_body_bytes must be between 1 and 64 MiB");
+    throw ConfigError("ingress.max_body_bytes must be between 1 and 64 MiB");
   if (c.timestamp_tolerance_s <= 0)
-    return make_error("config", "ingress.timestamp_tolerance_s must be positive");
-  if (c.data_dir.empty()) return make_error("config", "data_dir must not be empty");
+    throw ConfigError("ingress.timestamp_tolerance_s must be positive");
+  if (c.data_dir.empty()) throw ConfigError("data_dir must not be empty");
   if (std::filesystem::path(c.data_dir).is_relative())
     c.data_dir = (base_dir / c.data_dir).string();
   return c;
+}
+
+// toml11's messages quote the offending line, which may hold a secret: keep
+// the first line and the line number only.
+std::string without_quoted_lines(const std::string& what) {
+  std::string first = what.substr(0, what.find('\n'));
+  std::string line;
+  size_t pos = 0;
+  while ((pos = what.find('\n', pos)) != std::string::npos) {
+    ++pos;
+    size_t digits = pos;
+    while (digits < what.size() && what[digits] == ' ') ++digits;
+    size_t end = digits;
+    while (end < what.size() && std::isdigit(static_cast<unsigned char>(what[end]))) ++end;
+    size_t bar = end;
+    while (bar < what.size() && what[bar] == ' ') ++bar;
+    if (end > digits && bar < what.size() && what[bar] == '|') {
+      line = what.substr(digits, end - digits);
+      break;
+    }
+  }
+  return line.empty() ? first : first + " (line " + line + ")";
 }
 
 }  // namespace
@@ -255,16 +301,14 @@ Result<Config> load_config(const std::string& path) {
     auto root = toml::parse(path);
     auto base = std::filesystem::absolute(path).parent_path();
     return parse(root, base);
+  } catch (const ConfigError& e) {
+    return make_error(errc::config, fmt::format("{}: {}", path, e.what()));
   } catch (const toml::syntax_error& e) {
-    return make_error("config", fmt::format("{} is not valid TOML: {}", path, e.what()));
-  } catch (const WrongType& e) {
-    return make_error("config", fmt::format("{}: {}", path, e.what()));
-  } catch (const toml::type_error& e) {
-    return make_error("config", fmt::format("{}: a key has the wrong type: {}", path, e.what()));
-  } catch (const std::out_of_range& e) {
-    return make_error("config", fmt::format("{}: a required key is missing: {}", path, e.what()));
+    return make_error(errc::config, fmt::format("{} is not valid TOML: {}", path,
+                                                without_quoted_lines(e.what())));
   } catch (const std::exception& e) {
-    return make_error("config", fmt::format("cannot read {}: {}", path, e.what()));
+    return make_error(errc::config,
+                      fmt::format("cannot read {}: {}", path, without_quoted_lines(e.what())));
   }
 }
 

@@ -1,6 +1,8 @@
-// The daemon's configuration: the TOML keys of DESIGN.md §3.7 (a stable
-// interface), parsed strictly — an unknown key or a wrong type is an error
-// naming the key, so a typo never silently disables a control.
+// The daemon's configuration: the TOML keys of opgate.example.toml (a
+// stable interface), parsed strictly. An unknown key, a wrong type or a bad
+// value is an error naming the dotted key, so a typo never silently
+// disables a control; errors never quote the file (a line may hold a
+// secret). Currency keys must be upper-case ISO 4217 codes.
 #pragma once
 
 #include <map>
@@ -9,9 +11,9 @@
 
 #include "common/result.h"
 #include "ingress/webhook_handler.h"
-#include "operator/auth.h"
-#include "outbox/outbox.h"
-#include "worker/policy.h"
+#include "operations/attention.h"
+#include "operations/authority.h"
+#include "operations/policy.h"
 
 namespace opgate::daemon {
 
@@ -42,7 +44,7 @@ struct Config {
 
   // Private operator listener (also /healthz, /readyz, /metrics).
   std::string operator_listen = "127.0.0.1:8081";
-  std::vector<operator_api::Principal> principals;
+  std::vector<operations::Principal> principals;
 
   // An HTTP service opgate calls: [agent] (the Agents API) and [payments].
   struct Upstream {
@@ -62,10 +64,10 @@ struct Config {
   std::string orders_source = "embedded";
   std::string orders_seed_file;  // relative paths are relative to the config file
 
-  worker::PolicyConfig policy;
+  operations::PolicyConfig policy;
 
   // [outbox] when an outcome_unknown operation is flagged for a person.
-  outbox::AttentionPolicy attention;
+  operations::AttentionPolicy attention;
 };
 
 // Reads the file and the environment variables it names.

@@ -13,19 +13,21 @@
 #include "adapters/payments/provider.h"
 #include "common/clock.h"
 #include "common/files.h"
+#include "common/lanes.h"
+#include "common/live.h"
 #include "common/metrics.h"
 #include "common/signals.h"
+#include "daemon/engine.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
 #include "ingress/webhook_handler.h"
-#include "operations/repository.h"
+#include "operations/attention.h"
+#include "operations/orders.h"
+#include "operations/state_machine.h"
 #include "operator/api.h"
 #include "outbox/drainer.h"
-#include "outbox/outbox.h"
-#include "store/journal.h"
-#include "worker/engine.h"
-#include "worker/orders.h"
+#include "store/rocksdb/rocks_storage.h"
 #include "worker/session_sync.h"
 
 namespace opgate::daemon {
@@ -37,64 +39,10 @@ Status write_ports_file(const std::string& path, uint16_t ingress, uint16_t op) 
       path, fmt::format(R"({{"ingress":{},"operator":{}}})", ingress, op) + "\n");
 }
 
-}  // namespace
-
-int serve(const Config& config, const ServeOptions& options) {
-  // Taken by wait_for_stop_signal below; blocked before any thread starts.
-  const sigset_t signals = block_stop_signals();
-
-  SystemClock clock;
-  Metrics metrics;
-  store::OpenOptions store_options;
-  store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
-  store_options.clock = &clock;
-  auto store = store::Store::open(config.data_dir, store_options);
-  if (!store) {
-    spdlog::critical("cannot start: {}", store.error().message);
-    return 2;
-  }
-  auto& db = **store;
-  if (!config.orders_seed_file.empty()) {
-    auto n = worker::import_orders_file(db, config.orders_seed_file, clock.now_ms());
-    if (!n) {
-      spdlog::critical("cannot start: {}", n.error().message);
-      return 2;
-    }
-    spdlog::info("seeded {} order(s) from {}", *n, config.orders_seed_file);
-  }
-  auto journal = store::Journal::open(db, clock);
-  if (!journal) {
-    spdlog::critical("cannot start: {}", journal.error().message);
-    return 2;
-  }
-  ingress::Inbox inbox(db, clock);
-  outbox::Outbox outbox(db);
-
-  auto agents = adapters::make_agents_http_client(
-      {config.agent.base_url, config.agent.secret, config.agent.timeout_ms, config.agent.ca_file});
-  auto provider =
-      adapters::make_stripe_provider({config.payments.base_url, config.payments.secret,
-                                      config.payments.timeout_ms, config.payments.ca_file});
-
-  auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
-  auto dist = std::make_shared<std::uniform_real_distribution<double>>(0.0, 1.0);
-  // The session sync and the drainer each lock their own use of it.
-  auto rng_mu = std::make_shared<std::mutex>();
-  Random random = [rng, dist, rng_mu] {
-    std::lock_guard lock(*rng_mu);
-    return (*dist)(*rng);
-  };
-  worker::SessionSync sessions(**journal, inbox, outbox, *agents, config.policy, metrics, random);
-  outbox::Drainer drainer(**journal, outbox, *provider, *agents, metrics, random);
-  if (Status s = drainer.recover_after_restart(); !s) {
-    spdlog::critical("cannot start: {}", s.error().message);
-    return 2;
-  }
-  worker::Engine engine(
-      sessions, drainer,
-      {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
-       std::chrono::seconds(config.sweep_window_s)});
-
+// Gauges read when /metrics is scraped: each is a counter kept in step with
+// the writes or an in-memory value, never a scan of history.
+void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingress::Inbox& inbox,
+                     const Clock& clock, operations::AttentionPolicy attention) {
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
   // Group commit: synced writes of new webhook events, and the events in them.
   metrics.gauge("opgate_inbox_group_commits_total",
@@ -105,19 +53,27 @@ int serve(const Config& config, const ServeOptions& options) {
     const auto commits = inbox.group_commits();
     return commits == 0 ? 0.0 : static_cast<double>(inbox.committed_events()) / commits;
   });
+  metrics.gauge("opgate_journal_commits_total",
+                [&] { return static_cast<double>(storage.journal().commits()); });
+  metrics.gauge("opgate_journal_transactions_total",
+                [&] { return static_cast<double>(storage.journal().transactions()); });
   metrics.gauge("opgate_synced_writes_total",
-                [&] { return static_cast<double>(db.synced_writes()); });
-  metrics.gauge("opgate_wal_fsyncs_total", [&] { return static_cast<double>(db.wal_syncs()); });
-  // Oldest outcome_unknown age and how many need a person; computed on read.
-  auto unknown_stats = [&db, &clock, attention = config.attention] {
+                [&] { return static_cast<double>(storage.stats().synced_writes); });
+  metrics.gauge("opgate_wal_fsyncs_total",
+                [&] { return static_cast<double>(storage.stats().wal_syncs); });
+  // The unknown operations are few (an alert fires long before there are
+  // many); they are read from the state index, never the settled history.
+  auto unknown_stats = [&storage, &clock, attention] {
     std::pair<double, double> out{0, 0};
-    auto keys = operations::keys_in_state(db, operations::State::outcome_unknown, 100000);
-    if (!keys) return out;
-    for (const auto& k : *keys) {
-      auto op = operations::load(db, k);
-      if (!op || !op->has_value()) continue;
-      out.first = std::max(out.first, (clock.now_ms() - (*op)->unknown_since_ms()) / 1000.0);
-      if (outbox::needs_attention(**op, clock.now_ms(), attention)) out.second += 1;
+    store::OperationQuery q;
+    q.state = pb::STATE_OUTCOME_UNKNOWN;
+    q.limit = 10000;
+    auto page = storage.reader().operations(q);
+    if (!page) return out;
+    const int64_t now = clock.now_ms();
+    for (const auto& op : page->operations) {
+      out.first = std::max(out.first, (now - op.unknown_since_ms()) / 1000.0);
+      if (operations::needs_attention(op, now, attention)) out.second += 1;
     }
     return out;
   };
@@ -125,24 +81,96 @@ int serve(const Config& config, const ServeOptions& options) {
   metrics.gauge("opgate_operations_needing_attention", [=] { return unknown_stats().second; });
   metrics.gauge_family(
       "opgate_operations",
-      [&] {
+      [&storage] {
         std::map<std::string, double> out;
-        for (auto st :
-             {operations::State::pending, operations::State::approved, operations::State::executing,
-              operations::State::outcome_unknown, operations::State::settled}) {
-          auto n = operations::count_in_state(db, st);
-          out[std::string(operations::to_string(st))] = n ? static_cast<double>(*n) : 0.0;
-        }
+        auto counts = storage.reader().counts();
+        if (!counts) return out;
+        for (const auto& [state, n] : counts->operations)
+          out[std::string(operations::to_string(static_cast<operations::State>(state)))] =
+              static_cast<double>(n);
         return out;
       },
       "state");
+}
 
-  // Work queued by a group commit wakes the worker at once.
-  inbox.on_queued([&engine] { engine.wake(); });
+}  // namespace
+
+int serve(const Config& config, const ServeOptions& options) {
+  // Taken by wait_for_stop_signal below; blocked before any thread starts.
+  const sigset_t signals = block_stop_signals();
+
+  SystemClock clock;
+  Metrics metrics;
+  store::rocks::OpenOptions store_options;
+  store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
+  store_options.clock = &clock;
+  auto opened = store::rocks::RocksStorage::open(config.data_dir, store_options, clock);
+  if (!opened) {
+    spdlog::critical("cannot start: {}", opened.error().message);
+    return 2;
+  }
+  store::rocks::RocksStorage& storage = **opened;
+  if (!config.orders_seed_file.empty()) {
+    auto orders = operations::read_orders_file(config.orders_seed_file);
+    auto n = orders ? operations::import_orders(storage, std::move(*orders),
+                                                "seed:" + config.orders_seed_file)
+                    : Result<size_t>(orders.error());
+    if (!n) {
+      spdlog::critical("cannot start: {}", n.error().message);
+      return 2;
+    }
+    spdlog::info("seeded {} order(s) from {}", *n, config.orders_seed_file);
+  }
+  auto inbox = ingress::Inbox::open(storage, clock);
+  if (!inbox) {
+    spdlog::critical("cannot start: {}", inbox.error().message);
+    return 2;
+  }
+  for (const auto& p : config.principals)
+    if (p.owners.empty())
+      spdlog::warn("operator token '{}' has no owner patterns: it can see and act on nothing",
+                   p.name);
+
+  auto agents = adapters::make_agents_http_client(
+      {config.agent.base_url, config.agent.secret, config.agent.timeout_ms, config.agent.ca_file});
+  auto provider =
+      adapters::make_stripe_provider({config.payments.base_url, config.payments.secret,
+                                      config.payments.timeout_ms, config.payments.ca_file});
+
+  auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
+  auto dist = std::make_shared<std::uniform_real_distribution<double>>(0.0, 1.0);
+  auto rng_mu = std::make_shared<std::mutex>();
+  Random random = [rng, dist, rng_mu] {
+    std::lock_guard lock(*rng_mu);
+    return (*dist)(*rng);
+  };
+  Live<operations::PolicyConfig> policy(config.policy);
+  Live<operator_api::Principals> principals(config.principals);
+  // Session syncs and outbox items run here, one lane per session,
+  // operation or tool call; a slow one holds only its own lane.
+  Lanes lanes("lane", 32, 1024);
+  worker::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random);
+  outbox::DrainerOptions drainer_options;
+  drainer_options.claim_lease_ms = config.payments.timeout_ms + 10'000;
+  outbox::Drainer drainer(storage, lanes, *provider, *agents, policy, metrics, clock, random,
+                          drainer_options);
+  if (Status s = drainer.recover_after_restart(); !s) {
+    spdlog::critical("cannot start: {}", s.error().message);
+    return 2;
+  }
+  Engine engine(storage, sessions, drainer, lanes, clock,
+                {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
+                 std::chrono::seconds(config.sweep_window_s)});
+  lanes.on_done([&engine] { engine.wake(); });
+
+  register_gauges(metrics, storage, **inbox, clock, config.attention);
+
+  // Work queued by a group commit wakes the dispatcher at once.
+  (*inbox)->on_queued([&engine] { engine.wake(); });
   ingress::IngressConfig ingress_config{config.sources, config.timestamp_tolerance_s,
                                         config.max_backlog,
                                         std::chrono::milliseconds(config.reject_cooldown_ms)};
-  ingress::WebhookHandler webhooks(ingress_config, inbox, clock, metrics);
+  ingress::WebhookHandler webhooks(ingress_config, **inbox, clock, metrics);
   http::Router ingress_router;
   ingress_router.add_async(
       "POST", "/v1/webhooks/{source}",
@@ -164,9 +192,10 @@ int serve(const Config& config, const ServeOptions& options) {
   });
 
   std::atomic<bool> ready{false};
-  operator_api::ApiDeps deps{**journal, outbox,          sessions,          drainer,
-                             *agents,   metrics,         config.principals, [&] { engine.wake(); },
-                             ready,     config.attention};
+  operator_api::ApiDeps deps{storage,    sessions,        drainer,
+                             *agents,    metrics,         clock,
+                             principals, policy,          [&] { engine.wake(); },
+                             ready,      config.attention};
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
   operator_options.name = "operator";
@@ -205,9 +234,11 @@ int serve(const Config& config, const ServeOptions& options) {
   ingress_server.drain(std::chrono::seconds(10));
   // Answers whatever still waits for its group commit while the connections
   // it answers to can still be written.
-  inbox.stop();
+  (*inbox)->stop();
   operator_server.drain(std::chrono::seconds(10));
   engine.stop();
+  lanes.stop();
+  lanes.wait_idle();
   ingress_server.stop();
   operator_server.stop();
   spdlog::info("drained; exiting");

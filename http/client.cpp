@@ -40,7 +40,7 @@ Result<std::shared_ptr<ssl::context>> tls_context(const std::string& ca_file) {
     ctx->set_default_verify_paths(ec);
   else
     ctx->load_verify_file(ca_file, ec);
-  if (ec) return make_error("tls_setup", "cannot load trusted certificates: " + ec.message());
+  if (ec) return make_error(errc::tls_setup, "cannot load trusted certificates: " + ec.message());
   ctx->set_verify_mode(ssl::verify_peer);
   contexts[ca_file] = ctx;
   return ctx;
@@ -62,12 +62,12 @@ struct Exchange {
 
   void fail(beast::error_code ec, bool after_send) {
     if (ec == beast::error::timeout)
-      failure = make_error("timeout", "no answer from " + host + ":" + port + " in time");
+      failure = make_error(errc::timeout, "no answer from " + host + ":" + port + " in time");
     else if (after_send)
-      failure = make_error("connection_lost",
+      failure = make_error(errc::connection_lost,
                            "connection to " + host + ":" + port + " lost: " + ec.message());
     else
-      failure = make_error("connect_failed",
+      failure = make_error(errc::connect_failed,
                            "cannot connect to " + host + ":" + port + ": " + ec.message());
   }
 
@@ -90,10 +90,10 @@ struct Exchange {
 
 Result<Response> send(const ClientRequest& request) {
   auto url = boost::urls::parse_uri(request.url);
-  if (!url) return make_error("bad_url", "not a valid URL: " + request.url);
+  if (!url) return make_error(errc::bad_url, "not a valid URL: " + request.url);
   const bool tls = url->scheme() == "https";
   if (!tls && url->scheme() != "http")
-    return make_error("unsupported_scheme", "only http:// and https:// URLs: " + request.url);
+    return make_error(errc::unsupported_scheme, "only http:// and https:// URLs: " + request.url);
   Exchange x{request,
              std::string(url->host()),
              url->has_port() ? std::string(url->port()) : (tls ? "443" : "80"),
@@ -131,7 +131,7 @@ Result<Response> send(const ClientRequest& request) {
     secure.emplace(ioc, *ctx);
     // SNI, and the certificate must name the host we asked for.
     if (!SSL_set_tlsext_host_name(secure->native_handle(), x.host.c_str()))
-      return make_error("tls_setup", "cannot set the TLS server name");
+      return make_error(errc::tls_setup, "cannot set the TLS server name");
     secure->set_verify_callback(ssl::host_name_verification(x.host));
   } else {
     plain.emplace(ioc);
@@ -148,8 +148,8 @@ Result<Response> send(const ClientRequest& request) {
       secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
         if (ec) {
           if (ec == beast::error::timeout) return x.fail(ec, false);
-          x.failure =
-              make_error("tls_failed", "TLS handshake with " + x.host + " failed: " + ec.message());
+          x.failure = make_error(errc::tls_failed,
+                                 "TLS handshake with " + x.host + " failed: " + ec.message());
           return;
         }
         x.write_and_read(*secure);
@@ -167,7 +167,7 @@ Result<Response> send(const ClientRequest& request) {
     try {
       port_number = static_cast<uint16_t>(std::stoi(x.port));
     } catch (...) {
-      return make_error("bad_url", "not a valid port: " + request.url);
+      return make_error(errc::bad_url, "not a valid port: " + request.url);
     }
     net::post(ioc, [&, address, port_number] {
       on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),

@@ -241,17 +241,17 @@ Result<uint16_t> Server::start() {
   auto& o = impl_->options;
   auto colon = o.listen.rfind(':');
   if (colon == std::string::npos)
-    return make_error("bad_listen", "listen address must be host:port: " + o.listen);
+    return make_error(errc::bad_listen, "listen address must be host:port: " + o.listen);
   std::string host = o.listen.substr(0, colon);
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   beast::error_code ec;
   auto address = net::ip::make_address(host, ec);
-  if (ec) return make_error("bad_listen", "listen host must be an IP address: " + host);
+  if (ec) return make_error(errc::bad_listen, "listen host must be an IP address: " + host);
   int port = 0;
   try {
     port = std::stoi(o.listen.substr(colon + 1));
   } catch (...) {
-    return make_error("bad_listen", "listen port is not a number: " + o.listen);
+    return make_error(errc::bad_listen, "listen port is not a number: " + o.listen);
   }
   tcp::endpoint ep(address, static_cast<uint16_t>(port));
   auto& acc = impl_->acceptor;
@@ -259,7 +259,8 @@ Result<uint16_t> Server::start() {
   if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) acc.bind(ep, ec);
   if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return make_error("listen_failed", "cannot listen on " + o.listen + ": " + ec.message());
+  if (ec)
+    return make_error(errc::listen_failed, "cannot listen on " + o.listen + ": " + ec.message());
   impl_->port = acc.local_endpoint().port();
   impl_->accept();
   for (int i = 0; i < std::max(1, o.threads); ++i)

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -28,7 +29,7 @@
 #include "common/clock.h"
 #include "common/result.h"
 #include "ingress/envelope.h"
-#include "store/store.h"
+#include "store/port.h"
 
 namespace opgate::ingress {
 
@@ -44,8 +45,8 @@ struct Submission {
 };
 
 // Receives an event's result on the committer thread once the write holding
-// it is on disk. Errors: "conflict" (same id, other body), "overloaded",
-// "shutting_down", "storage_error" (or the store's own code).
+// it is on disk. Errors: conflict (same id, other body), overloaded,
+// shutting_down, storage_error (or the store's own code).
 using Committed = std::function<void(Result<Accepted>)>;
 
 struct InboxOptions {
@@ -55,7 +56,9 @@ struct InboxOptions {
 
 class Inbox {
  public:
-  Inbox(store::Store& store, const Clock& clock, InboxOptions options = {});
+  // Counts the queued events (an error if the store cannot be read).
+  static Result<std::unique_ptr<Inbox>> open(store::Storage& storage, const Clock& clock,
+                                             InboxOptions options = {});
   // stop()s.
   ~Inbox();
   Inbox(const Inbox&) = delete;
@@ -75,7 +78,10 @@ class Inbox {
 
   // Events waiting for the worker (counted from the store at start).
   size_t backlog() const { return backlog_.load(); }
-  void processed(size_t n) { backlog_ -= std::min(n, backlog_.load()); }
+  // The worker finished (or parked) n queued events.
+  void processed(size_t n);
+  // A binding moved n parked events back to the queue.
+  void requeued(size_t n) { backlog_ += n; }
 
   // Synced writes of new events, and the events they held.
   uint64_t group_commits() const { return group_commits_.load(); }
@@ -85,16 +91,8 @@ class Inbox {
   // others are stored already processed and never queued.
   static bool needs_work(std::string_view type, std::string_view session_id);
 
-  // Allocates a queue sequence number (monotonic across restarts).
-  uint64_t next_seq();
-
-  static std::string event_key(const std::string& source, const std::string& webhook_id);
-  static std::string queue_key(uint64_t seq);
-  static std::string waiting_key(const std::string& session_id, uint64_t seq);
-  // The prefix of every waiting_key of a session.
-  static std::string waiting_prefix(const std::string& session_id);
-
  private:
+  Inbox(store::Storage& storage, const Clock& clock, InboxOptions options);
   struct Pending {
     Submission submission;
     std::string digest;  // SHA-256 of the body, computed by the submitter
@@ -104,10 +102,9 @@ class Inbox {
   // Writes a batch and answers each event; true if it queued work.
   bool commit(std::vector<Pending>& batch);
 
-  store::Store& store_;
+  store::Storage& storage_;
   const Clock& clock_;
   InboxOptions options_;
-  std::atomic<uint64_t> seq_;
   std::atomic<size_t> backlog_{0};
   std::atomic<uint64_t> group_commits_{0};
   std::atomic<uint64_t> committed_events_{0};

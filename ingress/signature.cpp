@@ -9,10 +9,10 @@ namespace opgate::ingress {
 Result<std::string> decode_secret(std::string_view secret) {
   constexpr std::string_view prefix = "whsec_";
   if (secret.substr(0, prefix.size()) != prefix)
-    return make_error("bad_secret", "webhook secrets must start with whsec_");
+    return make_error(errc::bad_secret, "webhook secrets must start with whsec_");
   auto raw = crypto::base64_decode(secret.substr(prefix.size()));
   if (!raw || raw->empty())
-    return make_error("bad_secret", "webhook secret is not valid base64 after whsec_");
+    return make_error(errc::bad_secret, "webhook secret is not valid base64 after whsec_");
   return *raw;
 }
 
@@ -36,9 +36,10 @@ Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, 
   int64_t ts = 0;
   auto [ptr, ec] = std::from_chars(m.timestamp.data(), m.timestamp.data() + m.timestamp.size(), ts);
   if (ec != std::errc() || ptr != m.timestamp.data() + m.timestamp.size() || m.timestamp.empty())
-    return make_error("bad_timestamp", "webhook-timestamp must be decimal Unix seconds");
+    return make_error(errc::bad_timestamp, "webhook-timestamp must be decimal Unix seconds");
   if (ts < now_s - tolerance_s || ts > now_s + tolerance_s)
-    return make_error("timestamp_out_of_tolerance", "webhook-timestamp is outside the tolerance");
+    return make_error(errc::timestamp_out_of_tolerance,
+                      "webhook-timestamp is outside the tolerance");
 
   const auto content = signed_content(m.webhook_id, m.timestamp, m.body);
   std::vector<std::string> expected;
@@ -58,7 +59,7 @@ Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, 
     // which one matched.
     for (const auto& e : expected) matched |= crypto::equal_constant_time(*raw, e);
   }
-  if (!matched) return make_error("bad_signature", "no webhook signature matches");
+  if (!matched) return make_error(errc::bad_signature, "no webhook signature matches");
   return Status::Ok();
 }
 

@@ -21,6 +21,17 @@ std::string operation_key(std::string_view owner, std::string_view order_id, std
   return fmt::format("{}:{}:{}:v{}", owner, order_id, kind, version);
 }
 
+int key_version(std::string_view key) {
+  const auto colon = key.rfind(":v");
+  if (colon == std::string_view::npos) return 0;
+  int v = 0;
+  for (char c : key.substr(colon + 2)) {
+    if (c < '0' || c > '9' || v > 100000) return 0;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 std::string fingerprint(const pb::Proposal& p) {
   // One field per line, "name=value", values length-prefixed so no value can
   // forge a field boundary.

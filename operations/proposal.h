@@ -19,6 +19,8 @@ bool valid_identifier(std::string_view id);
 // "{owner}:{order_id}:{kind}:v{version}"
 std::string operation_key(std::string_view owner, std::string_view order_id, std::string_view kind,
                           int version = 1);
+// The version of an operation key (0 if it has none).
+int key_version(std::string_view operation_key);
 
 // SHA-256 (hex) over the canonical fields an approval binds.
 std::string fingerprint(const pb::Proposal& proposal);

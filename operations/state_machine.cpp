@@ -64,16 +64,32 @@ Result<Target> next(State from, Event event) {
     case S::settled:
       break;
   }
-  return make_error("invalid_transition", std::string("cannot ") + std::string(to_string(event)) +
-                                              " an operation that is " +
-                                              std::string(to_string(from)));
+  return make_error(errc::invalid_transition,
+                    std::string("cannot ") + std::string(to_string(event)) +
+                        " an operation that is " + std::string(to_string(from)));
 }
 
 namespace {
-constexpr std::array<std::string_view, 5> kStates = {"pending", "approved", "executing",
-                                                     "outcome_unknown", "settled"};
-constexpr std::array<std::string_view, 7> kOutcomes = {"",        "succeeded", "failed",   "denied",
-                                                       "expired", "rejected",  "cancelled"};
+struct StateName {
+  State state;
+  std::string_view name;
+};
+constexpr std::array<StateName, 5> kStates = {{{State::pending, "pending"},
+                                               {State::approved, "approved"},
+                                               {State::executing, "executing"},
+                                               {State::outcome_unknown, "outcome_unknown"},
+                                               {State::settled, "settled"}}};
+struct OutcomeName {
+  Outcome outcome;
+  std::string_view name;
+};
+constexpr std::array<OutcomeName, 7> kOutcomes = {{{Outcome::none, ""},
+                                                   {Outcome::succeeded, "succeeded"},
+                                                   {Outcome::failed, "failed"},
+                                                   {Outcome::denied, "denied"},
+                                                   {Outcome::expired, "expired"},
+                                                   {Outcome::rejected, "rejected"},
+                                                   {Outcome::cancelled, "cancelled"}}};
 constexpr std::array<std::string_view, 14> kEvents = {"approve",
                                                       "deny",
                                                       "expire",
@@ -90,20 +106,31 @@ constexpr std::array<std::string_view, 14> kEvents = {"approve",
                                                       "resolve_failed"};
 }  // namespace
 
-std::string_view to_string(State s) { return kStates[static_cast<size_t>(s)]; }
-std::string_view to_string(Outcome o) { return kOutcomes[static_cast<size_t>(o)]; }
+std::string_view to_string(State s) {
+  for (const auto& n : kStates)
+    if (n.state == s) return n.name;
+  return "";
+}
+std::string_view to_string(Outcome o) {
+  for (const auto& n : kOutcomes)
+    if (n.outcome == o) return n.name;
+  return "";
+}
 std::string_view to_string(Event e) { return kEvents[static_cast<size_t>(e)]; }
 
 std::optional<State> parse_state(std::string_view s) {
-  for (size_t i = 0; i < kStates.size(); ++i)
-    if (kStates[i] == s) return static_cast<State>(i);
+  for (const auto& n : kStates)
+    if (n.name == s) return n.state;
   return std::nullopt;
 }
 
 std::optional<Outcome> parse_outcome(std::string_view s) {
-  for (size_t i = 1; i < kOutcomes.size(); ++i)
-    if (kOutcomes[i] == s) return static_cast<Outcome>(i);
+  for (const auto& n : kOutcomes)
+    if (!n.name.empty() && n.name == s) return n.outcome;
   return std::nullopt;
 }
+
+std::string_view state_text(const pb::Operation& op) { return to_string(state_of(op)); }
+std::string_view outcome_text(const pb::Operation& op) { return to_string(outcome_of(op)); }
 
 }  // namespace opgate::operations

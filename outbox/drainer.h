@@ -1,73 +1,85 @@
-// The outbox drainer: claims approved operations (durably `executing` before
-// any provider call), executes them under their fixed idempotency key,
-// settles or marks them `outcome_unknown`, reconciles unknown ones against
-// the provider's listing, and delivers saved tool results to sessions.
-// Thread-safety: run_once() is called from the worker thread only; it runs
-// the due items on an internal bounded pool and returns when all are done.
+// The outbox drainer: queue mechanics only. It hands due outbox items to
+// lanes (one per operation, one per tool call), calls the payment provider
+// or the agent platform for each, and records what they answered through
+// the domain's functions (operations/execution.h), in the same transaction
+// that removes or reschedules the item. It never decides what an answer
+// means. An execute item is kept, with a lease past the provider timeout,
+// until the answer is recorded: an answer lost to a crash or a failed write
+// is found later as an operation still executing, and reconciled.
+// Thread-safety: dispatch() from one dispatcher thread; reconcile_now() from
+// any; items run on the lanes.
 #pragma once
 
-#include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <mutex>
 #include <string>
 
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
 #include "common/backoff.h"
+#include "common/clock.h"
+#include "common/lanes.h"
+#include "common/live.h"
 #include "common/metrics.h"
-#include "outbox/outbox.h"
-#include "store/journal.h"
+#include "operations/authority.h"
+#include "operations/policy.h"
+#include "store/port.h"
 
 namespace opgate::outbox {
 
 struct DrainerOptions {
+  // Items one dispatch pass looks at.
   size_t batch = 256;
-  // Provider calls and deliveries in flight at once.
-  int max_in_flight = 32;
   int64_t retry_base_ms = 500;
   int64_t retry_cap_ms = 60'000;
+  // How long a claimed execute item is left alone: longer than a provider
+  // call can take.
+  int64_t claim_lease_ms = 30'000;
 };
 
 class Drainer {
  public:
-  Drainer(store::Journal& journal, Outbox& outbox, adapters::PaymentProvider& provider,
-          adapters::AgentsClient& agents, Metrics& metrics, Random random,
-          DrainerOptions options = {});
-  ~Drainer();
+  Drainer(store::Storage& storage, Lanes& lanes, adapters::PaymentProvider& provider,
+          adapters::AgentsClient& agents, const Live<operations::PolicyConfig>& policy,
+          Metrics& metrics, const Clock& clock, Random random, DrainerOptions options = {});
 
   // On start-up: every `executing` operation becomes `outcome_unknown`
   // (with a reconcile item), because its provider call may have happened.
   Status recover_after_restart();
-  // One pass over due items; returns how many were handled.
-  size_t run_once();
-  // Reconciles one operation now (operator request).
-  Status reconcile_now(const std::string& operation_key);
+  // Hands due items whose lane is free to the lanes; returns how many.
+  size_t dispatch();
+  // Reconciles one operation now (an operator's request), in its lane.
+  Status reconcile_now(const std::string& operation_key, const operations::Principal& principal);
+
+  static std::string lane_of(const pb::OutboxItem& item);
 
  private:
-  void execute(const Outbox::Entry& entry);
-  void reconcile(const Outbox::Entry& entry);
-  void deliver(const Outbox::Entry& entry);
-  // Records the provider's answer for an executing operation.
+  void run(const store::OutboxEntry& entry);
+  void execute(const store::OutboxEntry& entry);
+  void reconcile(const store::OutboxEntry& entry);
+  void deliver(const store::OutboxEntry& entry);
   // Calls the provider for a claimed operation (timed, counted) and records
-  // what it answered.
-  void call_provider(const pb::Operation& claimed, const std::string& item_key,
+  // its answer; the entry is removed in the same transaction.
+  void call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
                      const std::string& principal);
-  Status record_result(const std::string& key, const std::string& item_key,
-                       const adapters::PaymentResult& result, const std::string& principal);
   // Reschedules with jittered backoff, and no sooner than the peer asked.
-  void retry_later(const Outbox::Entry& entry, const std::string& error, int64_t at_least_ms = 0);
-  adapters::PaymentRequest request_for(const pb::Operation& op) const;
+  void retry_later(const store::OutboxEntry& entry, const std::string& error,
+                   int64_t at_least_ms = 0);
+  // Removes the item in a transaction of its own.
+  void remove(const store::OutboxEntry& entry);
   int64_t backoff(int attempt);
 
-  store::Journal& journal_;
-  Outbox& outbox_;
+  store::Storage& storage_;
+  Lanes& lanes_;
   adapters::PaymentProvider& provider_;
   adapters::AgentsClient& agents_;
+  const Live<operations::PolicyConfig>& policy_;
   Metrics& metrics_;
+  const Clock& clock_;
   std::mutex random_mu_;
-  Random random_;
+  Random random_;  // guarded by random_mu_
   DrainerOptions options_;
-  boost::asio::thread_pool pool_;
 };
+
+// Stable per call: a resend of its result carries the same key.
+std::string result_idempotency_key(const pb::CallRef& call);
 
 }  // namespace opgate::outbox

@@ -32,34 +32,36 @@ std::string subject_of(std::string_view function_name) {
 }  // namespace
 
 Result<std::vector<ScriptStep>> parse_script(const json::value& value) {
-  if (!value.is_array()) return make_error("invalid_script", "script must be an array");
+  if (!value.is_array()) return make_error(errc::invalid_script, "script must be an array");
   const auto& arr = value.as_array();
   if (arr.size() > kMaxScriptSteps)
-    return make_error("invalid_script", "script may have at most 100 steps");
+    return make_error(errc::invalid_script, "script may have at most 100 steps");
   std::vector<ScriptStep> steps;
   for (size_t i = 0; i < arr.size(); ++i) {
     const std::string where = "script[" + std::to_string(i) + "]: ";
-    if (!arr[i].is_object()) return make_error("invalid_script", where + "must be an object");
+    if (!arr[i].is_object()) return make_error(errc::invalid_script, where + "must be an object");
     const auto& o = arr[i].as_object();
     ScriptStep step;
     for (const auto& [key, v] : o) {
       if (key == "fail") {
-        if (!v.is_bool()) return make_error("invalid_script", where + "fail must be a boolean");
+        if (!v.is_bool()) return make_error(errc::invalid_script, where + "fail must be a boolean");
         step.fail = v.as_bool();
       } else if (key == "name") {
         if (!v.is_string() || v.as_string().empty() || v.as_string().size() > kMaxNameLength)
-          return make_error("invalid_script", where + "name must be a string of 1-64 characters");
+          return make_error(errc::invalid_script,
+                            where + "name must be a string of 1-64 characters");
         step.name = std::string(v.as_string());
       } else if (key == "arguments") {
         if (!v.is_object())
-          return make_error("invalid_script", where + "arguments must be an object");
+          return make_error(errc::invalid_script, where + "arguments must be an object");
         step.arguments = v.as_object();
       } else {
-        return make_error("invalid_script", where + "unknown field \"" + std::string(key) + "\"");
+        return make_error(errc::invalid_script,
+                          where + "unknown field \"" + std::string(key) + "\"");
       }
     }
     if (!step.fail && step.name.empty())
-      return make_error("invalid_script", where + "name is required");
+      return make_error(errc::invalid_script, where + "name is required");
     steps.push_back(std::move(step));
   }
   return steps;
@@ -81,28 +83,28 @@ std::vector<ScriptStep> default_script(std::string_view input) {
 }
 
 Result<ToolResult> parse_tool_result(const json::value& event) {
-  if (!event.is_object()) return make_error("invalid_event", "each event must be an object");
+  if (!event.is_object()) return make_error(errc::invalid_event, "each event must be an object");
   const auto& o = event.as_object();
   const auto* type = string_field(o, "type");
-  if (!type) return make_error("invalid_event", "event type is required");
+  if (!type) return make_error(errc::invalid_event, "event type is required");
   if (*type != "agent.session.input.tool_result")
-    return make_error("invalid_event", "unsupported event type: " + std::string(*type));
+    return make_error(errc::invalid_event, "unsupported event type: " + std::string(*type));
   ToolResult r;
   const auto* turn = string_field(o, "turn_id");
   const auto* call = string_field(o, "call_id");
-  if (!turn || turn->empty()) return make_error("invalid_event", "turn_id must be a string");
-  if (!call || call->empty()) return make_error("invalid_event", "call_id must be a string");
+  if (!turn || turn->empty()) return make_error(errc::invalid_event, "turn_id must be a string");
+  if (!call || call->empty()) return make_error(errc::invalid_event, "call_id must be a string");
   r.turn_id = std::string(*turn);
   r.call_id = std::string(*call);
   const auto* success = o.if_contains("success");
   if (!success || !success->is_bool())
-    return make_error("invalid_event", "success must be a boolean");
+    return make_error(errc::invalid_event, "success must be a boolean");
   r.success = success->as_bool();
   for (auto [name, target] : {std::pair{"output", &r.output}, std::pair{"error", &r.error}}) {
     const auto* v = o.if_contains(name);
     if (!v || v->is_null()) continue;
     if (!v->is_string())
-      return make_error("invalid_event", std::string(name) + " must be a string");
+      return make_error(errc::invalid_event, std::string(name) + " must be a string");
     *target = std::string(v->as_string());
   }
   return r;
@@ -143,9 +145,9 @@ AgentSession::AgentSession(std::string id, int64_t created_at, IdSource ids)
 Result<std::string> AgentSession::start_turn(std::string input, std::vector<ScriptStep> script,
                                              int64_t now) {
   if (status_ == "in_progress" || status_ == "requires_action")
-    return make_error("session_busy", "The session is still working on a turn.");
+    return make_error(errc::session_busy, "The session is still working on a turn.");
   if (turns_.size() >= kMaxTurns)
-    return make_error("too_many_turns", "The session has reached its turn limit.");
+    return make_error(errc::too_many_turns, "The session has reached its turn limit.");
   Turn turn;
   turn.id = ids_("turn_");
   turn.status = "in_progress";

@@ -142,7 +142,7 @@ void PaymentsSim::add_routes() {
 
 Status PaymentsSim::load_orders(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return make_error("orders_file", "cannot open orders file " + path);
+  if (!in) return make_error(errc::orders_file, "cannot open orders file " + path);
   std::string line;
   size_t number = 0;
   size_t loaded = 0;
@@ -152,7 +152,7 @@ Status PaymentsSim::load_orders(const std::string& path) {
     auto where = path + ":" + std::to_string(number) + ": ";
     auto value = parse_json(line);
     if (!value || !value->is_object())
-      return make_error("orders_file", where + "not a JSON object");
+      return make_error(errc::orders_file, where + "not a JSON object");
     const auto& o = value->as_object();
     PaymentIntent pi;
     pi.id = json_string(o, "payment_intent");
@@ -161,7 +161,7 @@ Status PaymentsSim::load_orders(const std::string& path) {
     pi.customer = json_string(o, "customer");
     auto registered = ledger_.register_intent(std::move(pi));
     if (const auto* err = error_in(registered))
-      return make_error("orders_file", where + err->message);
+      return make_error(errc::orders_file, where + err->message);
     ++loaded;
   }
   log_info("orders loaded", {{"path", path}, {"orders", loaded}});

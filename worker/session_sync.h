@@ -1,10 +1,13 @@
-// Session sync: turns inbox events into tool results. For each session with
-// queued events it fetches the session once (a burst of webhooks is one
-// fetch), answers every required action it has not answered yet, and stores
-// the results, new operations and outbox items in the same batch that marks
-// the events processed. Events for an unbound session wait for binding.
-// Thread-safety: process_inbox() and sync() are called from the worker
-// thread; bind() from operator threads (it only moves queue entries).
+// Session sync: turns inbox events into tool results. The dispatcher hands
+// the queued events of each session to its own lane (see common/lanes.h),
+// so sessions are synced concurrently and one slow fetch delays only its
+// own session. A sync fetches the session once (a burst of webhooks is one
+// fetch), answers every required action it has not answered yet, and
+// stores the results, new operations and outbox items in the same
+// transaction that marks the events processed. Events for an unbound
+// session, or one the platform says does not exist, wait (parked) until a
+// binding or `recover` releases them.
+// Thread-safety: dispatch() from one dispatcher thread; the rest from any.
 #pragma once
 
 #include <atomic>
@@ -15,76 +18,71 @@
 
 #include "adapters/agents/agents_client.h"
 #include "common/backoff.h"
+#include "common/clock.h"
+#include "common/lanes.h"
+#include "common/live.h"
 #include "common/metrics.h"
 #include "ingress/inbox.h"
-#include "outbox/outbox.h"
-#include "store/journal.h"
-#include "worker/policy.h"
+#include "operations/policy.h"
+#include "store/port.h"
 
 namespace opgate::worker {
 
 class SessionSync {
  public:
-  // One pass over the inbox queue handles at most kPassEvents events and
-  // looks at most kPassExamined entries (those of sessions in backoff).
-  static constexpr size_t kPassEvents = 1024;
-  static constexpr size_t kPassExamined = 16384;
-  SessionSync(store::Journal& journal, ingress::Inbox& inbox, outbox::Outbox& outbox,
-              adapters::AgentsClient& agents, PolicyConfig policy, Metrics& metrics, Random random);
+  // One dispatch pass looks at most at this many queue entries.
+  static constexpr size_t kPassEntries = 4096;
+  SessionSync(store::Storage& storage, ingress::Inbox& inbox, adapters::AgentsClient& agents,
+              const Live<operations::PolicyConfig>& policy, Metrics& metrics, const Clock& clock,
+              Random random);
 
-  // One pass over queued inbox events; returns how many were handled.
-  size_t process_inbox();
+  // Hands the queued events of each session that is neither busy nor
+  // backing off to its lane; returns how many sessions it handed over.
+  size_t dispatch(Lanes& lanes);
   // Fetches the session and answers its required actions now.
   Status sync(const std::string& session_id);
   // Binds a session to an owner (idempotent; another owner is a conflict)
   // and releases the events that waited for it.
   Status bind(const std::string& session_id, const std::string& owner,
               const std::string& principal);
-  // Pending operations past their TTL become settled/expired.
-  size_t expire_pending();
+  // Reopens a session the platform had said does not exist (its waiting
+  // events go back to the queue), then syncs it now.
+  Status recover(const std::string& session_id);
   // Re-syncs sessions that may still need us (a call awaiting its result or
   // its delivery, or activity within window_ms), so a lost webhook delays
-  // nothing for long. Returns the number of sessions synced.
-  size_t sweep(int64_t window_ms, size_t max_sessions = 1000);
+  // nothing for long. Returns the number of sessions handed to lanes.
+  size_t sweep(Lanes& lanes, int64_t window_ms, size_t max_sessions = 1000);
 
-  const PolicyConfig& policy() const { return policy_; }
+  static std::string lane(const std::string& session_id) { return "session:" + session_id; }
 
  private:
-  Status answer(store::Txn& txn, const pb::Session& session,
-                const adapters::RequiredAction& action);
-  void link_call(store::Txn& txn, pb::Operation& op, pb::ToolCall& call);
-  static std::optional<pb::Operation> existing_refund(const store::Store& store,
-                                                      const std::string& owner,
-                                                      const std::string& arguments_json);
-
-  store::Journal& journal_;
-  ingress::Inbox& inbox_;
-  outbox::Outbox& outbox_;
-  adapters::AgentsClient& agents_;
-  PolicyConfig policy_;
-  Metrics& metrics_;
-  std::mutex sync_mu_;  // one sync at a time: per-session order and no duplicate work
-  // A queue entry, its event's key, and the event if it could be read.
-  struct Queued {
-    std::string queue_key;
-    std::string event_key;
-    std::optional<pb::InboxEvent> event;
-  };
-  // Removes a queue entry and marks its event processed, in the txn.
-  static void mark_processed(store::Txn& txn, const Queued& entry);
+  // Syncs one session and settles its queued events.
+  void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events);
+  Status answer(store::Transaction& txn, const pb::Session& session,
+                const adapters::RequiredAction& action, const operations::PolicyConfig& policy);
+  Status answer_all(const pb::Session& session, const adapters::SessionView& view,
+                    const std::vector<store::QueuedEvent>& events);
   bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
+  bool backing_off(const std::string& session_id, int64_t now_ms);
+  void back_off(const std::string& session_id, const Error& error, int64_t now_ms);
+
+  store::Storage& storage_;
+  ingress::Inbox& inbox_;
+  adapters::AgentsClient& agents_;
+  const Live<operations::PolicyConfig>& policy_;
+  Metrics& metrics_;
+  const Clock& clock_;
 
   struct Retry {
     int attempts = 0;
     int64_t at_ms = 0;
   };
-  std::map<std::string, Retry> retries_;  // sessions whose fetch failed
-  // Where the next pass over the inbox queue starts (engine thread only).
-  std::string queue_cursor_;
+  std::mutex mu_;
+  std::map<std::string, Retry> retries_;  // sessions whose fetch failed; guarded by mu_
+  Random random_;                         // guarded by mu_
+  // Where the next dispatch pass starts (dispatcher thread only).
+  std::string cursor_;
   int64_t last_full_scan_ms_ = 0;
-  std::atomic<bool> rescan_{false};  // bind() queued entries: scan from the start
-  std::mutex random_mu_;
-  Random random_;
 };
 
 }  // namespace opgate::worker

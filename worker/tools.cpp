@@ -5,7 +5,9 @@
 #include <boost/json.hpp>
 #include <set>
 
+#include "operations/orders.h"
 #include "operations/proposal.h"
+#include "operations/settlement.h"
 
 namespace opgate::worker {
 
@@ -70,14 +72,10 @@ std::string tool_definitions_json() {
   return json::serialize(tools);
 }
 
-pb::ToolResult failure_result(std::string error) {
-  pb::ToolResult r;
-  r.set_success(false);
-  r.set_error(std::move(error));
-  return r;
-}
-
 namespace {
+
+using operations::failure_result;
+using operations::format_money;
 
 pb::ToolResult success_result(const json::object& output) {
   pb::ToolResult r;
@@ -123,38 +121,49 @@ constexpr std::string_view kNotFound = "No order with that id was found for this
 
 // The bound owner's order, or nothing: another owner's order is
 // indistinguishable from a missing one.
-std::optional<pb::Order> owned_order(const OrderLookup& lookup, const std::string& order_id,
-                                     const std::string& owner) {
-  auto order = lookup(order_id);
-  if (!order || order->owner() != owner) return std::nullopt;
-  return order;
+Result<std::optional<OrderView>> owned_order(const OrderLookup& lookup, const std::string& order_id,
+                                             const std::string& owner) {
+  OPGATE_ASSIGN_OR_RETURN(auto view, lookup(order_id));
+  if (!view || view->order.owner() != owner) return std::optional<OrderView>();
+  return view;
 }
 
-ToolOutcome lookup_order(std::string_view args_text, const std::string& owner,
-                         const OrderLookup& lookup, const PolicyConfig& policy, int64_t now_s) {
+ToolOutcome refuse(std::string error) { return {failure_result(std::move(error)), {}}; }
+
+Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& owner,
+                                 const OrderLookup& lookup, const PolicyConfig& policy,
+                                 int64_t now_s) {
   json::object args;
-  if (auto e = check_shape(args_text, {{"order_id"}, {}}, args)) return {failure_result(*e), {}};
+  if (auto e = check_shape(args_text, {{"order_id"}, {}}, args)) return refuse(*e);
   std::string order_id;
-  if (auto e = get_order_id(args, order_id)) return {failure_result(*e), {}};
-  auto order = owned_order(lookup, order_id, owner);
-  if (!order) return {failure_result(std::string(kNotFound)), {}};
-  auto decision = decide_refund(*order, policy, now_s);
+  if (auto e = get_order_id(args, order_id)) return refuse(*e);
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
+  const auto& order = view->order;
+  const auto& funds = view->funds;
+  auto decision = operations::decide_refund(order, funds, policy, now_s);
   json::object out{
-      {"order", json::object{{"order_id", order->order_id()},
-                             {"amount_minor", order->amount_minor()},
-                             {"currency", order->currency()},
-                             {"status", order->status()},
-                             {"payment_method", order->payment_method()},
-                             {"placed_at", order->placed_at()},
+      {"order", json::object{{"order_id", order.order_id()},
+                             {"amount_minor", order.amount_minor()},
+                             {"currency", order.currency()},
+                             {"status", operations::order_status_text(order.status())},
+                             {"payment_method", order.payment_method()},
+                             {"placed_at", order.placed_at()},
                              // Free text from outside: data for the model, never policy input.
-                             {"note", order->note()}}},
+                             {"note", order.note()}}},
+      {"money", json::object{{"paid_minor", order.amount_minor()},
+                             {"refunded_minor", order.refunded_minor() + funds.refunded_minor()},
+                             {"credited_minor", funds.credited_minor()},
+                             {"in_progress_minor", funds.reserved_minor()},
+                             {"remaining_minor", operations::remaining_minor(order, funds)},
+                             {"currency", order.currency()}}},
       {"refund_policy", json::object{{"refundable", decision.allowed},
                                      {"refundable_minor", decision.refundable_minor},
-                                     {"currency", order->currency()},
+                                     {"currency", order.currency()},
                                      {"window_days", policy.refund_window_days},
                                      {"requires_approval", true},
                                      {"reason", decision.reason}}}};
-  return {success_result(out), {}};
+  return ToolOutcome{success_result(out), {}};
 }
 
 pb::Proposal base_proposal(const pb::Order& order, std::string_view kind) {
@@ -190,59 +199,61 @@ std::optional<std::string> parse_refund_args(std::string_view args_text, RefundA
   return std::nullopt;
 }
 
-ToolOutcome request_refund(std::string_view args_text, const std::string& owner,
-                           const OrderLookup& lookup, const PolicyConfig& policy, int64_t now_s) {
+Result<ToolOutcome> request_refund(std::string_view args_text, const std::string& owner,
+                                   const OrderLookup& lookup, const PolicyConfig& policy,
+                                   int64_t now_s) {
   RefundArgs parsed;
-  if (auto e = parse_refund_args(args_text, parsed)) return {failure_result(*e), {}};
+  if (auto e = parse_refund_args(args_text, parsed)) return refuse(*e);
   const std::string& order_id = parsed.order_id;
   const std::string& reason = parsed.reason;
-  auto order = owned_order(lookup, order_id, owner);
-  if (!order) return {failure_result(std::string(kNotFound)), {}};
-  auto decision = decide_refund(*order, policy, now_s);
-  if (!decision.allowed) return {failure_result(decision.reason), {}};
-  pb::Proposal p = base_proposal(*order, operations::kFullRefund);
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
+  auto decision = operations::decide_refund(view->order, view->funds, policy, now_s);
+  if (!decision.allowed) return refuse(decision.reason);
+  pb::Proposal p = base_proposal(view->order, operations::kFullRefund);
   p.set_amount_minor(decision.refundable_minor);
   p.set_reason(reason);
   p.set_tier("refund");
   p.set_effect(fmt::format("{} is returned to the customer's {} for order {}.",
                            format_money(p.amount_minor(), p.currency()), p.payment_method(),
                            p.order_id()));
-  return {{}, p};
+  return ToolOutcome{{}, p};
 }
 
-ToolOutcome issue_account_credit(std::string_view args_text, const std::string& owner,
-                                 const OrderLookup& lookup, const PolicyConfig& policy) {
+Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::string& owner,
+                                         const OrderLookup& lookup, const PolicyConfig& policy) {
   json::object args;
   if (auto e = check_shape(args_text, {{"order_id", "amount_minor", "currency", "reason_code"}, {}},
                            args))
-    return {failure_result(*e), {}};
+    return refuse(*e);
   std::string order_id;
-  if (auto e = get_order_id(args, order_id)) return {failure_result(*e), {}};
+  if (auto e = get_order_id(args, order_id)) return refuse(*e);
   const auto& amount = args.at("amount_minor");
   if (!amount.is_int64() && !amount.is_uint64())
-    return {failure_result("amount_minor must be an integer number of minor units."), {}};
+    return refuse("amount_minor must be an integer number of minor units.");
   if (amount.is_uint64() && amount.as_uint64() > static_cast<uint64_t>(INT64_MAX))
-    return {failure_result("amount_minor is too large."), {}};
+    return refuse("amount_minor is too large.");
   const int64_t amount_minor = amount.to_number<int64_t>();
   const auto& currency = args.at("currency");
   const auto& code = args.at("reason_code");
   if (!currency.is_string() || currency.as_string().size() != 3)
-    return {failure_result("currency must be a three-letter code."), {}};
+    return refuse("currency must be a three-letter code.");
   if (!code.is_string() || code.as_string().size() > 64)
-    return {failure_result("reason_code must be one of the allowed codes."), {}};
-  auto order = owned_order(lookup, order_id, owner);
-  if (!order) return {failure_result(std::string(kNotFound)), {}};
+    return refuse("reason_code must be one of the allowed codes.");
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
   std::string cur(currency.as_string());
   std::string reason_code(code.as_string());
-  auto decision = decide_credit(*order, amount_minor, cur, reason_code, policy);
-  if (!decision.allowed) return {failure_result(decision.reason), {}};
-  pb::Proposal p = base_proposal(*order, operations::kAccountCredit);
+  auto decision =
+      operations::decide_credit(view->order, view->funds, amount_minor, cur, reason_code, policy);
+  if (!decision.allowed) return refuse(decision.reason);
+  pb::Proposal p = base_proposal(view->order, operations::kAccountCredit);
   p.set_amount_minor(amount_minor);
   p.set_reason(reason_code);
   p.set_tier(decision.tier);
   p.set_effect(fmt::format("{} is added to the customer's account balance ({}) for order {}.",
                            format_money(amount_minor, cur), reason_code, p.order_id()));
-  return {{}, p};
+  return ToolOutcome{{}, p};
 }
 
 }  // namespace
@@ -253,28 +264,16 @@ std::optional<std::string> refund_order_id(std::string_view arguments_json) {
   return parsed.order_id;
 }
 
-ToolOutcome dispatch_tool(std::string_view name, std::string_view arguments_json,
-                          const std::string& owner, const OrderLookup& lookup,
-                          const PolicyConfig& policy, int64_t now_s) {
+Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view arguments_json,
+                                  const std::string& owner, const OrderLookup& lookup,
+                                  const PolicyConfig& policy, int64_t now_s) {
   if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
   if (name == "request_refund") return request_refund(arguments_json, owner, lookup, policy, now_s);
   if (name == "issue_account_credit")
     return issue_account_credit(arguments_json, owner, lookup, policy);
-  return {failure_result("Unknown tool; the available tools are lookup_order, request_refund "
-                         "and issue_account_credit."),
-          {}};
-}
-
-pb::ToolResult settled_result(const pb::Operation& op) {
-  json::object out{{"status", op.outcome()},
-                   {"operation_key", op.key()},
-                   {"kind", op.proposal().kind()},
-                   {"order_id", op.proposal().order_id()},
-                   {"amount_minor", op.proposal().amount_minor()},
-                   {"currency", op.proposal().currency()}};
-  if (op.outcome() == "succeeded") out["provider_object_id"] = op.provider_object_id();
-  if (!op.decision_reason().empty()) out["reason"] = op.decision_reason();
-  return success_result(out);
+  return refuse(
+      "Unknown tool; the available tools are lookup_order, request_refund and "
+      "issue_account_credit.");
 }
 
 }  // namespace opgate::worker

@@ -9,15 +9,24 @@
 #include <string>
 #include <string_view>
 
+#include "common/result.h"
+#include "operations/policy.h"
 #include "opgate.pb.h"
-#include "worker/policy.h"
 
 namespace opgate::worker {
 
 // The JSON tool definitions for session creation.
 std::string tool_definitions_json();
 
-using OrderLookup = std::function<std::optional<pb::Order>(const std::string& order_id)>;
+// An order and what opgate already moved for it.
+struct OrderView {
+  pb::Order order;
+  pb::OrderFunds funds;
+};
+// The order with this id, or nothing; an error if it cannot be read (the
+// tool call then fails as a whole rather than answering "not found").
+using OrderLookup = std::function<Result<std::optional<OrderView>>(const std::string& order_id)>;
+using operations::PolicyConfig;
 
 // Exactly one of `result` (answer now) or `proposal` (create or link an
 // operation, answer when it settles) is set.
@@ -28,17 +37,12 @@ struct ToolOutcome {
 
 // `owner` is the session's bound owner. `arguments_json` is the model's
 // arguments as JSON text (an object).
-ToolOutcome dispatch_tool(std::string_view name, std::string_view arguments_json,
-                          const std::string& owner, const OrderLookup& lookup,
-                          const PolicyConfig& policy, int64_t now_s);
-
-pb::ToolResult failure_result(std::string error);
+Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view arguments_json,
+                                  const std::string& owner, const OrderLookup& lookup,
+                                  const PolicyConfig& policy, int64_t now_s);
 
 // The order id of a well-formed request_refund call (the same checks the
 // tool makes), or nothing.
 std::optional<std::string> refund_order_id(std::string_view arguments_json);
-
-// The result a settled operation reports to every call linked to it.
-pb::ToolResult settled_result(const pb::Operation& operation);
 
 }  // namespace opgate::worker

@@ -27,10 +27,12 @@ class AgentsHttpClient final : public AgentsClient {
   Result<SessionView> get_session(const std::string& id) override {
     auto res = call("GET", "/agents/sessions/" + seg(id), "", "");
     if (!res) return res.error();
+    if (says_session_missing(*res, id))
+      return make_error(errc::session_not_found, "the agent platform has no session " + id);
     if (res->status != 200) return status_error(*res);
     json::error_code ec;
     auto v = json::parse(res->body, ec);
-    if (ec || !v.is_object()) return make_error("bad_response", "session is not a JSON object");
+    if (ec || !v.is_object()) return make_error(errc::bad_response, "session is not a JSON object");
     SessionView view;
     auto& o = v.as_object();
     if (auto* s = o.if_contains("status"); s && s->is_string())
@@ -98,7 +100,7 @@ class AgentsHttpClient final : public AgentsClient {
     page.json = res->body;
     json::error_code ec;
     auto v = json::parse(res->body, ec);
-    if (ec || !v.is_object()) return make_error("bad_response", "items page is not JSON");
+    if (ec || !v.is_object()) return make_error(errc::bad_response, "items page is not JSON");
     if (auto* m = v.as_object().if_contains("has_more"); m && m->is_bool())
       page.has_more = m->as_bool();
     if (auto* l = v.as_object().if_contains("last_id"); l && l->is_string())
@@ -124,10 +126,28 @@ class AgentsHttpClient final : public AgentsClient {
     return http::send(req);
   }
 
+  // A 404 proves the session does not exist only when the platform's own
+  // error body says so about this session; a 404 from a wrong base_url, a
+  // proxy or a hiccup is not that proof, and is retried.
+  static bool says_session_missing(const http::Response& res, const std::string& id) {
+    if (res.status != 404) return false;
+    json::error_code ec;
+    auto v = json::parse(res.body, ec);
+    if (ec || !v.is_object()) return false;
+    const auto* err = v.as_object().if_contains("error");
+    if (!err || !err->is_object()) return false;
+    const auto* code = err->as_object().if_contains("code");
+    const auto* message = err->as_object().if_contains("message");
+    if (!code || !code->is_string() || !message || !message->is_string()) return false;
+    const std::string_view c = code->as_string();
+    return (c == "not_found" || c == "session_not_found") &&
+           std::string_view(message->as_string()).find("'" + id + "'") != std::string_view::npos;
+  }
+
   static Error status_error(const http::Response& res) {
-    Error e = make_error(res.status >= 500 || res.status == 429 ? "agents_unavailable"
-                         : res.status == 404                    ? "session_not_found"
-                                                                : "agents_refused",
+    const bool retry =
+        res.status >= 500 || res.status == 429 || res.status == 404 || res.status == 408;
+    Error e = make_error(retry ? errc::agents_unavailable : errc::agents_refused,
                          fmt::format("agents API answered {}", res.status));
     // Retry-After in seconds (the HTTP-date form is not used by these APIs).
     if (auto it = res.headers.find("Retry-After"); it != res.headers.end()) {

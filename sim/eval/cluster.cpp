@@ -27,7 +27,7 @@ std::string read_text(const std::filesystem::path& p) {
   return ss.str();
 }
 
-Error failed(std::string message) { return Error{"cluster_failed", std::move(message)}; }
+Error failed(std::string message) { return make_error(errc::cluster_failed, std::move(message)); }
 
 }  // namespace
 

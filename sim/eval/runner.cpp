@@ -117,7 +117,9 @@ class Run {
     return trace_;
   }
 
-  static Error fail(std::string message) { return Error{"step_failed", std::move(message)}; }
+  static Error fail(std::string message) {
+    return make_error(errc::step_failed, std::move(message));
+  }
 
   Result<std::string> run_step(const Step& step) {
     const auto& a = step.args;

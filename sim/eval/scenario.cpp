@@ -14,7 +14,7 @@ namespace json = boost::json;
 
 namespace {
 
-Error bad(std::string message) { return Error{"bad_scenario", std::move(message)}; }
+Error bad(std::string message) { return make_error(errc::bad_scenario, std::move(message)); }
 
 struct StepShape {
   std::set<std::string> required;

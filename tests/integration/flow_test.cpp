@@ -364,7 +364,12 @@ TEST_CASE("inspect shows root turn status, every page of items and the ledger ro
   auto [prc, pending] = c.cli({"pending", "--session", session});
   CHECK(prc == 0);
   CHECK(pending.find(kKey) != std::string::npos);
-  auto [arc, approved] = c.cli({"approve", "--session", session, "--operation", kKey}, kAliceToken);
+  // Nobody can confirm on a pipe: without --yes the CLI refuses and approves nothing.
+  auto [nrc, refused] = c.cli({"approve", "--session", session, "--operation", kKey}, kAliceToken);
+  CHECK(nrc != 0);
+  CHECK(str(c.operation(kKey), "state") == "pending");
+  auto [arc, approved] =
+      c.cli({"approve", "--yes", "--session", session, "--operation", kKey}, kAliceToken);
   CHECK(arc == 0);
   CHECK(approved.find("25.00 USD") != std::string::npos);
   CHECK(approved.find("visa ending 4242") != std::string::npos);

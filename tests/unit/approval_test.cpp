@@ -1,17 +1,20 @@
 #include <doctest/doctest.h>
 
 #include "common/crypto.h"
+#include "operations/authority.h"
+#include "operations/policy.h"
 #include "operations/proposal.h"
 #include "operator/auth.h"
 
 using namespace opgate;
-using namespace opgate::operator_api;
+using namespace opgate::operations;
+using operator_api::authenticate;
 
 namespace {
 pb::Operation pending_op(int64_t amount = 2500, std::string owner = "demo-user") {
   pb::Operation op;
   op.set_key(owner + ":ORDER-100:full-refund:v1");
-  op.set_state("pending");
+  op.set_state(pb::STATE_PENDING);
   auto* p = op.mutable_proposal();
   p->set_kind("full-refund");
   p->set_owner(owner);
@@ -34,6 +37,9 @@ Principal approver(std::string name = "alice", int64_t limit = 100000) {
 ApprovalRequest exact(const pb::Operation& op) {
   return {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint()};
 }
+
+// Approvals needed under the default policy (two above 500.00 USD or GBP).
+int needed(const pb::Operation& op) { return approvals_needed(op.proposal(), PolicyConfig{}); }
 }  // namespace
 
 TEST_CASE("a token is found by its SHA-256 only, and only with the Bearer scheme") {
@@ -49,7 +55,7 @@ TEST_CASE("a token is found by its SHA-256 only, and only with the Bearer scheme
 
 TEST_CASE("the exact proposal is approved in one step below the two-person threshold") {
   auto op = pending_op();
-  auto r = check_approval(op, approver(), exact(op), 50000);
+  auto r = check_approval(op, approver(), exact(op), needed(op));
   REQUIRE(r.ok());
   CHECK(*r == ApprovalStep::complete);
 }
@@ -63,7 +69,7 @@ TEST_CASE("any difference in amount, currency or fingerprint is a proposal_misma
   auto fp = exact(op);
   fp.fingerprint[0] = fp.fingerprint[0] == 'a' ? 'b' : 'a';
   for (const auto& req : {amount, currency, fp}) {
-    auto r = check_approval(op, approver(), req, 50000);
+    auto r = check_approval(op, approver(), req, needed(op));
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == "proposal_mismatch");
   }
@@ -73,17 +79,20 @@ TEST_CASE("authority: scope, owner patterns, amount limit and self-approval") {
   auto op = pending_op();
   Principal reader = approver();
   reader.scopes = {"operations:read"};
-  CHECK(check_approval(op, reader, exact(op), 50000).error().code == "forbidden");
+  CHECK(check_approval(op, reader, exact(op), needed(op)).error().code == "forbidden");
   Principal scoped = approver();
   scoped.owners = {"team-b-*"};
-  CHECK(check_approval(op, scoped, exact(op), 50000).error().code == "forbidden");
+  CHECK_FALSE(scoped.may_act_for("demo-user"));
   scoped.owners = {"demo-*"};
-  CHECK(check_approval(op, scoped, exact(op), 50000).ok());
-  CHECK(check_approval(op, approver("alice", 2499), exact(op), 50000).error().code == "forbidden");
+  CHECK(scoped.may_act_for("demo-user"));
+  scoped.owners = {};
+  CHECK_FALSE(scoped.may_act_for("demo-user"));  // no patterns: nothing (fails closed)
+  CHECK(check_approval(op, approver("alice", 2499), exact(op), needed(op)).error().code ==
+        "forbidden");
   Principal no_gbp = approver();
   no_gbp.max_amount_minor = {{"GBP", 100000}};
-  CHECK(check_approval(op, no_gbp, exact(op), 50000).error().code == "forbidden");
-  CHECK(check_approval(op, approver("demo-user"), exact(op), 50000).error().code ==
+  CHECK(check_approval(op, no_gbp, exact(op), needed(op)).error().code == "forbidden");
+  CHECK(check_approval(op, approver("demo-user"), exact(op), needed(op)).error().code ==
         "self_approval");
 }
 
@@ -97,29 +106,41 @@ TEST_CASE("a token limited to the support tier approves small credits, never ref
   refund.set_fingerprint(operations::fingerprint(refund.proposal()));
   Principal support = approver("sam", 2000);
   support.tiers = {"support"};
-  CHECK(check_approval(credit, support, exact(credit), 50000).ok());
-  auto r = check_approval(refund, support, exact(refund), 50000);
+  CHECK(check_approval(credit, support, exact(credit), needed(credit)).ok());
+  auto r = check_approval(refund, support, exact(refund), needed(refund));
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == "forbidden");
 }
 
 TEST_CASE("above the threshold two distinct principals must approve") {
   auto op = pending_op(60000);
-  auto first = check_approval(op, approver("alice"), exact(op), 50000);
+  auto first = check_approval(op, approver("alice"), exact(op), needed(op));
   REQUIRE(first.ok());
   CHECK(*first == ApprovalStep::recorded);
   op.add_approvals()->set_principal("alice");
-  auto again = check_approval(op, approver("alice"), exact(op), 50000);
+  auto again = check_approval(op, approver("alice"), exact(op), needed(op));
   REQUIRE(again.ok());
   CHECK(*again == ApprovalStep::repeat);
-  auto second = check_approval(op, approver("bob"), exact(op), 50000);
+  auto second = check_approval(op, approver("bob"), exact(op), needed(op));
   REQUIRE(second.ok());
   CHECK(*second == ApprovalStep::complete);
 }
 
 TEST_CASE("an operation that is not pending cannot be approved") {
   auto op = pending_op();
-  op.set_state("settled");
-  op.set_outcome("denied");
-  CHECK(check_approval(op, approver(), exact(op), 50000).error().code == "invalid_state");
+  op.set_state(pb::STATE_SETTLED);
+  op.set_outcome(pb::OUTCOME_DENIED);
+  CHECK(check_approval(op, approver(), exact(op), needed(op)).error().code == "invalid_state");
+}
+
+TEST_CASE("a currency with no two-person threshold needs two approvers, whatever the amount") {
+  PolicyConfig policy;
+  policy.two_person_threshold_minor = {{"USD", 50000}};
+  auto op = pending_op(100);
+  op.mutable_proposal()->set_currency("EUR");
+  CHECK(approvals_needed(op.proposal(), policy) == 2);
+  op.mutable_proposal()->set_currency("USD");
+  CHECK(approvals_needed(op.proposal(), policy) == 1);
+  op.mutable_proposal()->set_amount_minor(50001);
+  CHECK(approvals_needed(op.proposal(), policy) == 2);
 }

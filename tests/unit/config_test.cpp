@@ -71,7 +71,7 @@ TEST_CASE("an unknown key, a wrong type or a bad value is refused with its name"
     return c.error().message;
   };
   CHECK(error_of("data_dirr = \"x\"\n" + kSource).find("data_dirr") != std::string::npos);
-  CHECK(error_of("[ingress]\nlisten = 80\n" + kSource).find("'listen' must be a string") !=
+  CHECK(error_of("[ingress]\nlisten = 80\n" + kSource).find("'ingress.listen' must be a string") !=
         std::string::npos);
   CHECK(error_of("[policy]\napproval_ttl_s = 0\n" + kSource).find("approval_ttl_s") !=
         std::string::npos);
@@ -117,4 +117,54 @@ TEST_CASE("the example configuration in the repository loads") {
   REQUIRE_MESSAGE(c.ok(), c.error().message);
   CHECK(c->principals.size() == 3);
   CHECK(c->principals.at(1).tiers == std::vector<std::string>{"support"});
+}
+
+TEST_CASE("currency keys must be upper-case ISO 4217 codes; the daemon names the key") {
+  auto error_of = [](const std::string& text) {
+    ConfigFile f(text + kSource);
+    auto c = daemon::load_config(f.path.string());
+    REQUIRE_FALSE(c.ok());
+    return c.error().message;
+  };
+  CHECK(error_of("[policy]\ntwo_person_threshold_minor = { usd = 50000 }\n")
+            .find("policy.two_person_threshold_minor.usd") != std::string::npos);
+  CHECK(error_of("[policy]\ncredit_hard_cap_minor = { DOLLARS = 5 }\n")
+            .find("credit_hard_cap_minor.DOLLARS") != std::string::npos);
+  CHECK(error_of("[policy]\ncredit_support_limit_minor = { USD = \"lots\" }\n")
+            .find("credit_support_limit_minor.USD") != std::string::npos);
+  CHECK(error_of(R"([[operator.tokens]]
+principal = "p"
+token_sha256 = ")" +
+                 crypto::sha256_hex("t") + R"("
+max_amount_minor = { Usd = 5 }
+)")
+            .find("operator.tokens[0].max_amount_minor.Usd") != std::string::npos);
+}
+
+TEST_CASE("a config error never quotes the file: a secret on the bad line stays out of it") {
+  const std::string secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+  for (const std::string& text :
+       {"[[ingress.sources]]\nname = \"agents\"\nsecrets = \"" + secret + "\"\n",
+        "[[ingress.sources]]\nname = \"agents\"\nsecrets = [\"" + secret + "\", 5]\n",
+        "[[ingress.sources]]\nname = \"agents\"\nsecrets = [\"" + secret + "\"\n"}) {
+    ConfigFile f(text);
+    auto c = daemon::load_config(f.path.string());
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.error().message.find(secret) == std::string::npos);
+    CHECK(c.error().message.find("MfKQ9r8") == std::string::npos);
+  }
+}
+
+TEST_CASE("a token without owner patterns is loaded with none: it sees nothing") {
+  ConfigFile f(kSource + R"(
+[[operator.tokens]]
+principal = "p"
+token_sha256 = ")" +
+               crypto::sha256_hex("t") + R"("
+scopes = ["operations:read"]
+)");
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE(c.ok());
+  CHECK(c->principals.at(0).owners.empty());
+  CHECK_FALSE(c->principals.at(0).may_act_for("demo-user"));
 }

@@ -12,7 +12,7 @@
 #include "ingress/signature.h"
 #include "ingress/webhook_handler.h"
 #include "opgate.pb.h"
-#include "store_world.h"
+#include "world.h"
 
 using namespace opgate;
 using namespace opgate::testing;
@@ -48,8 +48,8 @@ std::string error_code(const http::Response& r) {
   return std::string(json::parse(r.body).at("error").at("code").as_string());
 }
 
-bool stored(const store::Store& store, const std::string& id) {
-  auto v = store.get(store::Cf::inbox, ingress::Inbox::event_key("agents", id));
+bool stored(store::Storage& storage, const std::string& id) {
+  auto v = storage.reader().event("agents", id);
   return v.ok() && v->has_value();
 }
 
@@ -59,14 +59,16 @@ TEST_CASE("a store that refuses writes: 503 storage_unavailable with Retry-After
   const auto dir =
       std::filesystem::temp_directory_path() / ("opgate-unit-ro-" + crypto::random_hex(6));
   ManualClock clock{1'800'000'000'000};
-  REQUIRE(store::Store::open(dir.string(), {}).ok());  // create it, then close it
-  store::OpenOptions read_only;
+  REQUIRE(store::rocks::RocksStorage::open(dir.string(), {}, clock).ok());  // create, close
+  store::rocks::OpenOptions read_only;
   read_only.read_only = true;
-  auto opened = store::Store::open(dir.string(), read_only);
+  auto opened = store::rocks::RocksStorage::open(dir.string(), read_only, clock);
   REQUIRE(opened.ok());
   Metrics metrics;
   {
-    ingress::Inbox inbox(**opened, clock);
+    auto opened_inbox = ingress::Inbox::open(**opened, clock);
+    REQUIRE(opened_inbox.ok());
+    auto& inbox = **opened_inbox;
     ingress::WebhookHandler handler(config(), inbox, clock, metrics);
     auto res = handler.handle(signed_request("msg_ro", action_required("sess_1"), clock.now_s()),
                               "agents");
@@ -80,7 +82,7 @@ TEST_CASE("a store that refuses writes: 503 storage_unavailable with Retry-After
   CHECK(metrics.counter_value("opgate_webhooks_rejected_total",
                               {{"source", "agents"}, {"reason", "storage_unavailable"}}) == 1);
   opened->reset();
-  auto writable = store::Store::open(dir.string(), {});
+  auto writable = store::rocks::RocksStorage::open(dir.string(), {}, clock);
   REQUIRE(writable.ok());
   CHECK_FALSE(stored(**writable, "msg_ro"));
   writable->reset();
@@ -88,19 +90,20 @@ TEST_CASE("a store that refuses writes: 503 storage_unavailable with Retry-After
 }
 
 TEST_CASE("past the bound on waiting submissions the answer is 503 overloaded at once") {
-  StoreWorld w;
-  ingress::Inbox full(*w.store, w.clock, ingress::InboxOptions{.max_pending = 0});
-  ingress::WebhookHandler handler(config(), full, w.clock, w.metrics);
+  World w;
+  auto full = ingress::Inbox::open(*w.storage, w.clock, ingress::InboxOptions{.max_pending = 0});
+  REQUIRE(full.ok());
+  ingress::WebhookHandler handler(config(), **full, w.clock, w.metrics);
   auto res = handler.handle(signed_request("msg_full", action_required("sess_1"), w.clock.now_s()),
                             "agents");
   CHECK(res.status == 503);
   CHECK(error_code(res) == "overloaded");
   CHECK(res.headers.count("Retry-After") == 1);
-  CHECK_FALSE(stored(*w.store, "msg_full"));
+  CHECK_FALSE(stored(*w.storage, "msg_full"));
 }
 
 TEST_CASE("copies submitted together: one stored per id, copies are duplicates, other bodies 409") {
-  StoreWorld w;
+  World w;
   const ingress::Envelope envelope{"evt", std::string(ingress::kActionRequired), "sess_1"};
   std::vector<std::future<Result<ingress::Accepted>>> results;
   std::vector<std::string> expected;  // "new", "dup" or "conflict" per submission
@@ -131,32 +134,22 @@ TEST_CASE("copies submitted together: one stored per id, copies are duplicates, 
   CHECK(w.inbox->group_commits() >= 1);
   CHECK(w.inbox->group_commits() <= 10);
   CHECK(w.inbox->backlog() == 10);
-  int queued = 0;
-  REQUIRE(w.store
-              ->scan(store::Cf::inbox, "q/",
-                     [&](std::string_view, std::string_view) {
-                       ++queued;
-                       return true;
-                     })
-              .ok());
-  CHECK(queued == 10);
+  CHECK(*w.storage->reader().queued_count() == 10);
 }
 
 TEST_CASE("an event with no work for the worker is stored processed and never queued") {
-  StoreWorld w;
+  World w;
   REQUIRE(w.inbox->accept("agents", "msg_done", "{}", {"evt_1", "response.completed", ""}).ok());
   REQUIRE(
       w.inbox
           ->accept("agents", "msg_work", "{}", {"evt_2", "agent.session.action_required", "sess_1"})
           .ok());
   CHECK(w.inbox->backlog() == 1);
-  auto done = w.store->get_message<pb::InboxEvent>(store::Cf::inbox,
-                                                   ingress::Inbox::event_key("agents", "msg_done"));
+  auto done = w.storage->reader().event("agents", "msg_done");
   REQUIRE(done.ok());
   REQUIRE(done->has_value());
   CHECK((*done)->processed());
-  auto work = w.store->get_message<pb::InboxEvent>(store::Cf::inbox,
-                                                   ingress::Inbox::event_key("agents", "msg_work"));
+  auto work = w.storage->reader().event("agents", "msg_work");
   REQUIRE(work.ok());
   REQUIRE(work->has_value());
   CHECK_FALSE((*work)->processed());

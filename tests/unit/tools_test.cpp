@@ -6,6 +6,7 @@
 #include <map>
 
 #include "operations/proposal.h"
+#include "operations/settlement.h"
 
 using namespace opgate;
 namespace json = boost::json;
@@ -14,7 +15,7 @@ namespace {
 constexpr int64_t kNow = 1'800'000'000;
 
 pb::Order order(std::string id, std::string owner, int64_t amount = 2500,
-                std::string status = "paid", int64_t placed_at = kNow - 86400) {
+                pb::OrderStatus status = pb::ORDER_PAID, int64_t placed_at = kNow - 86400) {
   pb::Order o;
   o.set_order_id(id);
   o.set_owner(owner);
@@ -30,15 +31,19 @@ pb::Order order(std::string id, std::string owner, int64_t amount = 2500,
 
 struct Fixture {
   std::map<std::string, pb::Order> orders;
-  worker::PolicyConfig policy;
-  worker::OrderLookup lookup = [this](const std::string& id) -> std::optional<pb::Order> {
+  std::map<std::string, pb::OrderFunds> funds;
+  operations::PolicyConfig policy;
+  worker::OrderLookup lookup =
+      [this](const std::string& id) -> Result<std::optional<worker::OrderView>> {
     auto it = orders.find(id);
-    if (it == orders.end()) return std::nullopt;
-    return it->second;
+    if (it == orders.end()) return std::optional<worker::OrderView>();
+    return std::optional<worker::OrderView>(worker::OrderView{it->second, funds[id]});
   };
   worker::ToolOutcome run(std::string_view tool, std::string_view args,
                           const std::string& owner = "demo-user") {
-    return worker::dispatch_tool(tool, args, owner, lookup, policy, kNow);
+    auto out = worker::dispatch_tool(tool, args, owner, lookup, policy, kNow);
+    REQUIRE(out.ok());
+    return *out;
   }
 };
 }  // namespace
@@ -119,9 +124,9 @@ TEST_CASE("malformed arguments and unknown tools get an accurate refusal") {
 
 TEST_CASE("refund policy: paid, inside the window, not already refunded") {
   Fixture f;
-  f.orders["OLD"] = order("OLD", "demo-user", 2500, "paid", kNow - 31 * 86400);
-  f.orders["DONE"] = order("DONE", "demo-user", 2500, "refunded");
-  f.orders["GONE"] = order("GONE", "demo-user", 2500, "cancelled");
+  f.orders["OLD"] = order("OLD", "demo-user", 2500, pb::ORDER_PAID, kNow - 31 * 86400);
+  f.orders["DONE"] = order("DONE", "demo-user", 2500, pb::ORDER_REFUNDED);
+  f.orders["GONE"] = order("GONE", "demo-user", 2500, pb::ORDER_CANCELLED);
   CHECK(f.run("request_refund", R"({"order_id":"OLD"})").result->error().find("window") !=
         std::string::npos);
   CHECK(f.run("request_refund", R"({"order_id":"DONE"})").result->error().find("already") !=
@@ -209,17 +214,50 @@ TEST_CASE("every tool schema forbids additional properties") {
 TEST_CASE("the settled result reports status, key, amount, currency and provider id") {
   pb::Operation op;
   op.set_key("demo-user:ORDER-100:full-refund:v1");
-  op.set_outcome("succeeded");
+  op.set_outcome(pb::OUTCOME_SUCCEEDED);
   op.set_provider_object_id("re_123");
   op.mutable_proposal()->set_amount_minor(2500);
   op.mutable_proposal()->set_currency("USD");
-  auto r = worker::settled_result(op);
+  auto r = operations::settled_result(op);
   CHECK(r.success());
   auto v = json::parse(r.output()).as_object();
   CHECK(v.at("status").as_string() == "succeeded");
   CHECK(v.at("operation_key").as_string() == op.key());
   CHECK(v.at("provider_object_id").as_string() == "re_123");
-  op.set_outcome("denied");
-  CHECK_FALSE(
-      json::parse(worker::settled_result(op).output()).as_object().contains("provider_object_id"));
+  op.set_outcome(pb::OUTCOME_DENIED);
+  CHECK_FALSE(json::parse(operations::settled_result(op).output())
+                  .as_object()
+                  .contains("provider_object_id"));
+}
+
+TEST_CASE("a credit that succeeded leaves only the rest of the order to refund or credit") {
+  Fixture f;
+  f.orders["ORDER-100"] = order("ORDER-100", "demo-user", 2500);
+  f.funds["ORDER-100"].set_credited_minor(1000);
+  auto lookup = f.run("lookup_order", R"({"order_id":"ORDER-100"})");
+  auto money = json::parse(lookup.result->output()).at("money");
+  CHECK(money.at("remaining_minor").as_int64() == 1500);
+  CHECK(money.at("credited_minor").as_int64() == 1000);
+  auto refund = f.run("request_refund", R"({"order_id":"ORDER-100"})");
+  REQUIRE(refund.proposal);
+  CHECK(refund.proposal->amount_minor() == 1500);
+  auto credit = f.run(
+      "issue_account_credit",
+      R"({"order_id":"ORDER-100","amount_minor":1600,"currency":"USD","reason_code":"GOODWILL"})");
+  REQUIRE(credit.result);
+  CHECK(credit.result->error().find("remains") != std::string::npos);
+}
+
+TEST_CASE("an order refunded and credited in full, or with money in flight, has nothing left") {
+  Fixture f;
+  f.orders["ORDER-100"] = order("ORDER-100", "demo-user", 2500);
+  f.funds["ORDER-100"].set_refunded_minor(2500);
+  CHECK(f.run("request_refund", R"({"order_id":"ORDER-100"})").result->error().find("already") !=
+        std::string::npos);
+  f.funds["ORDER-100"].set_refunded_minor(0);
+  f.funds["ORDER-100"].set_credited_minor(500);
+  f.funds["ORDER-100"].set_reserved_minor(2000);
+  auto refund = f.run("request_refund", R"({"order_id":"ORDER-100"})");
+  REQUIRE(refund.result);
+  CHECK(refund.result->error().find("Nothing remains") != std::string::npos);
 }

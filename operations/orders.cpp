@@ -1,4 +1,4 @@
-#include "worker/orders.h"
+#include "operations/orders.h"
 
 #include <fmt/format.h>
 
@@ -8,41 +8,43 @@
 
 #include "operations/proposal.h"
 
-namespace opgate::worker {
+namespace opgate::operations {
 
 namespace json = boost::json;
 
 Result<pb::Order> parse_order(std::string_view text) {
   json::error_code ec;
   auto v = json::parse(text, ec);
-  if (ec || !v.is_object()) return make_error("bad_order", "An order must be a JSON object.");
+  if (ec || !v.is_object()) return make_error(errc::bad_order, "An order must be a JSON object.");
   auto& o = v.as_object();
   static const std::set<std::string> known = {
       "order_id",       "owner",  "amount_minor", "currency", "payment_intent", "customer",
       "payment_method", "status", "placed_at",    "note",     "refunded_minor"};
   for (const auto& [k, _] : o)
     if (!known.count(std::string(k)))
-      return make_error("bad_order",
+      return make_error(errc::bad_order,
                         fmt::format("Unknown order field '{}'.", std::string(k).substr(0, 64)));
   auto str = [&](const char* k, bool required, std::string& out) -> std::optional<Error> {
     auto* p = o.if_contains(k);
     if (!p) {
-      if (required) return make_error("bad_order", fmt::format("Order field '{}' is required.", k));
+      if (required)
+        return make_error(errc::bad_order, fmt::format("Order field '{}' is required.", k));
       return std::nullopt;
     }
     if (!p->is_string())
-      return make_error("bad_order", fmt::format("Order field '{}' must be a string.", k));
+      return make_error(errc::bad_order, fmt::format("Order field '{}' must be a string.", k));
     out = std::string(p->as_string());
     return std::nullopt;
   };
   auto num = [&](const char* k, bool required, int64_t& out) -> std::optional<Error> {
     auto* p = o.if_contains(k);
     if (!p) {
-      if (required) return make_error("bad_order", fmt::format("Order field '{}' is required.", k));
+      if (required)
+        return make_error(errc::bad_order, fmt::format("Order field '{}' is required.", k));
       return std::nullopt;
     }
     if (!p->is_int64() && !(p->is_uint64() && p->as_uint64() <= INT64_MAX))
-      return make_error("bad_order", fmt::format("Order field '{}' must be an integer.", k));
+      return make_error(errc::bad_order, fmt::format("Order field '{}' must be an integer.", k));
     out = p->to_number<int64_t>();
     return std::nullopt;
   };
@@ -56,19 +58,22 @@ Result<pb::Order> parse_order(std::string_view text) {
         num("refunded_minor", false, refunded)})
     if (e) return *e;
   if (!operations::valid_identifier(order_id) || !operations::valid_identifier(owner))
-    return make_error("bad_order",
+    return make_error(errc::bad_order,
                       "order_id and owner must be 1-64 characters from A-Z, a-z, "
                       "0-9, '.', '_' and '-'.");
   if (currency.size() != 3 || !std::all_of(currency.begin(), currency.end(), ::isupper))
-    return make_error("bad_order", "currency must be a three-letter upper-case code.");
-  if (status != "paid" && status != "refunded" && status != "cancelled")
-    return make_error("bad_order", "status must be paid, refunded or cancelled.");
-  if (amount <= 0) return make_error("bad_order", "amount_minor must be positive.");
+    return make_error(errc::bad_order, "currency must be a three-letter upper-case code.");
+  pb::OrderStatus parsed_status = pb::ORDER_STATUS_UNSPECIFIED;
+  for (auto st : {pb::ORDER_PAID, pb::ORDER_REFUNDED, pb::ORDER_CANCELLED})
+    if (order_status_text(st) == status) parsed_status = st;
+  if (parsed_status == pb::ORDER_STATUS_UNSPECIFIED)
+    return make_error(errc::bad_order, "status must be paid, refunded or cancelled.");
+  if (amount <= 0) return make_error(errc::bad_order, "amount_minor must be positive.");
   if (refunded < 0 || refunded > amount)
-    return make_error("bad_order", "refunded_minor must be between 0 and amount_minor.");
+    return make_error(errc::bad_order, "refunded_minor must be between 0 and amount_minor.");
   if (pi.empty() || pi.size() > 255 || customer.empty() || customer.size() > 255 ||
       method.size() > 255 || note.size() > 4096)
-    return make_error("bad_order", "An order field is empty or too long.");
+    return make_error(errc::bad_order, "An order field is empty or too long.");
   pb::Order order;
   order.set_order_id(order_id);
   order.set_owner(owner);
@@ -77,7 +82,7 @@ Result<pb::Order> parse_order(std::string_view text) {
   order.set_payment_intent(pi);
   order.set_customer(customer);
   order.set_payment_method(method);
-  order.set_status(status);
+  order.set_status(parsed_status);
   order.set_placed_at(placed_at);
   order.set_note(note);
   order.set_refunded_minor(refunded);
@@ -92,7 +97,7 @@ std::string order_to_json(const pb::Order& o) {
                                       {"payment_intent", o.payment_intent()},
                                       {"customer", o.customer()},
                                       {"payment_method", o.payment_method()},
-                                      {"status", o.status()},
+                                      {"status", order_status_text(o.status())},
                                       {"placed_at", o.placed_at()},
                                       {"note", o.note()},
                                       {"refunded_minor", o.refunded_minor()}});
@@ -100,7 +105,7 @@ std::string order_to_json(const pb::Order& o) {
 
 Result<std::vector<pb::Order>> read_orders_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return make_error("orders_file", "cannot read orders file " + path);
+  if (!in) return make_error(errc::orders_file, "cannot read orders file " + path);
   std::vector<pb::Order> orders;
   std::string line;
   size_t line_no = 0;
@@ -109,32 +114,57 @@ Result<std::vector<pb::Order>> read_orders_file(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto order = parse_order(line);
     if (!order)
-      return make_error("orders_file",
+      return make_error(errc::orders_file,
                         fmt::format("{} line {}: {}", path, line_no, order.error().message));
     orders.push_back(std::move(*order));
   }
   return orders;
 }
 
-Result<size_t> import_orders_file(store::Store& store, const std::string& path, int64_t now_ms) {
-  auto orders = read_orders_file(path);
-  if (!orders) return orders.error();
-  store::Batch batch;
-  for (auto& order : *orders) {
-    // Refunds opgate has executed stay recorded: a re-seed must not make a
-    // refunded order refundable again.
-    auto stored = store.get_message<pb::Order>(store::Cf::orders, order.order_id());
-    if (!stored) return stored.error();
-    if (stored->has_value() && (*stored)->refunded_minor() > order.refunded_minor() &&
-        (*stored)->amount_minor() == order.amount_minor()) {
-      order.set_refunded_minor((*stored)->refunded_minor());
-      if (order.refunded_minor() >= order.amount_minor()) order.set_status("refunded");
-    }
-    order.set_updated_at_ms(now_ms);
-    batch.put(store::Cf::orders, order.order_id(), order);
+Status upsert_order(store::Transaction& txn, pb::Order order, const std::string& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto stored, txn.order(order.order_id()));
+  if (stored) {
+    pb::Order same = *stored;
+    same.set_updated_at_ms(order.updated_at_ms());
+    if (same.SerializeAsString() == order.SerializeAsString()) return Status::Ok();
   }
-  if (Status s = store.commit(batch); !s) return s.error();
-  return orders->size();
+  order.set_updated_at_ms(txn.now_ms());
+  txn.put_order(order);
+  pb::AuditRecord record;
+  record.set_principal(principal);
+  record.set_action(stored ? "order_update" : "order_create");
+  record.set_details_json(json::serialize(json::object{
+      {"order_id", order.order_id()},
+      {"owner", order.owner()},
+      {"amount_minor", order.amount_minor()},
+      {"currency", order.currency()},
+      {"status", order_status_text(order.status())},
+      {"refunded_minor", order.refunded_minor()},
+      {"previous", stored ? json::value(json::parse(order_to_json(*stored))) : json::value()}}));
+  txn.append_audit(std::move(record));
+  return Status::Ok();
 }
 
-}  // namespace opgate::worker
+Result<size_t> import_orders(store::Storage& storage, std::vector<pb::Order> orders,
+                             const std::string& principal) {
+  OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
+    for (const auto& order : orders) OPGATE_TRY(upsert_order(txn, order, principal));
+    return Status::Ok();
+  }));
+  return orders.size();
+}
+
+std::string_view order_status_text(pb::OrderStatus status) {
+  switch (status) {
+    case pb::ORDER_PAID:
+      return "paid";
+    case pb::ORDER_REFUNDED:
+      return "refunded";
+    case pb::ORDER_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+}  // namespace opgate::operations

@@ -1,9 +1,14 @@
-#include "store/store.h"
+#include "store/rocksdb/db.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/compaction_filter.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/statistics.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 
@@ -12,14 +17,16 @@
 
 #include "opgate.pb.h"
 
-namespace opgate::store {
+namespace opgate::store::rocks {
 
 namespace {
 constexpr std::array<std::string_view, kCfCount> kNames = {
     "inbox", "sessions", "calls", "operations", "outbox", "ledger", "audit", "orders", "default"};
 
+constexpr std::string_view kFormatKey = "format_version";
+
 Error from_rocks(const rocksdb::Status& s, std::string_view what) {
-  return make_error("storage_error", std::string(what) + ": " + s.ToString());
+  return make_error(errc::storage_error, std::string(what) + ": " + s.ToString());
 }
 
 // Drops inbox events that were processed longer ago than the retention.
@@ -45,41 +52,46 @@ class InboxRetentionFilter final : public rocksdb::CompactionFilter {
 
 std::string_view cf_name(Cf cf) { return kNames[static_cast<size_t>(cf)]; }
 
-struct Batch::Op {
-  Cf cf;
-  bool is_delete;
-  std::string key;
-  std::string value;
-};
+void WriteSet::put(Cf cf, std::string key, std::string value) {
+  maps_[static_cast<size_t>(cf)].insert_or_assign(std::move(key), std::move(value));
+}
 
-namespace {
-Status to_write_batch(const std::vector<Batch::Op>& ops,
-                      const std::array<rocksdb::ColumnFamilyHandle*, kCfCount>& handles,
-                      rocksdb::WriteBatch& wb) {
-  for (const auto& op : ops) {
-    auto* h = handles[static_cast<size_t>(op.cf)];
-    rocksdb::Status s = op.is_delete ? wb.Delete(h, op.key) : wb.Put(h, op.key, op.value);
-    if (!s.ok()) return from_rocks(s, "cannot build write batch");
+void WriteSet::del(Cf cf, std::string key) {
+  maps_[static_cast<size_t>(cf)].insert_or_assign(std::move(key), std::nullopt);
+}
+
+void WriteSet::merge(WriteSet&& later) {
+  for (size_t i = 0; i < kCfCount; ++i) {
+    if (maps_[i].empty()) {
+      maps_[i] = std::move(later.maps_[i]);
+      continue;
+    }
+    for (auto& [k, v] : later.maps_[i]) maps_[i].insert_or_assign(k, std::move(v));
   }
-  return Status::Ok();
-}
-}  // namespace
-
-Batch::Batch() : ops_(std::make_unique<std::vector<Op>>()) {}
-Batch::~Batch() = default;
-Batch::Batch(Batch&&) noexcept = default;
-
-void Batch::put(Cf cf, std::string_view key, std::string_view value) {
-  ops_->push_back({cf, false, std::string(key), std::string(value)});
+  later.clear();
 }
 
-void Batch::put(Cf cf, std::string_view key, const google::protobuf::MessageLite& message) {
-  ops_->push_back({cf, false, std::string(key), message.SerializeAsString()});
+const std::optional<std::string>* WriteSet::find(Cf cf, std::string_view key) const {
+  const auto& m = maps_[static_cast<size_t>(cf)];
+  auto it = m.find(key);
+  return it == m.end() ? nullptr : &it->second;
 }
 
-void Batch::del(Cf cf, std::string_view key) { ops_->push_back({cf, true, std::string(key), {}}); }
+bool WriteSet::empty() const {
+  for (const auto& m : maps_)
+    if (!m.empty()) return false;
+  return true;
+}
 
-size_t Batch::count() const { return ops_->size(); }
+size_t WriteSet::size() const {
+  size_t n = 0;
+  for (const auto& m : maps_) n += m.size();
+  return n;
+}
+
+void WriteSet::clear() {
+  for (auto& m : maps_) m.clear();
+}
 
 std::string prefix_successor(std::string_view prefix) {
   std::string s(prefix);
@@ -94,25 +106,26 @@ std::string prefix_successor(std::string_view prefix) {
   return s;
 }
 
-Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOptions& o) {
+Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
     if (!o.create_if_missing || o.read_only)
-      return make_error("no_data_dir", "data directory does not exist: " + dir);
+      return make_error(errc::no_data_dir, "data directory does not exist: " + dir);
     fs::create_directories(dir, ec);
-    if (ec) return make_error("data_dir", "cannot create " + dir + ": " + ec.message());
+    if (ec) return make_error(errc::data_dir, "cannot create " + dir + ": " + ec.message());
     fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
   }
   if (o.check_permissions) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0)
-      return make_error("data_dir", "cannot stat data directory " + dir);
+      return make_error(errc::data_dir, "cannot stat data directory " + dir);
     if (st.st_mode & (S_IRWXG | S_IRWXO))
       return make_error(
-          "data_dir_permissions",
+          errc::data_dir_permissions,
           "data directory " + dir + " is accessible by group or others; run chmod 700 on it");
   }
+  const bool existed = fs::exists(fs::path(dir) / "CURRENT", ec);
 
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
@@ -122,15 +135,28 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOpt
   db_options.enable_pipelined_write = false;
   db_options.allow_concurrent_memtable_write = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.keep_log_file_num = 4;
   // Tickers only (no histograms): WAL syncs for /metrics and benchmarks.
   db_options.statistics = rocksdb::CreateDBStatistics();
   db_options.statistics->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);
+  std::unique_ptr<rocksdb::Env> env;
+  if (o.file_system) {
+    env = rocksdb::NewCompositeEnv(o.file_system);
+    db_options.env = env.get();
+  }
   std::unique_ptr<rocksdb::CompactionFilter> inbox_filter;
   if (o.inbox_retention_ms > 0 && o.clock)
     inbox_filter = std::make_unique<InboxRetentionFilter>(*o.clock, o.inbox_retention_ms);
+  auto cache = rocksdb::NewLRUCache(o.block_cache_bytes);
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (auto name : kNames) {
     rocksdb::ColumnFamilyOptions cf_options;
+    cf_options.write_buffer_size = o.write_buffer_bytes;
+    cf_options.max_write_buffer_number = 2;
+    rocksdb::BlockBasedTableOptions table;
+    table.block_cache = cache;
+    table.cache_index_and_filter_blocks = true;
+    cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     if (name == cf_name(Cf::inbox)) cf_options.compaction_filter = inbox_filter.get();
     cfs.emplace_back(std::string(name), cf_options);
   }
@@ -140,48 +166,70 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& dir, const OpenOpt
                           ? rocksdb::DB::OpenForReadOnly(db_options, dir, cfs, &handles, &raw)
                           : rocksdb::DB::Open(db_options, dir, cfs, &handles, &raw);
   if (!s.ok()) return from_rocks(s, "cannot open data directory " + dir);
-  std::unique_ptr<Store> store(new Store());
-  store->dir_ = dir;
-  store->inbox_filter_ = std::move(inbox_filter);
-  store->db_.reset(raw);
-  for (size_t i = 0; i < kCfCount; ++i) store->handles_[i] = handles[i];
-  return store;
+  std::unique_ptr<Db> db(new Db());
+  db->dir_ = dir;
+  db->inbox_filter_ = std::move(inbox_filter);
+  db->cache_ = std::move(cache);
+  db->db_.reset(raw);
+  for (size_t i = 0; i < kCfCount; ++i) db->handles_[i] = handles[i];
+  // The Env must outlive the database; it is only ever set in tests, which
+  // keep the file system alive, so the wrapper may leak with the process.
+  env.release();
+
+  auto version = db->get(Cf::meta, kFormatKey);
+  if (!version) return version.error();
+  if (!version->has_value()) {
+    if (existed && !o.read_only)
+      return make_error(errc::data_format,
+                        "data directory " + dir +
+                            " records no format version: it was written by an opgate older "
+                            "than 0.2 and cannot be read by this one");
+    if (!o.read_only) {
+      WriteSet w;
+      w.put(Cf::meta, std::string(kFormatKey), std::to_string(kFormatVersion));
+      if (Status ws = db->write(w, true); !ws) return ws.error();
+    }
+  } else {
+    int found = 0;
+    try {
+      found = std::stoi(**version);
+    } catch (...) {
+      return make_error(errc::data_format, "data directory " + dir + " has a corrupt version");
+    }
+    if (found > kFormatVersion)
+      return make_error(errc::data_format,
+                        "data directory " + dir + " holds data format " + std::to_string(found) +
+                            ", newer than this opgate understands (" +
+                            std::to_string(kFormatVersion) + "); run a newer opgate");
+  }
+  return db;
 }
 
-Store::~Store() {
+Db::~Db() {
   if (!db_) return;
   for (auto* h : handles_)
     if (h) db_->DestroyColumnFamilyHandle(h);
   db_->Close();
 }
 
-Status Store::write_unsynced(Batch& batch) {
+Status Db::write(const WriteSet& writes, bool sync) {
   rocksdb::WriteBatch wb;
-  if (Status s = to_write_batch(*batch.ops_, handles_, wb); !s) return s;
-  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &wb);
-  if (!s.ok()) return from_rocks(s, "write failed");
-  return Status::Ok();
-}
-
-Status Store::sync_wal() {
-  rocksdb::Status s = db_->SyncWAL();
-  if (!s.ok()) return from_rocks(s, "WAL sync failed");
-  synced_writes_++;
-  return Status::Ok();
-}
-
-Status Store::commit(Batch& batch) {
-  rocksdb::WriteBatch wb;
-  if (Status s = to_write_batch(*batch.ops_, handles_, wb); !s) return s;
+  for (size_t i = 0; i < kCfCount; ++i) {
+    auto* h = handles_[i];
+    for (const auto& [k, v] : writes.of(static_cast<Cf>(i))) {
+      rocksdb::Status s = v ? wb.Put(h, k, *v) : wb.Delete(h, k);
+      if (!s.ok()) return from_rocks(s, "cannot build write batch");
+    }
+  }
   rocksdb::WriteOptions wo;
-  wo.sync = true;
+  wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, &wb);
-  if (!s.ok()) return from_rocks(s, "synced write failed");
-  synced_writes_++;
+  if (!s.ok()) return from_rocks(s, sync ? "synced write failed" : "write failed");
+  if (sync) synced_writes_++;
   return Status::Ok();
 }
 
-Result<std::optional<std::string>> Store::get(Cf cf, std::string_view key) const {
+Result<std::optional<std::string>> Db::get(Cf cf, std::string_view key) const {
   std::string value;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), handles_[static_cast<size_t>(cf)], key, &value);
@@ -190,14 +238,14 @@ Result<std::optional<std::string>> Store::get(Cf cf, std::string_view key) const
   return std::optional<std::string>(std::move(value));
 }
 
-Status Store::scan(Cf cf, std::string_view prefix, const Visitor& visit,
-                   std::string_view start) const {
+Status Db::scan(Cf cf, std::string_view prefix, const Visitor& visit,
+                std::string_view start) const {
   rocksdb::ReadOptions ro;
   std::string upper = prefix_successor(prefix);
   rocksdb::Slice upper_slice(upper);
   if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[static_cast<size_t>(cf)]));
-  std::string_view from = start.empty() ? prefix : start;
+  std::string_view from = start.empty() || start < prefix ? prefix : start;
   for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
     auto k = it->key();
     auto v = it->value();
@@ -207,7 +255,7 @@ Status Store::scan(Cf cf, std::string_view prefix, const Visitor& visit,
   return Status::Ok();
 }
 
-Result<std::optional<std::string>> Store::last_key(Cf cf, std::string_view prefix) const {
+Result<std::optional<std::string>> Db::last_key(Cf cf, std::string_view prefix) const {
   rocksdb::ReadOptions ro;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[static_cast<size_t>(cf)]));
   std::string upper = prefix_successor(prefix);
@@ -223,7 +271,7 @@ Result<std::optional<std::string>> Store::last_key(Cf cf, std::string_view prefi
   return std::optional<std::string>(it->key().ToString());
 }
 
-Status Store::compact(Cf cf) {
+Status Db::compact(Cf cf) {
   rocksdb::CompactRangeOptions options;
   options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
   rocksdb::Status s =
@@ -232,11 +280,21 @@ Status Store::compact(Cf cf) {
   return Status::Ok();
 }
 
-uint64_t Store::synced_writes() const { return synced_writes_.load(); }
+Status Db::checkpoint(const std::string& dir) {
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
+  if (!s.ok()) return from_rocks(s, "cannot start a checkpoint");
+  std::unique_ptr<rocksdb::Checkpoint> cp(raw);
+  // Flush first, so the copy holds every write as table files and a WAL
+  // that is short to replay.
+  s = cp->CreateCheckpoint(dir, 0);
+  if (!s.ok()) return from_rocks(s, "checkpoint failed");
+  return Status::Ok();
+}
 
-uint64_t Store::wal_syncs() const {
+uint64_t Db::wal_syncs() const {
   auto stats = db_->GetOptions().statistics;
   return stats ? stats->getTickerCount(rocksdb::WAL_FILE_SYNCED) : 0;
 }
 
-}  // namespace opgate::store
+}  // namespace opgate::store::rocks

@@ -1,0 +1,81 @@
+// The one catalogue of error codes: each with its stable snake_case name
+// (what API bodies and logs carry) and the HTTP status it maps to. Every
+// Error is made from one of these, so a code cannot be misspelt and its
+// status is decided in one place. Pure; thread-safe.
+#pragma once
+
+#include <string_view>
+
+namespace opgate {
+
+struct ErrorCode {
+  std::string_view name;
+  int http_status;
+};
+
+namespace errc {
+// Caller errors.
+inline constexpr ErrorCode bad_request{"bad_request", 400};
+inline constexpr ErrorCode unauthorized{"unauthorized", 401};
+inline constexpr ErrorCode forbidden{"forbidden", 403};
+inline constexpr ErrorCode self_approval{"self_approval", 403};
+inline constexpr ErrorCode not_found{"not_found", 404};
+inline constexpr ErrorCode conflict{"conflict", 409};
+inline constexpr ErrorCode proposal_mismatch{"proposal_mismatch", 409};
+inline constexpr ErrorCode invalid_state{"invalid_state", 409};
+inline constexpr ErrorCode invalid_transition{"invalid_transition", 409};
+inline constexpr ErrorCode order_changed{"order_changed", 409};
+inline constexpr ErrorCode expired{"expired", 409};
+inline constexpr ErrorCode policy_refused{"policy_refused", 409};
+inline constexpr ErrorCode not_bound{"not_bound", 409};
+inline constexpr ErrorCode too_large{"too_large", 413};
+inline constexpr ErrorCode bad_order{"bad_order", 400};
+// Our own state or dependencies.
+inline constexpr ErrorCode storage_error{"storage_error", 503};
+inline constexpr ErrorCode corrupt_record{"corrupt_record", 503};
+inline constexpr ErrorCode overloaded{"overloaded", 503};
+inline constexpr ErrorCode shutting_down{"shutting_down", 503};
+inline constexpr ErrorCode agents_unavailable{"agents_unavailable", 502};
+inline constexpr ErrorCode agents_refused{"agents_refused", 502};
+inline constexpr ErrorCode session_not_found{"session_not_found", 404};
+inline constexpr ErrorCode bad_response{"bad_response", 502};
+inline constexpr ErrorCode internal{"internal", 500};
+// Network (HTTP client and server).
+inline constexpr ErrorCode timeout{"timeout", 504};
+inline constexpr ErrorCode connect_failed{"connect_failed", 502};
+inline constexpr ErrorCode connection_lost{"connection_lost", 502};
+inline constexpr ErrorCode tls_failed{"tls_failed", 502};
+inline constexpr ErrorCode tls_setup{"tls_setup", 500};
+inline constexpr ErrorCode bad_url{"bad_url", 400};
+inline constexpr ErrorCode unsupported_scheme{"unsupported_scheme", 400};
+inline constexpr ErrorCode bad_listen{"bad_listen", 500};
+inline constexpr ErrorCode listen_failed{"listen_failed", 500};
+// Webhook verification.
+inline constexpr ErrorCode bad_signature{"bad_signature", 401};
+inline constexpr ErrorCode bad_timestamp{"bad_timestamp", 400};
+inline constexpr ErrorCode timestamp_out_of_tolerance{"timestamp_out_of_tolerance", 401};
+inline constexpr ErrorCode bad_secret{"bad_secret", 400};
+inline constexpr ErrorCode bad_envelope{"bad_envelope", 400};
+// Start-up and files.
+inline constexpr ErrorCode config{"config", 500};
+inline constexpr ErrorCode data_dir{"data_dir", 500};
+inline constexpr ErrorCode data_dir_permissions{"data_dir_permissions", 500};
+inline constexpr ErrorCode no_data_dir{"no_data_dir", 500};
+inline constexpr ErrorCode data_format{"data_format", 500};
+inline constexpr ErrorCode file_write{"file_write", 500};
+inline constexpr ErrorCode orders_file{"orders_file", 400};
+// The simulators and the release gate.
+inline constexpr ErrorCode invalid{"invalid", 400};
+inline constexpr ErrorCode invalid_event{"invalid_event", 400};
+inline constexpr ErrorCode invalid_script{"invalid_script", 400};
+inline constexpr ErrorCode invalid_fault_rule{"invalid_fault_rule", 400};
+inline constexpr ErrorCode too_many_turns{"too_many_turns", 400};
+inline constexpr ErrorCode too_many_rules{"too_many_rules", 400};
+inline constexpr ErrorCode session_busy{"session_busy", 409};
+inline constexpr ErrorCode malformed_form{"malformed_form", 400};
+inline constexpr ErrorCode bad_scenario{"bad_scenario", 400};
+inline constexpr ErrorCode cluster_failed{"cluster_failed", 500};
+inline constexpr ErrorCode step_failed{"step_failed", 500};
+}  // namespace errc
+
+}  // namespace opgate

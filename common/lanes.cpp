@@ -1,0 +1,87 @@
+#include "common/lanes.h"
+
+#include <spdlog/spdlog.h>
+
+#include "common/thread_name.h"
+
+namespace opgate {
+
+Lanes::Lanes(std::string name, size_t threads, size_t max_waiting) : max_waiting_(max_waiting) {
+  for (size_t i = 0; i < std::max<size_t>(1, threads); ++i)
+    threads_.emplace_back([this, name] {
+      name_this_thread(name);
+      run();
+    });
+}
+
+Lanes::~Lanes() {
+  stop();
+  for (auto& t : threads_) t.join();
+}
+
+void Lanes::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+bool Lanes::try_post(const std::string& lane, std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || busy_.count(lane) || waiting_.size() >= max_waiting_) return false;
+    busy_.insert(lane);
+    waiting_.push_back({lane, std::move(task)});
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+bool Lanes::busy(const std::string& lane) const {
+  std::lock_guard lock(mu_);
+  return busy_.count(lane) > 0;
+}
+
+void Lanes::on_done(std::function<void()> notify) {
+  std::lock_guard lock(mu_);
+  on_done_ = std::move(notify);
+}
+
+size_t Lanes::in_flight() const {
+  std::lock_guard lock(mu_);
+  return busy_.size();
+}
+
+void Lanes::wait_idle() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return busy_.empty(); });
+}
+
+void Lanes::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      if (waiting_.empty()) return;  // stopping, and nothing accepted is left
+      task = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+    try {
+      task.fn();
+    } catch (const std::exception& e) {
+      spdlog::error("task of lane {} failed: {}", task.lane, e.what());
+    }
+    std::function<void()> notify;
+    {
+      std::lock_guard lock(mu_);
+      busy_.erase(task.lane);
+      notify = on_done_;
+      if (busy_.empty()) idle_cv_.notify_all();
+    }
+    if (notify) notify();
+  }
+}
+
+}  // namespace opgate

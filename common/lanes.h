@@ -1,0 +1,60 @@
+// A bounded pool of threads that runs tasks by lane: at most one task of a
+// lane runs at a time, and a lane that is busy or a pool that is full turns
+// a new task away at once (the caller tries again later), so one slow lane
+// never holds up another and nothing queues without bound. Used for the
+// work of one session (sync) and of one operation or tool call (outbox).
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace opgate {
+
+class Lanes {
+ public:
+  // `threads` run tasks; at most `max_waiting` accepted tasks wait for one.
+  // `name` names the threads.
+  Lanes(std::string name, size_t threads, size_t max_waiting);
+  // Runs what was accepted, then joins.
+  ~Lanes();
+  Lanes(const Lanes&) = delete;
+  Lanes& operator=(const Lanes&) = delete;
+
+  // Accepts the task unless its lane is busy or the pool is full.
+  bool try_post(const std::string& lane, std::function<void()> task);
+  bool busy(const std::string& lane) const;
+  // Called (on a pool thread) after each task: e.g. to wake a dispatcher.
+  void on_done(std::function<void()> notify);
+  // Tasks accepted and not finished.
+  size_t in_flight() const;
+  // Waits until no task is in flight (tests, shutdown).
+  void wait_idle();
+  // Stops accepting; the tasks accepted still run. Idempotent.
+  void stop();
+
+ private:
+  void run();
+  struct Task {
+    std::string lane;
+    std::function<void()> fn;
+  };
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<Task> waiting_;
+  std::set<std::string, std::less<>> busy_;  // lanes accepted and not finished
+  std::function<void()> on_done_;
+  size_t max_waiting_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace opgate

@@ -1,0 +1,101 @@
+#include "daemon/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include "common/thread_name.h"
+#include "operations/decisions.h"
+
+namespace opgate::daemon {
+
+Engine::Engine(store::Storage& storage, worker::SessionSync& sessions, outbox::Drainer& drainer,
+               Lanes& lanes, const Clock& clock, Options options)
+    : storage_(storage),
+      sessions_(sessions),
+      drainer_(drainer),
+      lanes_(lanes),
+      clock_(clock),
+      options_(options),
+      last_sweep_(std::chrono::steady_clock::now()) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+  thread_ = std::thread([this] {
+    name_this_thread("dispatcher");
+    loop();
+  });
+}
+
+void Engine::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t Engine::expire_pending() {
+  auto keys = storage_.reader().expired_by(clock_.now_ms(), 1024);
+  if (!keys) {
+    spdlog::error("cannot list expired operations: {}", keys.error().message);
+    return 0;
+  }
+  size_t expired = 0;
+  for (const auto& key : *keys) {
+    bool done = false;
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(done, operations::expire(txn, key));
+      return Status::Ok();
+    });
+    if (!s)
+      spdlog::error("cannot expire {}: {}", key, s.error().message);
+    else if (done)
+      ++expired;
+  }
+  return expired;
+}
+
+size_t Engine::pass() {
+  size_t work = expire_pending();
+  work += sessions_.dispatch(lanes_);
+  work += drainer_.dispatch();
+  const auto now = std::chrono::steady_clock::now();
+  if (options_.sweep_interval.count() > 0 && now - last_sweep_ >= options_.sweep_interval) {
+    last_sweep_ = now;
+    sessions_.sweep(
+        lanes_,
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.sweep_window).count());
+  }
+  return work;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      woken_ = false;
+    }
+    size_t work = 0;
+    try {
+      work = pass();
+    } catch (const std::exception& e) {
+      spdlog::error("dispatcher pass failed: {}", e.what());
+    }
+    std::unique_lock lock(mu_);
+    if (stopping_) return;
+    // More may be waiting: go again at once; otherwise sleep until woken.
+    if (work == 0) cv_.wait_for(lock, options_.tick, [&] { return woken_ || stopping_; });
+  }
+}
+
+}  // namespace opgate::daemon

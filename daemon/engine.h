@@ -1,0 +1,59 @@
+// The dispatcher: one thread that expires pending operations whose approval
+// time ran out and hands work to the lanes (queued inbox events per
+// session, due outbox items per operation or tool call), then sleeps until
+// woken (a webhook queued work, a lane finished, an operator acted) or the
+// tick passes. It never waits on the network itself: a slow session or
+// provider call holds only its own lane.
+// Thread-safe: wake() and stop() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/lanes.h"
+#include "outbox/drainer.h"
+#include "store/port.h"
+#include "worker/session_sync.h"
+
+namespace opgate::daemon {
+
+class Engine {
+ public:
+  struct Options {
+    std::chrono::milliseconds tick{200};
+    std::chrono::seconds sweep_interval{30};  // 0: no sweep
+    std::chrono::seconds sweep_window{3600};
+  };
+  Engine(store::Storage& storage, worker::SessionSync& sessions, outbox::Drainer& drainer,
+         Lanes& lanes, const Clock& clock, Options options);
+  ~Engine();
+  void start();
+  void wake();
+  // Finishes the pass in progress, then returns.
+  void stop();
+
+  // One pass (tests drive the engine by hand): returns the work handed out.
+  size_t pass();
+  // Pending operations past their approval time become settled/expired.
+  size_t expire_pending();
+
+ private:
+  void loop();
+  store::Storage& storage_;
+  worker::SessionSync& sessions_;
+  outbox::Drainer& drainer_;
+  Lanes& lanes_;
+  const Clock& clock_;
+  Options options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool woken_ = false;     // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  std::chrono::steady_clock::time_point last_sweep_;
+  std::thread thread_;
+};
+
+}  // namespace opgate::daemon

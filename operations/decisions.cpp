@@ -1,0 +1,124 @@
+#include "operations/decisions.h"
+
+#include <boost/json.hpp>
+
+#include "operations/settlement.h"
+#include "operations/transitions.h"
+
+namespace opgate::operations {
+
+namespace json = boost::json;
+
+Result<pb::Operation> visible_operation(store::Reader& reader, const std::string& key,
+                                        const Principal& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, reader.operation(key));
+  if (!op || !principal.may_act_for(op->proposal().owner()))
+    return make_error(errc::not_found, "No operation with that key.");
+  return std::move(*op);
+}
+
+namespace {
+
+constexpr std::string_view kExpiredReason = "No decision was made before the approval time limit.";
+
+// Settles a pending operation as expired.
+Status settle_expired(store::Transaction& txn, pb::Operation& op, const std::string& noticed_by) {
+  op.set_decision_reason(std::string(kExpiredReason));
+  return settle(txn, op, Event::expire, "system",
+                details({{"reason", "approval TTL passed"}, {"noticed_by", noticed_by}}));
+}
+
+}  // namespace
+
+Result<Approved> approve(store::Transaction& txn, const std::string& key,
+                         const Principal& principal, const ApprovalRequest& request,
+                         const PolicyConfig& policy) {
+  OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
+  const auto& p = op.proposal();
+  OPGATE_ASSIGN_OR_RETURN(const ApprovalStep step,
+                          check_approval(op, principal, request, approvals_needed(p, policy)));
+  Approved out;
+  out.step = step;
+  if (step == ApprovalStep::repeat) return out;  // the same answer; nothing written
+
+  if (txn.now_ms() >= op.expires_at_ms()) {
+    OPGATE_TRY(settle_expired(txn, op, principal.name));
+    out.refusal = make_error(errc::expired,
+                             "The approval time limit passed before this approval; the operation "
+                             "expired and the session is told.");
+    return out;
+  }
+  OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(p.order_id()));
+  OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
+  std::optional<std::string> reason =
+      order ? recheck(p, *order, funds, policy, txn.now_ms() / 1000)
+            : std::optional<std::string>("The order no longer exists.");
+  if (reason) {
+    const bool changed = !order || order_changed(p, *order);
+    op.set_decided_by(principal.name);
+    op.set_decision_reason(*reason);
+    OPGATE_TRY(settle(txn, op, Event::reject, principal.name, details({{"reason", *reason}})));
+    out.refusal = make_error(changed ? errc::order_changed : errc::policy_refused,
+                             *reason + " The operation is rejected and the session is told.");
+    return out;
+  }
+
+  auto* approval = op.add_approvals();
+  approval->set_principal(principal.name);
+  approval->set_at_ms(txn.now_ms());
+  const std::string d = json::serialize(
+      json::object{{"amount_minor", request.amount_minor}, {"currency", request.currency}});
+  if (step == ApprovalStep::recorded) {
+    OPGATE_TRY(save_with_audit(txn, op, "approval_recorded", principal.name, d));
+    return out;
+  }
+  OPGATE_TRY(apply(txn, op, Event::approve, principal.name, d));
+  pb::OutboxItem item;
+  item.set_kind(pb::OUTBOX_EXECUTE);
+  item.set_operation_key(key);
+  txn.enqueue(std::move(item));
+  return out;
+}
+
+Status deny(store::Transaction& txn, const std::string& key, const Principal& principal,
+            const std::string& reason) {
+  OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
+  if (!principal.has_scope(scope::approve))
+    return make_error(errc::forbidden, "This token may not deny operations.");
+  if (is(op, Outcome::denied) && op.decided_by() == principal.name) return Status::Ok();
+  if (!is(op, State::pending))
+    return make_error(errc::invalid_state, "Only pending operations can be denied.");
+  op.set_decided_by(principal.name);
+  op.set_decision_reason(reason);
+  return settle(txn, op, Event::deny, principal.name, details({{"reason", reason}}));
+}
+
+Result<bool> expire(store::Transaction& txn, const std::string& key) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op || !is(*op, State::pending) || op->expires_at_ms() > txn.now_ms()) return false;
+  OPGATE_TRY(settle_expired(txn, *op, "system"));
+  return true;
+}
+
+Status resolve(store::Transaction& txn, const std::string& key, const Principal& principal,
+               const Resolution& r) {
+  OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
+  if (!principal.has_scope(scope::resolve))
+    return make_error(errc::forbidden, "This token may not resolve operations.");
+  if (!is(op, State::outcome_unknown))
+    return make_error(errc::invalid_state, "Only operations in outcome_unknown can be resolved.");
+  if (r.outcome != Outcome::succeeded && r.outcome != Outcome::failed)
+    return make_error(errc::bad_request, "outcome must be succeeded or failed.");
+  const bool ok = r.outcome == Outcome::succeeded;
+  op.set_decided_by(principal.name);
+  op.set_evidence(r.evidence);
+  // The session hears the outcome and a neutral reason; the evidence (ticket
+  // numbers, names) stays in the record and the audit trail.
+  op.set_decision_reason(ok ? "The payment provider's records confirm it was paid out."
+                            : "The payment provider's records confirm it was not paid out.");
+  if (!r.provider_object_id.empty()) op.set_provider_object_id(r.provider_object_id);
+  return settle(txn, op, ok ? Event::resolve_succeeded : Event::resolve_failed, principal.name,
+                details({{"evidence", r.evidence}, {"provider_object_id", r.provider_object_id}}));
+}
+
+}  // namespace opgate::operations

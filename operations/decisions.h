@@ -1,0 +1,60 @@
+// The decisions people and time make about a pending or unknown operation:
+// approve, deny, expire and resolve. Each is a function over a transaction,
+// used alike by the operator API, the console and the worker. Operations
+// whose owner the principal may not act for are "not found" (no existence
+// oracle). Call inside Storage::transact.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "operations/authority.h"
+#include "operations/policy.h"
+#include "operations/state_machine.h"
+#include "store/port.h"
+
+namespace opgate::operations {
+
+// The operation, if it exists and the principal may see its owner.
+Result<pb::Operation> visible_operation(store::Reader& reader, const std::string& key,
+                                        const Principal& principal);
+
+struct Approved {
+  ApprovalStep step = ApprovalStep::repeat;
+  // Set when, instead of being approved, the operation was settled because
+  // its approval time ran out ("expired") or the order or policy no longer
+  // allows it ("order_changed", "policy_refused"). The transaction must
+  // still commit; the caller reports this error.
+  std::optional<Error> refusal;
+};
+
+// An approval of exactly the proposal the principal saw. Checks, in order:
+// visibility, scope, state, the exact proposal, tier, limit, self-approval;
+// then that the approval time has not run out and that the order and the
+// policy still allow the proposal. The last approval needed moves it to
+// approved with an execute item.
+Result<Approved> approve(store::Transaction& txn, const std::string& key,
+                         const Principal& principal, const ApprovalRequest& request,
+                         const PolicyConfig& policy);
+
+// Denies a pending operation; the reason is what the session is told.
+// Denying again by the same principal is not an error.
+Status deny(store::Transaction& txn, const std::string& key, const Principal& principal,
+            const std::string& reason);
+
+// Expires a pending operation whose approval time has run out; false if it
+// is not (any longer) such an operation.
+Result<bool> expire(store::Transaction& txn, const std::string& key);
+
+struct Resolution {
+  Outcome outcome = Outcome::succeeded;  // succeeded | failed
+  std::string evidence;                  // audited; never sent to the session
+  std::string provider_object_id;        // optional: what the ledger row names
+};
+
+// On-call settles an outcome_unknown operation by hand.
+Status resolve(store::Transaction& txn, const std::string& key, const Principal& principal,
+               const Resolution& resolution);
+
+}  // namespace opgate::operations

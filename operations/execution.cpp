@@ -1,0 +1,117 @@
+#include "operations/execution.h"
+
+#include "operations/settlement.h"
+#include "operations/state_machine.h"
+#include "operations/transitions.h"
+
+namespace opgate::operations {
+
+namespace {
+void enqueue_reconcile(store::Transaction& txn, const std::string& key, int64_t in_ms) {
+  pb::OutboxItem item;
+  item.set_kind(pb::OUTBOX_RECONCILE);
+  item.set_operation_key(key);
+  item.set_not_before_ms(txn.now_ms() + in_ms);
+  txn.enqueue(std::move(item));
+}
+}  // namespace
+
+Status recover_executing(store::Transaction& txn, pb::Operation& op, const std::string& reason,
+                         bool with_item) {
+  op.set_last_error(reason);
+  OPGATE_TRY(apply(txn, op, Event::restart, "system", details({{"reason", reason}})));
+  if (with_item) enqueue_reconcile(txn, op.key(), 0);
+  return Status::Ok();
+}
+
+Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy) {
+  Claim out;
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op) return out;
+  if (is(*op, State::executing)) {
+    OPGATE_TRY(recover_executing(
+        txn, *op, "the provider call's answer was never recorded; its outcome is unknown"));
+    return out;
+  }
+  if (!is(*op, State::approved)) return out;  // nothing left to execute
+  const auto& p = op->proposal();
+  OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(p.order_id()));
+  OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
+  std::optional<std::string> reason =
+      order ? recheck(p, *order, funds, policy, txn.now_ms() / 1000)
+            : std::optional<std::string>("The order no longer exists.");
+  if (reason) {
+    op->set_decision_reason(*reason);
+    OPGATE_TRY(settle(txn, *op, Event::reject, "system",
+                      details({{"reason", "before execution: " + *reason}})));
+    return out;
+  }
+  op->set_attempts(op->attempts() + 1);
+  OPGATE_TRY(reserve_funds(txn, *op));
+  OPGATE_TRY(apply(txn, *op, Event::claim, "system",
+                   details({{"idempotency_key", op->idempotency_key()}})));
+  out.claimed = std::move(*op);
+  return out;
+}
+
+Status record_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& a,
+                     const std::string& principal, int64_t reconcile_in_ms) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op) return make_error(errc::not_found, "The operation vanished.");
+  if (!is(*op, State::executing)) return Status::Ok();  // recorded already
+  if (!a.object_id.empty()) op->set_provider_object_id(a.object_id);
+  op->set_provider_status(a.provider_status);
+  switch (a.verdict) {
+    case ProviderVerdict::succeeded:
+      op->set_last_error("");
+      return settle(txn, *op, Event::provider_succeeded, principal,
+                    details({{"provider_object_id", op->provider_object_id()}}), "provider");
+    case ProviderVerdict::refused:
+      op->set_last_error(a.error);
+      op->set_decision_reason(a.error);
+      return settle(txn, *op, Event::provider_refused, principal, details({{"error", a.error}}));
+    case ProviderVerdict::pending:
+    case ProviderVerdict::indeterminate:
+      op->set_last_error(a.verdict == ProviderVerdict::pending
+                             ? "the provider holds the object but its result is pending"
+                             : a.error);
+      OPGATE_TRY(apply(txn, *op, Event::provider_indeterminate, principal,
+                       details({{"error", op->last_error()}})));
+      enqueue_reconcile(txn, key, reconcile_in_ms);
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status settle_found(store::Transaction& txn, const std::string& key, const ProviderAnswer& found) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op || !is(*op, State::outcome_unknown)) return Status::Ok();
+  op->set_provider_object_id(found.object_id);
+  op->set_provider_status(found.provider_status);
+  op->set_attempts(op->attempts() + 1);
+  const bool ok = found.verdict == ProviderVerdict::succeeded;
+  if (!ok) op->set_decision_reason("The payment provider reports the operation failed.");
+  return settle(txn, *op, ok ? Event::reconcile_succeeded : Event::reconcile_failed, "reconciler",
+                details({{"provider_object_id", op->provider_object_id()},
+                         {"provider_status", op->provider_status()}}));
+}
+
+Result<std::optional<pb::Operation>> execute_again(store::Transaction& txn,
+                                                   const std::string& key) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op || !is(*op, State::outcome_unknown)) return std::optional<pb::Operation>();
+  op->set_attempts(op->attempts() + 1);
+  OPGATE_TRY(apply(txn, *op, Event::reconcile_absent, "reconciler",
+                   details({{"idempotency_key", op->idempotency_key()}})));
+  return op;
+}
+
+Status note_unresolved(store::Transaction& txn, const std::string& key, const std::string& error) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op || !is(*op, State::outcome_unknown)) return Status::Ok();
+  op->set_attempts(op->attempts() + 1);
+  op->set_last_error(error);
+  return save(txn, *op);
+}
+
+}  // namespace opgate::operations

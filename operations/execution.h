@@ -1,0 +1,72 @@
+// What executing an approved operation means, as functions over a
+// transaction: the claim (re-checked, funds held, durably `executing`
+// before any provider call), the recording of the provider's answer, the
+// recovery of an operation found `executing` with no answer recorded, and
+// the outcomes of reconciliation. The outbox calls the provider and these;
+// it never decides what an answer means. Call inside Storage::transact.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "operations/policy.h"
+#include "opgate.pb.h"
+#include "store/port.h"
+
+namespace opgate::operations {
+
+// The provider's answer, as the domain sees it.
+enum class ProviderVerdict {
+  succeeded,      // the provider holds the object and it succeeded
+  pending,        // the provider holds the object; its result is not final
+  refused,        // a definite refusal: nothing was or will be done
+  indeterminate,  // timeout, 5xx, 429, connection loss: it may have happened
+};
+
+struct ProviderAnswer {
+  ProviderVerdict verdict = ProviderVerdict::indeterminate;
+  std::string object_id;
+  std::string provider_status;
+  std::string error;
+};
+
+struct Claim {
+  // Set when the operation is now durably executing: call the provider.
+  std::optional<pb::Operation> claimed;
+  // Whether the execute item is done with (claimed, rejected, or nothing
+  // left to execute); false only when it must wait.
+  bool item_done = true;
+};
+
+// Claims an approved operation: re-checks the order and the policy (a
+// change rejects it), holds its amount against the order and moves it to
+// executing. An operation found executing (its call may have happened,
+// nothing was recorded) goes to outcome_unknown with a reconcile item.
+Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy);
+
+// Records the provider's answer for an executing operation: settled
+// (succeeded or failed), or outcome_unknown with a reconcile item due at
+// now + reconcile_in_ms.
+Status record_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& answer,
+                     const std::string& principal, int64_t reconcile_in_ms);
+
+// An executing operation whose provider call may have happened without a
+// recorded answer (restart, crash, storage error): outcome_unknown, with a
+// reconcile item unless `with_item` is false (the caller keeps its own).
+Status recover_executing(store::Transaction& txn, pb::Operation& operation,
+                         const std::string& reason, bool with_item = true);
+
+// The reconciler found the provider's object with a final result.
+Status settle_found(store::Transaction& txn, const std::string& key, const ProviderAnswer& found);
+
+// The provider proved it has no object for the key: executing again under
+// the same idempotency key. Returns the claimed operation, or nothing if it
+// is no longer outcome_unknown.
+Result<std::optional<pb::Operation>> execute_again(store::Transaction& txn, const std::string& key);
+
+// The provider could not be asked, or its object is still pending: stays
+// outcome_unknown with the error recorded.
+Status note_unresolved(store::Transaction& txn, const std::string& key, const std::string& error);
+
+}  // namespace opgate::operations

@@ -1,0 +1,35 @@
+// Orders are server-owned business data: parsed and validated strictly from
+// JSON (seed file, PUT /v1/orders/{id}) and stored through the storage port.
+// What opgate itself moved for an order (OrderFunds) is kept apart, so no
+// order update can make a refunded order refundable again. Every accepted
+// change is an audit record naming who made it. Parsing is pure;
+// thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "opgate.pb.h"
+#include "store/port.h"
+
+namespace opgate::operations {
+
+Result<pb::Order> parse_order(std::string_view json_text);
+std::string order_to_json(const pb::Order& order);
+std::string_view order_status_text(pb::OrderStatus status);
+
+// Every order of an NDJSON file (blank lines skipped); a bad line is an
+// error naming the file and its line number.
+Result<std::vector<pb::Order>> read_orders_file(const std::string& path);
+
+// Inserts or replaces an order, with an audit record of the change by
+// `principal`. Unchanged orders write nothing.
+Status upsert_order(store::Transaction& txn, pb::Order order, const std::string& principal);
+
+// Upserts every order in one transaction.
+Result<size_t> import_orders(store::Storage& storage, std::vector<pb::Order> orders,
+                             const std::string& principal);
+
+}  // namespace opgate::operations

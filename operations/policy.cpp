@@ -1,0 +1,140 @@
+#include "operations/policy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "operations/orders.h"
+#include "operations/proposal.h"
+
+namespace opgate::operations {
+
+int64_t remaining_minor(const pb::Order& order, const pb::OrderFunds& funds) {
+  if (order.status() != pb::ORDER_PAID) return 0;
+  return std::max<int64_t>(0, order.amount_minor() - order.refunded_minor() -
+                                  funds.refunded_minor() - funds.credited_minor() -
+                                  funds.reserved_minor());
+}
+
+RefundDecision decide_refund(const pb::Order& order, const pb::OrderFunds& funds,
+                             const PolicyConfig& policy, int64_t now_s) {
+  RefundDecision d;
+  const int64_t remaining = remaining_minor(order, funds);
+  const bool refunded_in_full =
+      order.status() == pb::ORDER_REFUNDED ||
+      order.refunded_minor() + funds.refunded_minor() >= order.amount_minor();
+  if (refunded_in_full) {
+    d.reason = "The order has already been refunded.";
+  } else if (order.status() != pb::ORDER_PAID) {
+    d.reason = fmt::format("The order is {}, not paid, so it cannot be refunded.",
+                           order_status_text(order.status()));
+  } else if (remaining == 0) {
+    d.reason =
+        "Nothing remains to refund on this order: what was paid has been refunded, credited "
+        "or is being paid out.";
+  } else if (now_s - order.placed_at() > policy.refund_window_days * 86400) {
+    d.reason =
+        fmt::format("The order is outside the {}-day refund window.", policy.refund_window_days);
+  } else {
+    d.allowed = true;
+    d.refundable_minor = remaining;
+    d.reason = fmt::format(
+        "Eligible for a full refund of {} within the {}-day window; an "
+        "operator must approve it.",
+        format_money(remaining, order.currency()), policy.refund_window_days);
+  }
+  return d;
+}
+
+CreditDecision decide_credit(const pb::Order& order, const pb::OrderFunds& funds,
+                             int64_t amount_minor, const std::string& currency,
+                             const std::string& reason_code, const PolicyConfig& policy) {
+  CreditDecision d;
+  const auto& codes = policy.credit_reason_codes;
+  if (std::find(codes.begin(), codes.end(), reason_code) == codes.end()) {
+    d.reason = "The reason code is not one of the allowed codes.";
+    return d;
+  }
+  if (currency != order.currency()) {
+    d.reason = fmt::format("A credit for this order must be in {}.", order.currency());
+    return d;
+  }
+  if (amount_minor <= 0) {
+    d.reason = "The credit amount must be positive.";
+    return d;
+  }
+  if (order.status() != pb::ORDER_PAID) {
+    d.reason = fmt::format("The order is {}, so no credit can be issued against it.",
+                           order_status_text(order.status()));
+    return d;
+  }
+  const int64_t remaining = remaining_minor(order, funds);
+  if (amount_minor > remaining) {
+    d.reason = fmt::format(
+        "The credit exceeds what remains of the order's value ({}) after refunds and credits.",
+        format_money(remaining, order.currency()));
+    return d;
+  }
+  auto cap = policy.credit_hard_cap_minor.find(currency);
+  if (cap == policy.credit_hard_cap_minor.end() || amount_minor > cap->second) {
+    d.reason = "The credit is above the limit for account credits; it cannot be issued.";
+    return d;
+  }
+  auto support = policy.credit_support_limit_minor.find(currency);
+  d.allowed = true;
+  d.tier = (support != policy.credit_support_limit_minor.end() && amount_minor <= support->second)
+               ? "support"
+               : "supervisor";
+  d.reason =
+      fmt::format("Credit of {} needs {} approval.", format_money(amount_minor, currency), d.tier);
+  return d;
+}
+
+bool order_changed(const pb::Proposal& p, const pb::Order& order) {
+  return p.order_amount_minor() != order.amount_minor() || p.order_currency() != order.currency() ||
+         p.order_status() != order.status() || p.owner() != order.owner() ||
+         p.payment_intent() != order.payment_intent() || p.customer() != order.customer();
+}
+
+std::optional<std::string> recheck(const pb::Proposal& p, const pb::Order& order,
+                                   const pb::OrderFunds& funds, const PolicyConfig& policy,
+                                   int64_t now_s) {
+  if (order_changed(p, order)) return "The order changed after the proposal was made.";
+  if (p.kind() == kFullRefund) {
+    auto d = decide_refund(order, funds, policy, now_s);
+    if (!d.allowed) return d.reason;
+    if (p.amount_minor() > d.refundable_minor)
+      return fmt::format("The order no longer has {} left to refund ({} remains).",
+                         format_money(p.amount_minor(), p.currency()),
+                         format_money(d.refundable_minor, p.currency()));
+    return std::nullopt;
+  }
+  if (p.kind() == kAccountCredit) {
+    auto d = decide_credit(order, funds, p.amount_minor(), p.currency(), p.reason(), policy);
+    if (!d.allowed) return d.reason;
+    if (d.tier != p.tier())
+      return fmt::format("The policy now puts this credit in the {} tier, not {}.", d.tier,
+                         p.tier());
+    return std::nullopt;
+  }
+  return "The policy does not know this kind of operation.";
+}
+
+int approvals_needed(const pb::Proposal& p, const PolicyConfig& policy) {
+  auto threshold = policy.two_person_threshold_minor.find(p.currency());
+  if (threshold == policy.two_person_threshold_minor.end()) return 2;
+  return p.amount_minor() > threshold->second ? 2 : 1;
+}
+
+std::string format_money(int64_t amount_minor, const std::string& currency) {
+  const char* sign = amount_minor < 0 ? "-" : "";
+  int64_t a = amount_minor < 0 ? -amount_minor : amount_minor;
+  return fmt::format("{}{}.{:02} {}", sign, a / 100, a % 100, currency);
+}
+
+bool valid_currency(const std::string& code) {
+  return code.size() == 3 &&
+         std::all_of(code.begin(), code.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
+
+}  // namespace opgate::operations

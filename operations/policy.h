@@ -1,0 +1,74 @@
+// Server-owned business policy: which orders may be refunded or credited,
+// for how much, which approval tier a proposal needs and how many people
+// must approve it. Pure functions of the order, what opgate already moved
+// for it, the policy and the time; nothing the model says enters here.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "opgate.pb.h"
+
+namespace opgate::operations {
+
+struct PolicyConfig {
+  int64_t refund_window_days = 30;
+  int64_t approval_ttl_s = 86400;
+  // Amounts above this (per currency) need two distinct approvers; a
+  // currency without an entry always does.
+  std::map<std::string, int64_t> two_person_threshold_minor{{"USD", 50000}, {"GBP", 50000}};
+  std::vector<std::string> credit_reason_codes{"DELIVERY_DELAY", "DAMAGED_ITEM", "GOODWILL"};
+  // Credits above this are refused outright; a currency without an entry
+  // gets no credits.
+  std::map<std::string, int64_t> credit_hard_cap_minor{{"USD", 10000}, {"GBP", 10000}};
+  // Credits up to this are tier "support"; above it, tier "supervisor".
+  std::map<std::string, int64_t> credit_support_limit_minor{{"USD", 2000}, {"GBP", 2000}};
+};
+
+// What refunds and credits may still take from the order: what was paid,
+// less what was refunded outside opgate, less what opgate refunded, credited
+// or is paying out now. Zero unless the order is paid.
+int64_t remaining_minor(const pb::Order& order, const pb::OrderFunds& funds);
+
+struct RefundDecision {
+  bool allowed = false;
+  std::string reason;  // one sentence, safe to show to the model and the customer
+  int64_t refundable_minor = 0;
+};
+RefundDecision decide_refund(const pb::Order& order, const pb::OrderFunds& funds,
+                             const PolicyConfig& policy, int64_t now_s);
+
+struct CreditDecision {
+  bool allowed = false;
+  std::string reason;
+  std::string tier;  // "support" | "supervisor" when allowed
+};
+CreditDecision decide_credit(const pb::Order& order, const pb::OrderFunds& funds,
+                             int64_t amount_minor, const std::string& currency,
+                             const std::string& reason_code, const PolicyConfig& policy);
+
+// True if the order no longer matches what the proposal was computed from.
+bool order_changed(const pb::Proposal& proposal, const pb::Order& order);
+
+// Whether the policy still allows the proposal now (before an approval and
+// before execution): nothing if it does, else the reason it must be
+// rejected. `funds` must not yet hold this operation's own reservation.
+std::optional<std::string> recheck(const pb::Proposal& proposal, const pb::Order& order,
+                                   const pb::OrderFunds& funds, const PolicyConfig& policy,
+                                   int64_t now_s);
+
+// Distinct approvals the proposal needs: two above the currency's threshold,
+// and two when the currency has none (fail closed).
+int approvals_needed(const pb::Proposal& proposal, const PolicyConfig& policy);
+
+// Minor units rendered for people: 2500 USD -> "25.00 USD".
+std::string format_money(int64_t amount_minor, const std::string& currency);
+
+// Upper-case three-letter codes (ISO 4217 form).
+bool valid_currency(const std::string& code);
+
+}  // namespace opgate::operations

@@ -1,0 +1,102 @@
+#include "operations/proposals.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "operations/proposal.h"
+#include "operations/settlement.h"
+#include "operations/transitions.h"
+
+namespace opgate::operations {
+
+namespace {
+
+pb::CallRef ref_of(const pb::ToolCall& call) {
+  pb::CallRef ref;
+  ref.set_session_id(call.session_id());
+  ref.set_turn_id(call.turn_id());
+  ref.set_call_id(call.call_id());
+  return ref;
+}
+
+Status link(store::Transaction& txn, pb::Operation& op, pb::ToolCall& call) {
+  call.set_operation_key(op.key());
+  *op.add_calls() = ref_of(call);
+  OPGATE_TRY(
+      save_with_audit(txn, op, "link_call", "system",
+                      details({{"session_id", call.session_id()}, {"call_id", call.call_id()}})));
+  if (is(op, State::settled))
+    stage_result(txn, call, settled_result(op));  // decided: answer, never ask again
+  else
+    txn.put_call(call);
+  return Status::Ok();
+}
+
+Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& proposal,
+                      const std::string& fp, int version, const PolicyConfig& policy) {
+  pb::Operation op;
+  op.set_key(operation_key(proposal.owner(), proposal.order_id(), proposal.kind(), version));
+  *op.mutable_proposal() = proposal;
+  op.set_fingerprint(fp);
+  op.set_session_id(call.session_id());
+  op.set_call_id(call.call_id());
+  *op.add_calls() = ref_of(call);
+  op.set_idempotency_key(provider_idempotency_key(op.key()));
+  op.set_expires_at_ms(txn.now_ms() + policy.approval_ttl_s * 1000);
+  call.set_operation_key(op.key());
+  OPGATE_TRY(create(txn, op, "system",
+                    details({{"session_id", call.session_id()},
+                             {"call_id", call.call_id()},
+                             {"tool", call.name()}})));
+  txn.put_call(call);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
+                                                      const std::string& owner,
+                                                      const std::string& order_id,
+                                                      std::string_view kind) {
+  OPGATE_ASSIGN_OR_RETURN(auto all, reader.operations_of_order(order_id));
+  std::optional<pb::Operation> latest;
+  int latest_version = 0;
+  for (auto& op : all) {
+    if (op.proposal().owner() != owner || op.proposal().kind() != kind) continue;
+    const int v = key_version(op.key());
+    if (v > latest_version) {
+      latest_version = v;
+      latest = std::move(op);
+    }
+  }
+  return latest;
+}
+
+Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& proposal,
+               const PolicyConfig& policy) {
+  const std::string fp = fingerprint(proposal);
+  OPGATE_ASSIGN_OR_RETURN(
+      auto latest, latest_operation(txn, proposal.owner(), proposal.order_id(), proposal.kind()));
+  if (!latest) return create_version(txn, call, proposal, fp, 1, policy);
+  if (latest->fingerprint() == fp) return link(txn, *latest, call);
+  if (!is(*latest, State::settled)) {
+    stage_result(txn, call,
+                 failure_result(fmt::format("A different proposal for this order ({}) is already "
+                                            "awaiting a decision; it must settle first.",
+                                            latest->key())));
+    return Status::Ok();
+  }
+  return create_version(txn, call, proposal, fp, key_version(latest->key()) + 1, policy);
+}
+
+Result<bool> link_to_refund(store::Transaction& txn, pb::ToolCall& call, const std::string& owner,
+                            const std::string& order_id) {
+  OPGATE_ASSIGN_OR_RETURN(auto latest, latest_operation(txn, owner, order_id, kFullRefund));
+  if (!latest) return false;
+  if (is(*latest, Outcome::rejected) || is(*latest, Outcome::expired)) return false;
+  OPGATE_TRY(link(txn, *latest, call));
+  return true;
+}
+
+}  // namespace opgate::operations

@@ -1,0 +1,61 @@
+#include "operations/transitions.h"
+
+#include <boost/json.hpp>
+
+namespace opgate::operations {
+
+namespace {
+pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action, std::string_view from,
+                          const std::string& principal, const std::string& details) {
+  pb::AuditRecord r;
+  r.set_principal(principal);
+  r.set_operation_key(op.key());
+  r.set_action(std::string(action));
+  r.set_from_state(std::string(from));
+  r.set_to_state(std::string(state_text(op)));
+  r.set_fingerprint(op.fingerprint());
+  r.set_details_json(details);
+  return r;
+}
+}  // namespace
+
+std::string details(std::initializer_list<std::pair<std::string_view, std::string>> fields) {
+  boost::json::object o;
+  for (const auto& [k, v] : fields) o[k] = v;
+  return boost::json::serialize(o);
+}
+
+Status save(store::Transaction& txn, pb::Operation& op) {
+  op.set_updated_at_ms(txn.now_ms());
+  return txn.put_operation(op);
+}
+
+Status create(store::Transaction& txn, pb::Operation& op, const std::string& principal,
+              const std::string& details_json) {
+  set_target(op, {State::pending, Outcome::none});
+  op.set_created_at_ms(txn.now_ms());
+  OPGATE_TRY(save(txn, op));
+  txn.append_audit(audit_for(op, "propose", "", principal, details_json));
+  return Status::Ok();
+}
+
+Status apply(store::Transaction& txn, pb::Operation& op, Event event, const std::string& principal,
+             const std::string& details_json) {
+  const State from = state_of(op);
+  OPGATE_ASSIGN_OR_RETURN(const Target target, next(from, event));
+  set_target(op, target);
+  if (target.state == State::outcome_unknown && from != State::outcome_unknown)
+    op.set_unknown_since_ms(txn.now_ms());
+  OPGATE_TRY(save(txn, op));
+  txn.append_audit(audit_for(op, to_string(event), to_string(from), principal, details_json));
+  return Status::Ok();
+}
+
+Status save_with_audit(store::Transaction& txn, pb::Operation& op, const std::string& action,
+                       const std::string& principal, const std::string& details_json) {
+  OPGATE_TRY(save(txn, op));
+  txn.append_audit(audit_for(op, action, state_text(op), principal, details_json));
+  return Status::Ok();
+}
+
+}  // namespace opgate::operations

@@ -1,0 +1,132 @@
+#include "operations/views.h"
+
+#include <boost/json.hpp>
+
+#include "common/crypto.h"
+#include "operations/orders.h"
+#include "operations/policy.h"
+#include "operations/state_machine.h"
+
+namespace opgate::operations {
+
+namespace json = boost::json;
+
+std::string_view delivery_text(pb::Delivery d) {
+  switch (d) {
+    case pb::DELIVERY_PENDING:
+      return "pending";
+    case pb::DELIVERY_DELIVERED:
+      return "delivered";
+    case pb::DELIVERY_CONFLICT:
+      return "conflict";
+    case pb::DELIVERY_STALE:
+      return "stale";
+    default:
+      return "none";
+  }
+}
+
+json::object operation_json(const pb::Operation& op, bool attention) {
+  const auto& p = op.proposal();
+  json::array approvals;
+  for (const auto& a : op.approvals())
+    approvals.push_back(json::object{{"principal", a.principal()}, {"at_ms", a.at_ms()}});
+  json::array calls;
+  for (const auto& c : op.calls())
+    calls.push_back(json::object{
+        {"session_id", c.session_id()}, {"turn_id", c.turn_id()}, {"call_id", c.call_id()}});
+  json::object o{{"key", op.key()},
+                 {"state", state_text(op)},
+                 {"outcome", nullptr},
+                 {"owner", p.owner()},
+                 {"order_id", p.order_id()},
+                 {"kind", p.kind()},
+                 {"amount_minor", p.amount_minor()},
+                 {"currency", p.currency()},
+                 {"fingerprint", op.fingerprint()},
+                 {"session_id", op.session_id()},
+                 {"call_id", op.call_id()},
+                 {"proposal", json::object{{"payment_intent", p.payment_intent()},
+                                           {"customer", p.customer()},
+                                           {"payment_method", p.payment_method()},
+                                           {"reason", p.reason()},
+                                           {"effect", p.effect()},
+                                           {"tier", p.tier()},
+                                           {"order_amount_minor", p.order_amount_minor()}}},
+                 {"approvals", approvals},
+                 {"calls", calls},
+                 {"decided_by", op.decided_by()},
+                 {"decision_reason", op.decision_reason()},
+                 {"evidence", op.evidence()},
+                 {"attempts", op.attempts()},
+                 {"last_error", op.last_error()},
+                 {"provider_object_id", op.provider_object_id()},
+                 {"idempotency_key", op.idempotency_key()},
+                 {"created_at_ms", op.created_at_ms()},
+                 {"updated_at_ms", op.updated_at_ms()},
+                 {"expires_at_ms", op.expires_at_ms()}};
+  if (!is(op, Outcome::none)) o["outcome"] = outcome_text(op);
+  if (is(op, State::outcome_unknown)) o["unknown_since_ms"] = op.unknown_since_ms();
+  o["needs_attention"] = attention;
+  return o;
+}
+
+json::object call_json(const pb::ToolCall& c) {
+  json::object o{{"session_id", c.session_id()},
+                 {"turn_id", c.turn_id()},
+                 {"call_id", c.call_id()},
+                 {"name", c.name()},
+                 {"arguments", c.arguments_json()},
+                 {"operation_key", c.operation_key()},
+                 {"result", nullptr},
+                 {"delivery", delivery_text(c.delivery())},
+                 {"delivery_error", c.delivery_error()},
+                 {"created_at_ms", c.created_at_ms()}};
+  if (c.result_saved())
+    o["result"] = json::object{{"success", c.result().success()},
+                               {"output", c.result().output()},
+                               {"error", c.result().error()}};
+  return o;
+}
+
+json::object ledger_json(const pb::LedgerEntry& l) {
+  return json::object{{"operation_key", l.operation_key()},
+                      {"session_id", l.session_id()},
+                      {"owner", l.owner()},
+                      {"order_id", l.order_id()},
+                      {"kind", l.kind()},
+                      {"amount_minor", l.amount_minor()},
+                      {"currency", l.currency()},
+                      {"provider_object_id", l.provider_object_id()},
+                      {"at_ms", l.at_ms()},
+                      {"recorded_by", l.recorded_by()}};
+}
+
+json::object audit_json(const pb::AuditRecord& r) {
+  json::error_code ec;
+  json::value details = json::parse(r.details_json(), ec);
+  if (ec) details = r.details_json();
+  return json::object{{"seq", r.seq()},
+                      {"at_ms", r.at_ms()},
+                      {"principal", r.principal()},
+                      {"operation_key", r.operation_key()},
+                      {"action", r.action()},
+                      {"from", r.from_state()},
+                      {"to", r.to_state()},
+                      {"fingerprint", r.fingerprint()},
+                      {"details", details},
+                      {"hash", crypto::to_hex(r.hash())}};
+}
+
+json::object funds_json(const pb::Order& order, const pb::OrderFunds& funds) {
+  return json::object{{"paid_minor", order.amount_minor()},
+                      {"refunded_outside_minor", order.refunded_minor()},
+                      {"refunded_minor", funds.refunded_minor()},
+                      {"credited_minor", funds.credited_minor()},
+                      {"in_progress_minor", funds.reserved_minor()},
+                      {"remaining_minor", remaining_minor(order, funds)},
+                      {"currency", order.currency()},
+                      {"status", order_status_text(order.status())}};
+}
+
+}  // namespace opgate::operations

@@ -1,0 +1,24 @@
+// JSON views of the domain's records, as the operator API, the console and
+// outbound notifications show them (the operation's fields are the
+// contract of DESIGN §3.8). Pure; thread-safe.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <cstdint>
+
+#include "operations/attention.h"
+#include "opgate.pb.h"
+
+namespace opgate::operations {
+
+// Always: key, state, outcome (null until settled), owner, order_id, kind,
+// amount_minor, currency, fingerprint, session_id, call_id; then the
+// proposal's details, approvals, calls, decision and attempts.
+boost::json::object operation_json(const pb::Operation& op, bool needs_attention);
+boost::json::object call_json(const pb::ToolCall& call);
+boost::json::object ledger_json(const pb::LedgerEntry& row);
+boost::json::object audit_json(const pb::AuditRecord& record);
+boost::json::object funds_json(const pb::Order& order, const pb::OrderFunds& funds);
+std::string_view delivery_text(pb::Delivery delivery);
+
+}  // namespace opgate::operations

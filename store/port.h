@@ -1,0 +1,220 @@
+// The storage port: every record the daemon keeps (inbox events, sessions
+// and their tool calls, operations, outbox items, the ledger, the audit
+// chain, orders and what opgate moved for them) is reached through these
+// interfaces, never through a backend's key layout or tables.
+//
+// A Transaction sees its own writes and everything committed before it, and
+// is serialised with every other transaction that touches the same records;
+// Storage::transact() commits its writes as one atomic, durable unit and
+// returns Ok only once they are durable. Reader sees durable state only:
+// nothing read through it can be taken back by a crash.
+//
+// The conformance suite (tests/conformance/) states these contracts as
+// tests; every backend must pass it. Implementations are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "opgate.pb.h"
+
+namespace opgate::store {
+
+// An inbox event waiting for the worker, with the id of its queue entry.
+struct QueuedEvent {
+  std::string queue_id;
+  pb::InboxEvent event;
+};
+
+// What append_events did with one event.
+enum class Appended {
+  stored,     // new: stored (and queued if asked)
+  duplicate,  // the same webhook-id was stored before with the same body
+  conflict,   // the same webhook-id was stored before with another body
+};
+
+struct NewEvent {
+  pb::InboxEvent event;  // body_sha256 set
+  bool queue = false;    // queue it for the worker
+};
+
+struct OutboxEntry {
+  std::string id;
+  pb::OutboxItem item;
+};
+
+struct OperationQuery {
+  std::optional<pb::OperationState> state;  // none: every state
+  std::string after;                        // operation key; "" from the start
+  size_t limit = 100;
+  // Only operations it accepts are returned (and count towards the limit).
+  std::function<bool(const pb::Operation&)> accept;
+};
+
+struct OperationPage {
+  std::vector<pb::Operation> operations;
+  std::string next_after;  // "" when there are no more
+};
+
+struct LedgerQuery {
+  std::string session_id;  // "" matches any
+  std::string owner;       // "" matches any
+  std::string order_id;    // "" matches any
+};
+
+struct AuditHead {
+  uint64_t seq = 0;  // 0: the chain is empty
+  std::string hash;  // raw 32 bytes
+};
+
+struct AuditVerification {
+  uint64_t records = 0;
+  bool ok = true;
+  uint64_t first_bad_seq = 0;
+  std::string problem;
+  AuditHead head;
+};
+
+// Counts kept in step with the writes, so reading them costs nothing.
+struct StateCounts {
+  std::map<pb::OperationState, int64_t> operations;
+  int64_t queued_events = 0;
+};
+
+class Reader {
+ public:
+  virtual ~Reader() = default;
+
+  // --- Inbox
+  // The stored event with that source and webhook-id; none if never stored.
+  virtual Result<std::optional<pb::InboxEvent>> event(const std::string& source,
+                                                      const std::string& webhook_id) = 0;
+  // Queued events in queue order, starting after `after` (a queue id; "" from
+  // the first), at most `limit`.
+  virtual Result<std::vector<QueuedEvent>> queued(const std::string& after, size_t limit) = 0;
+  // How many events are queued.
+  virtual Result<size_t> queued_count() = 0;
+
+  // --- Sessions and tool calls
+  virtual Result<std::optional<pb::Session>> session(const std::string& session_id) = 0;
+  // Session ids in id order after `after`, at most `limit`.
+  virtual Result<std::vector<std::string>> session_ids(const std::string& after, size_t limit) = 0;
+  virtual Result<std::optional<pb::ToolCall>> call(const pb::CallRef& ref) = 0;
+  // Every call of a session, in (turn, call) order.
+  virtual Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) = 0;
+
+  // --- Operations
+  virtual Result<std::optional<pb::Operation>> operation(const std::string& key) = 0;
+  // Operations in key order (filtered by state and `accept`), paged.
+  virtual Result<OperationPage> operations(const OperationQuery& query) = 0;
+  // Every operation on an order (any owner, kind and version).
+  virtual Result<std::vector<pb::Operation>> operations_of_order(const std::string& order_id) = 0;
+  // Keys of pending operations whose expiry is at or before now_ms, oldest
+  // expiry first, at most `limit`.
+  virtual Result<std::vector<std::string>> expired_by(int64_t now_ms, size_t limit) = 0;
+  virtual Result<StateCounts> counts() = 0;
+
+  // --- Orders
+  virtual Result<std::optional<pb::Order>> order(const std::string& order_id) = 0;
+  // What opgate moved for the order; all zero if nothing yet.
+  virtual Result<pb::OrderFunds> funds(const std::string& order_id) = 0;
+
+  // --- Ledger
+  virtual Result<std::optional<pb::LedgerEntry>> ledger_entry(const std::string& operation_key) = 0;
+  // Rows matching every non-empty field of the query, in operation key order.
+  virtual Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& query) = 0;
+
+  // --- Audit chain
+  // An operation's records in chain order.
+  virtual Result<std::vector<pb::AuditRecord>> audit_of(const std::string& operation_key) = 0;
+  // Records with seq > after_seq in chain order, at most `limit`.
+  virtual Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) = 0;
+  virtual Result<AuditHead> audit_head() = 0;
+
+  // --- Outbox
+  // Items whose not_before_ms is at or before now_ms, earliest first, at
+  // most `limit`.
+  virtual Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) = 0;
+  // The earliest not_before_ms of any item, if there is one.
+  virtual Result<std::optional<int64_t>> next_due_ms() = 0;
+};
+
+class Transaction : public virtual Reader {
+ public:
+  // The transaction's time: every record it writes carries it.
+  virtual int64_t now_ms() const = 0;
+
+  // --- Inbox
+  // Removes the event's queue entry and marks it processed.
+  virtual void finish_event(const QueuedEvent& queued) = 0;
+  // Moves the event from the queue to its session's waiting list.
+  virtual void park_event(const QueuedEvent& queued) = 0;
+  // Moves every event waiting for the session back to the queue; returns
+  // how many.
+  virtual Result<size_t> release_parked(const std::string& session_id) = 0;
+
+  // --- Sessions and tool calls (insert or replace)
+  virtual void put_session(const pb::Session& session) = 0;
+  virtual void put_call(const pb::ToolCall& call) = 0;
+
+  // --- Operations (insert or replace; every index kept in step)
+  virtual Status put_operation(const pb::Operation& operation) = 0;
+
+  // --- Orders
+  virtual void put_order(const pb::Order& order) = 0;
+  virtual void put_funds(const pb::OrderFunds& funds) = 0;
+
+  // --- Ledger
+  virtual void put_ledger(const pb::LedgerEntry& entry) = 0;
+
+  // --- Audit chain: seq, at_ms, prev_hash and hash are assigned here, in
+  // the order of the calls, chained to the head this transaction sees.
+  virtual void append_audit(pb::AuditRecord record) = 0;
+
+  // --- Outbox
+  virtual void enqueue(pb::OutboxItem item) = 0;
+  // Replaces an item (attempts, not_before_ms, last_error).
+  virtual void update_outbox(const OutboxEntry& entry) = 0;
+  // It is not an error if the item is gone.
+  virtual void remove_outbox(const std::string& id) = 0;
+};
+
+struct StorageStats {
+  uint64_t synced_writes = 0;  // durable commits requested
+  uint64_t wal_syncs = 0;      // fsyncs (or commits) the backend performed
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  // Runs fn in a transaction. If fn returns Ok, its writes are committed
+  // atomically and durably before transact returns Ok; if fn fails, nothing
+  // is written and its error is returned. A commit that fails leaves nothing
+  // of the transaction visible. fn may run again (a backend may retry a
+  // serialisation failure), so it must not act outside the transaction.
+  virtual Status transact(const std::function<Status(Transaction&)>& fn) = 0;
+
+  // Durable state only.
+  virtual Reader& reader() = 0;
+
+  // Stores each event unless its webhook-id is already stored, atomically
+  // and durably, and says what happened to each. Events with the same
+  // webhook-id within one call are stored once.
+  virtual Result<std::vector<Appended>> append_events(std::vector<NewEvent>& events) = 0;
+
+  // Checks the whole audit chain.
+  virtual Result<AuditVerification> verify_audit() = 0;
+
+  // Ok when a durable write succeeds now (for /readyz).
+  virtual Status check_writable() = 0;
+
+  virtual StorageStats stats() const = 0;
+};
+
+}  // namespace opgate::store

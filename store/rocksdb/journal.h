@@ -1,0 +1,127 @@
+// Transactions over the RocksDB database, with group commit and no read of
+// anything that is not durable outside a transaction.
+//
+// run() executes a transaction under the journal lock, so transactions are
+// serialised and each sees every one before it. Its reads go through its own
+// writes, then the writes of earlier transactions not yet on disk, then the
+// database. Its writes join the open generation; one committer thread seals
+// that generation and writes it as one synced WriteBatch while the next one
+// fills, so one fsync covers every transaction of a generation. run()
+// returns Ok once the generation holding its writes (or, for a transaction
+// that wrote nothing, every generation it could have read) is durable.
+//
+// Because RocksDB makes a synced write visible only once it is durable,
+// everything read from the database directly (outside run) is durable: the
+// drainer, the API and every other reader can act on what they read. If a
+// synced write fails, its generation and the open one fail together (the
+// open one may have read the failed one), nothing of them becomes visible,
+// and their transactions return the error.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "store/port.h"
+#include "store/rocksdb/db.h"
+
+namespace opgate::store::rocks {
+
+// Key-value reads, from the database alone or through staged layers.
+class KvView {
+ public:
+  virtual ~KvView() = default;
+  virtual Result<std::optional<std::string>> get(Cf cf, std::string_view key) const = 0;
+  virtual Status scan(Cf cf, std::string_view prefix, const Db::Visitor& visit,
+                      std::string_view start = {}) const = 0;
+};
+
+// Durable state.
+class DbView final : public KvView {
+ public:
+  explicit DbView(const Db& db) : db_(db) {}
+  Result<std::optional<std::string>> get(Cf cf, std::string_view key) const override {
+    return db_.get(cf, key);
+  }
+  Status scan(Cf cf, std::string_view prefix, const Db::Visitor& visit,
+              std::string_view start = {}) const override {
+    return db_.scan(cf, prefix, visit, start);
+  }
+
+ private:
+  const Db& db_;
+};
+
+// Staged layers (newest first) over the database.
+class LayeredView final : public KvView {
+ public:
+  LayeredView(const Db& db, std::vector<const WriteSet*> layers)
+      : db_(db), layers_(std::move(layers)) {}
+  Result<std::optional<std::string>> get(Cf cf, std::string_view key) const override;
+  Status scan(Cf cf, std::string_view prefix, const Db::Visitor& visit,
+              std::string_view start = {}) const override;
+
+ private:
+  const Db& db_;
+  std::vector<const WriteSet*> layers_;
+};
+
+class Journal {
+ public:
+  // What a transaction works with; valid during run()'s callback only.
+  struct Txn {
+    int64_t now_ms;
+    const KvView& view;  // its own writes, then unsynced ones, then the database
+    WriteSet& writes;
+    AuditHead head;  // advance it when appending audit records
+  };
+
+  // Reads the audit chain's head and starts the committer.
+  static Result<std::unique_ptr<Journal>> open(Db& db, const Clock& clock);
+  // Commits what is staged, then stops the committer.
+  ~Journal();
+
+  Status run(const std::function<Status(Txn&)>& fn);
+
+  // Generations written, and the transactions they held.
+  uint64_t commits() const;
+  uint64_t transactions() const;
+  // True after a synced write failed, until one succeeds.
+  bool failing() const;
+
+ private:
+  struct Outcome {
+    bool done = false;
+    Status status;
+  };
+  Journal(Db& db, const Clock& clock) : db_(db), clock_(clock) {}
+  void committer();
+  Result<AuditHead> read_head() const;
+
+  Db& db_;
+  const Clock& clock_;
+  mutable std::mutex mu_;
+  std::condition_variable staged_cv_;  // the committer waits for work
+  std::condition_variable done_cv_;    // transactions wait for their outcome
+  WriteSet open_;                      // staged, not yet being written
+  std::shared_ptr<Outcome> open_outcome_ = std::make_shared<Outcome>();
+  size_t open_transactions_ = 0;
+  WriteSet writing_;  // being written by the committer
+  std::shared_ptr<Outcome> writing_outcome_;
+  AuditHead head_;  // the chain's head including staged records
+  bool stopping_ = false;
+  bool failing_ = false;
+  uint64_t commits_ = 0;
+  uint64_t transactions_ = 0;
+  std::thread committer_;
+};
+
+}  // namespace opgate::store::rocks

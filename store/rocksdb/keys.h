@@ -1,0 +1,96 @@
+// Where each record lives in the RocksDB backend: the one place that spells
+// key layouts. Fixed-width hex numbers keep numeric order in byte order.
+//
+//   inbox       e/{source}/{webhook_id}      InboxEvent
+//               q/{seq}                      queue entry -> event key
+//               w/{session}/{seq}            parked until the session is bound -> event key
+//   sessions    {session_id}                 Session
+//   calls       {session}/{turn}/{call}      ToolCall
+//   operations  o/{key}                      Operation
+//               s/{state}/{key}              by state
+//               x/{expires_at}/{key}         pending, by expiry
+//               r/{order_id}/{key}           by order
+//               h/{key}/{audit seq}          the operation's audit records
+//   outbox      i/{id}                       OutboxItem
+//               t/{not_before}/{id}          by due time
+//   ledger      {operation_key}              LedgerEntry
+//   audit       {seq}                        AuditRecord
+//   orders      o/{order_id}                 Order
+//               f/{order_id}                 OrderFunds
+//   meta        format_version, n/{state}    data format; operations per state
+// Pure; thread-safe.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "opgate.pb.h"
+
+namespace opgate::store::rocks::keys {
+
+inline std::string hex16(uint64_t v) { return fmt::format("{:016x}", v); }
+inline uint64_t time_part(int64_t ms) { return ms < 0 ? 0 : static_cast<uint64_t>(ms); }
+
+inline std::string event(std::string_view source, std::string_view webhook_id) {
+  return fmt::format("e/{}/{}", source, webhook_id);
+}
+inline constexpr std::string_view kQueuePrefix = "q/";
+inline std::string queue(uint64_t seq) { return "q/" + hex16(seq); }
+inline std::string queue(std::string_view id) { return fmt::format("q/{}", id); }
+inline std::string waiting_prefix(std::string_view session) {
+  return fmt::format("w/{}/", session);
+}
+inline std::string waiting(std::string_view session, uint64_t seq) {
+  return waiting_prefix(session) + hex16(seq);
+}
+
+inline std::string call(std::string_view session, std::string_view turn, std::string_view call) {
+  return fmt::format("{}/{}/{}", session, turn, call);
+}
+inline std::string call(const pb::CallRef& c) {
+  return call(c.session_id(), c.turn_id(), c.call_id());
+}
+
+inline std::string operation(std::string_view key) { return fmt::format("o/{}", key); }
+inline std::string state_prefix(pb::OperationState s) {
+  return fmt::format("s/{:02}/", static_cast<int>(s));
+}
+inline std::string by_state(pb::OperationState s, std::string_view key) {
+  return state_prefix(s) + std::string(key);
+}
+inline constexpr std::string_view kExpiryPrefix = "x/";
+inline std::string by_expiry(int64_t expires_at_ms, std::string_view key) {
+  return fmt::format("x/{}/{}", hex16(time_part(expires_at_ms)), key);
+}
+inline std::string order_prefix(std::string_view order_id) {
+  return fmt::format("r/{}/", order_id);
+}
+inline std::string by_order(std::string_view order_id, std::string_view key) {
+  return order_prefix(order_id) + std::string(key);
+}
+inline std::string audit_index_prefix(std::string_view operation_key) {
+  return fmt::format("h/{}/", operation_key);
+}
+inline std::string audit_index(std::string_view operation_key, uint64_t seq) {
+  return fmt::format("h/{}/{:020}", operation_key, seq);
+}
+
+inline std::string outbox_item(std::string_view id) { return fmt::format("i/{}", id); }
+inline constexpr std::string_view kDuePrefix = "t/";
+inline std::string outbox_due(int64_t not_before_ms, std::string_view id) {
+  return fmt::format("t/{}/{}", hex16(time_part(not_before_ms)), id);
+}
+
+inline std::string audit(uint64_t seq) { return fmt::format("{:020}", seq); }
+
+inline std::string order(std::string_view order_id) { return fmt::format("o/{}", order_id); }
+inline std::string funds(std::string_view order_id) { return fmt::format("f/{}", order_id); }
+
+inline std::string state_count(pb::OperationState s) {
+  return fmt::format("n/{:02}", static_cast<int>(s));
+}
+
+}  // namespace opgate::store::rocks::keys

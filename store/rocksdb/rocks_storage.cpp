@@ -1,0 +1,616 @@
+#include "store/rocksdb/rocks_storage.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <unordered_map>
+
+#include "store/audit_chain.h"
+#include "store/rocksdb/keys.h"
+
+namespace opgate::store::rocks {
+
+namespace {
+
+template <typename Message>
+Result<std::optional<Message>> parse(const Result<std::optional<std::string>>& raw) {
+  if (!raw) return raw.error();
+  if (!raw->has_value()) return std::optional<Message>();
+  Message m;
+  if (!m.ParseFromString(**raw))
+    return make_error(errc::corrupt_record, "a stored record does not parse");
+  return std::optional<Message>(std::move(m));
+}
+
+template <typename Message>
+Result<std::optional<Message>> load(const KvView& view, Cf cf, std::string_view key) {
+  return parse<Message>(view.get(cf, key));
+}
+
+Error corrupt(std::string_view what) {
+  return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
+}
+
+std::optional<uint64_t> parse_hex(std::string_view s) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Reads of every record kind over a key-value view.
+class KvReader : public virtual Reader {
+ public:
+  explicit KvReader(const KvView& view) : view_(view) {}
+
+  Result<std::optional<pb::InboxEvent>> event(const std::string& source,
+                                              const std::string& webhook_id) override {
+    return load<pb::InboxEvent>(view_, Cf::inbox, keys::event(source, webhook_id));
+  }
+
+  Result<std::vector<QueuedEvent>> queued(const std::string& after, size_t limit) override {
+    std::vector<std::pair<std::string, std::string>> entries;  // queue id, event key
+    const std::string start = after.empty() ? "" : keys::queue(std::string_view(after)) + '\0';
+    Status s = view_.scan(
+        Cf::inbox, keys::kQueuePrefix,
+        [&](std::string_view k, std::string_view v) {
+          entries.emplace_back(k.substr(keys::kQueuePrefix.size()), v);
+          return entries.size() < limit;
+        },
+        start);
+    if (!s) return s.error();
+    std::vector<QueuedEvent> out;
+    out.reserve(entries.size());
+    for (auto& [id, event_key] : entries) {
+      QueuedEvent q{std::move(id), {}};
+      auto ev = load<pb::InboxEvent>(view_, Cf::inbox, event_key);
+      if (!ev) return ev.error();
+      // An entry whose event is gone stays with an empty event: finishing it
+      // removes the entry.
+      if (ev->has_value()) q.event = std::move(**ev);
+      out.push_back(std::move(q));
+    }
+    return out;
+  }
+
+  Result<size_t> queued_count() override {
+    size_t n = 0;
+    Status s = view_.scan(Cf::inbox, keys::kQueuePrefix, [&](std::string_view, std::string_view) {
+      ++n;
+      return true;
+    });
+    if (!s) return s.error();
+    return n;
+  }
+
+  Result<std::optional<pb::Session>> session(const std::string& id) override {
+    return load<pb::Session>(view_, Cf::sessions, id);
+  }
+
+  Result<std::vector<std::string>> session_ids(const std::string& after, size_t limit) override {
+    std::vector<std::string> ids;
+    Status s = view_.scan(
+        Cf::sessions, "",
+        [&](std::string_view k, std::string_view) {
+          ids.emplace_back(k);
+          return ids.size() < limit;
+        },
+        after.empty() ? "" : after + '\0');
+    if (!s) return s.error();
+    return ids;
+  }
+
+  Result<std::optional<pb::ToolCall>> call(const pb::CallRef& ref) override {
+    return load<pb::ToolCall>(view_, Cf::calls, keys::call(ref));
+  }
+
+  Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) override {
+    std::vector<pb::ToolCall> out;
+    bool bad = false;
+    Status s = view_.scan(Cf::calls, session_id + "/", [&](std::string_view, std::string_view v) {
+      pb::ToolCall c;
+      if (!c.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        bad = true;
+        return false;
+      }
+      out.push_back(std::move(c));
+      return true;
+    });
+    if (!s) return s.error();
+    if (bad) return corrupt("tool call");
+    return out;
+  }
+
+  Result<std::optional<pb::Operation>> operation(const std::string& key) override {
+    return load<pb::Operation>(view_, Cf::operations, keys::operation(key));
+  }
+
+  Result<OperationPage> operations(const OperationQuery& q) override {
+    OperationPage page;
+    std::optional<Error> failed;
+    bool more = false;
+    auto take = [&](pb::Operation op) {
+      if (q.accept && !q.accept(op)) return true;
+      if (page.operations.size() == q.limit) {
+        more = true;
+        return false;
+      }
+      page.operations.push_back(std::move(op));
+      return true;
+    };
+    Status s;
+    if (q.state) {
+      const std::string prefix = keys::state_prefix(*q.state);
+      s = view_.scan(
+          Cf::operations, prefix,
+          [&](std::string_view k, std::string_view) {
+            auto op = operation(std::string(k.substr(prefix.size())));
+            if (!op) {
+              failed = op.error();
+              return false;
+            }
+            if (!op->has_value()) return true;  // the index runs ahead of nothing
+            return take(std::move(**op));
+          },
+          q.after.empty() ? "" : prefix + q.after + '\0');
+    } else {
+      s = view_.scan(
+          Cf::operations, "o/",
+          [&](std::string_view, std::string_view v) {
+            pb::Operation op;
+            if (!op.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+              failed = corrupt("operation");
+              return false;
+            }
+            return take(std::move(op));
+          },
+          q.after.empty() ? "" : keys::operation(q.after) + '\0');
+    }
+    if (!s) return s.error();
+    if (failed) return *failed;
+    if (more && !page.operations.empty()) page.next_after = page.operations.back().key();
+    return page;
+  }
+
+  Result<std::vector<pb::Operation>> operations_of_order(const std::string& order_id) override {
+    std::vector<std::string> op_keys;
+    const std::string prefix = keys::order_prefix(order_id);
+    Status s = view_.scan(Cf::operations, prefix, [&](std::string_view k, std::string_view) {
+      op_keys.emplace_back(k.substr(prefix.size()));
+      return true;
+    });
+    if (!s) return s.error();
+    std::vector<pb::Operation> out;
+    for (const auto& k : op_keys) {
+      auto op = operation(k);
+      if (!op) return op.error();
+      if (op->has_value()) out.push_back(std::move(**op));
+    }
+    return out;
+  }
+
+  Result<std::vector<std::string>> expired_by(int64_t now_ms, size_t limit) override {
+    std::vector<std::string> out;
+    std::optional<Error> failed;
+    Status s =
+        view_.scan(Cf::operations, keys::kExpiryPrefix, [&](std::string_view k, std::string_view) {
+          // "x/" + 16 hex digits + "/" + key
+          auto at = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+          if (!at) {
+            failed = corrupt("expiry index entry");
+            return false;
+          }
+          if (*at > keys::time_part(now_ms)) return false;
+          out.emplace_back(k.substr(19));
+          return out.size() < limit;
+        });
+    if (!s) return s.error();
+    if (failed) return *failed;
+    return out;
+  }
+
+  Result<StateCounts> counts() override {
+    StateCounts c;
+    for (int i = pb::STATE_PENDING; i <= pb::STATE_SETTLED; ++i) {
+      auto st = static_cast<pb::OperationState>(i);
+      auto raw = view_.get(Cf::meta, keys::state_count(st));
+      if (!raw) return raw.error();
+      c.operations[st] = raw->has_value() ? std::stoll(**raw) : 0;
+    }
+    return c;
+  }
+
+  Result<std::optional<pb::Order>> order(const std::string& order_id) override {
+    return load<pb::Order>(view_, Cf::orders, keys::order(order_id));
+  }
+
+  Result<pb::OrderFunds> funds(const std::string& order_id) override {
+    auto f = load<pb::OrderFunds>(view_, Cf::orders, keys::funds(order_id));
+    if (!f) return f.error();
+    if (f->has_value()) return std::move(**f);
+    pb::OrderFunds empty;
+    empty.set_order_id(order_id);
+    return empty;
+  }
+
+  Result<std::optional<pb::LedgerEntry>> ledger_entry(const std::string& key) override {
+    return load<pb::LedgerEntry>(view_, Cf::ledger, key);
+  }
+
+  Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& q) override {
+    std::vector<pb::LedgerEntry> rows;
+    bool bad = false;
+    Status s = view_.scan(Cf::ledger, "", [&](std::string_view, std::string_view v) {
+      pb::LedgerEntry l;
+      if (!l.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        bad = true;
+        return false;
+      }
+      if ((q.session_id.empty() || l.session_id() == q.session_id) &&
+          (q.owner.empty() || l.owner() == q.owner) &&
+          (q.order_id.empty() || l.order_id() == q.order_id))
+        rows.push_back(std::move(l));
+      return true;
+    });
+    if (!s) return s.error();
+    if (bad) return corrupt("ledger row");
+    return rows;
+  }
+
+  Result<std::vector<pb::AuditRecord>> audit_of(const std::string& operation_key) override {
+    std::vector<std::string> seqs;
+    const std::string prefix = keys::audit_index_prefix(operation_key);
+    Status s = view_.scan(Cf::operations, prefix, [&](std::string_view k, std::string_view) {
+      seqs.emplace_back(k.substr(prefix.size()));
+      return true;
+    });
+    if (!s) return s.error();
+    std::vector<pb::AuditRecord> out;
+    for (const auto& seq : seqs) {
+      auto r = load<pb::AuditRecord>(view_, Cf::audit, seq);
+      if (!r) return r.error();
+      if (r->has_value()) out.push_back(std::move(**r));
+    }
+    return out;
+  }
+
+  Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
+    std::vector<pb::AuditRecord> out;
+    bool bad = false;
+    Status s = view_.scan(
+        Cf::audit, "",
+        [&](std::string_view, std::string_view v) {
+          pb::AuditRecord r;
+          if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = true;
+            return false;
+          }
+          out.push_back(std::move(r));
+          return out.size() < limit;
+        },
+        keys::audit(after_seq + 1));
+    if (!s) return s.error();
+    if (bad) return corrupt("audit record");
+    return out;
+  }
+
+  Result<AuditHead> audit_head() override {
+    // The durable head: the last record in key order.
+    AuditHead head;
+    std::optional<pb::AuditRecord> last;
+    // Audit keys are fixed-width sequence numbers; the reader's view has no
+    // reverse scan, so the durable reader overrides this with a seek.
+    Status s = view_.scan(Cf::audit, "", [&](std::string_view, std::string_view v) {
+      pb::AuditRecord r;
+      if (r.ParseFromArray(v.data(), static_cast<int>(v.size()))) last = std::move(r);
+      return true;
+    });
+    if (!s) return s.error();
+    if (last) head = {last->seq(), last->hash()};
+    return head;
+  }
+
+  Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) override {
+    std::vector<std::string> ids;
+    std::optional<Error> failed;
+    Status s = view_.scan(Cf::outbox, keys::kDuePrefix, [&](std::string_view k, std::string_view) {
+      auto at = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+      if (!at) {
+        failed = corrupt("outbox index entry");
+        return false;
+      }
+      if (*at > keys::time_part(now_ms)) return false;
+      ids.emplace_back(k.substr(19));
+      return ids.size() < limit;
+    });
+    if (!s) return s.error();
+    if (failed) return *failed;
+    std::vector<OutboxEntry> out;
+    for (auto& id : ids) {
+      auto item = load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
+      if (!item) return item.error();
+      if (item->has_value()) out.push_back({std::move(id), std::move(**item)});
+    }
+    return out;
+  }
+
+  Result<std::optional<int64_t>> next_due_ms() override {
+    std::optional<int64_t> at;
+    std::optional<Error> failed;
+    Status s = view_.scan(Cf::outbox, keys::kDuePrefix, [&](std::string_view k, std::string_view) {
+      auto t = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+      if (!t)
+        failed = corrupt("outbox index entry");
+      else
+        at = static_cast<int64_t>(*t);
+      return false;
+    });
+    if (!s) return s.error();
+    if (failed) return *failed;
+    return at;
+  }
+
+ protected:
+  const KvView& view_;
+};
+
+// The durable reader: the database alone; the audit head by one seek.
+class DurableReader final : public KvReader {
+ public:
+  DurableReader(const KvView& view, const Db& db) : KvReader(view), db_(db) {}
+  Result<AuditHead> audit_head() override {
+    AuditHead head;
+    auto last = db_.last_key(Cf::audit, "");
+    if (!last) return last.error();
+    if (!last->has_value()) return head;
+    auto r = load<pb::AuditRecord>(view_, Cf::audit, **last);
+    if (!r) return r.error();
+    if (r->has_value()) head = {(*r)->seq(), (*r)->hash()};
+    return head;
+  }
+
+ private:
+  const Db& db_;
+};
+
+class RocksTransaction final : public Transaction, public KvReader {
+ public:
+  RocksTransaction(Journal::Txn& txn, RocksStorage& storage)
+      : KvReader(txn.view), txn_(txn), storage_(storage) {}
+
+  int64_t now_ms() const override { return txn_.now_ms; }
+  Result<AuditHead> audit_head() override { return txn_.head; }
+
+  void finish_event(const QueuedEvent& q) override {
+    txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
+    if (q.event.source().empty()) return;  // its event is gone: only the entry goes
+    pb::InboxEvent event = q.event;
+    event.set_processed(true);
+    event.set_processed_at_ms(txn_.now_ms);
+    txn_.writes.put(Cf::inbox, keys::event(event.source(), event.webhook_id()),
+                    event.SerializeAsString());
+  }
+
+  void park_event(const QueuedEvent& q) override {
+    txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
+    txn_.writes.put(Cf::inbox, keys::waiting(q.event.session_id(), storage_.next_queue_seq()),
+                    keys::event(q.event.source(), q.event.webhook_id()));
+  }
+
+  Result<size_t> release_parked(const std::string& session_id) override {
+    std::vector<std::pair<std::string, std::string>> parked;
+    Status s = txn_.view.scan(Cf::inbox, keys::waiting_prefix(session_id),
+                              [&](std::string_view k, std::string_view v) {
+                                parked.emplace_back(k, v);
+                                return true;
+                              });
+    if (!s) return s.error();
+    for (auto& [k, v] : parked) {
+      txn_.writes.del(Cf::inbox, k);
+      txn_.writes.put(Cf::inbox, keys::queue(storage_.next_queue_seq()), v);
+    }
+    return parked.size();
+  }
+
+  void put_session(const pb::Session& s) override {
+    txn_.writes.put(Cf::sessions, s.session_id(), s.SerializeAsString());
+  }
+
+  void put_call(const pb::ToolCall& c) override {
+    txn_.writes.put(Cf::calls, keys::call(c.session_id(), c.turn_id(), c.call_id()),
+                    c.SerializeAsString());
+  }
+
+  Status put_operation(const pb::Operation& op) override {
+    if (op.key().empty() || op.state() == pb::STATE_UNSPECIFIED)
+      return make_error(errc::internal, "an operation needs a key and a state");
+    auto old = operation(op.key());
+    if (!old) return old.error();
+    const auto& key = op.key();
+    auto& w = txn_.writes;
+    const bool was = old->has_value();
+    const auto old_state = was ? (*old)->state() : pb::STATE_UNSPECIFIED;
+    if (old_state != op.state()) {
+      if (was) {
+        w.del(Cf::operations, keys::by_state(old_state, key));
+        if (Status s = add_count(old_state, -1); !s) return s;
+      }
+      w.put(Cf::operations, keys::by_state(op.state(), key), "");
+      if (Status s = add_count(op.state(), +1); !s) return s;
+    }
+    if (!was) w.put(Cf::operations, keys::by_order(op.proposal().order_id(), key), "");
+    const bool was_pending = old_state == pb::STATE_PENDING;
+    const bool is_pending = op.state() == pb::STATE_PENDING;
+    const bool moved = was && (*old)->expires_at_ms() != op.expires_at_ms();
+    if (was_pending && (!is_pending || moved))
+      w.del(Cf::operations, keys::by_expiry((*old)->expires_at_ms(), key));
+    if (is_pending && (!was_pending || moved))
+      w.put(Cf::operations, keys::by_expiry(op.expires_at_ms(), key), "");
+    w.put(Cf::operations, keys::operation(key), op.SerializeAsString());
+    return Status::Ok();
+  }
+
+  void put_order(const pb::Order& o) override {
+    txn_.writes.put(Cf::orders, keys::order(o.order_id()), o.SerializeAsString());
+  }
+
+  void put_funds(const pb::OrderFunds& f) override {
+    txn_.writes.put(Cf::orders, keys::funds(f.order_id()), f.SerializeAsString());
+  }
+
+  void put_ledger(const pb::LedgerEntry& l) override {
+    txn_.writes.put(Cf::ledger, l.operation_key(), l.SerializeAsString());
+  }
+
+  void append_audit(pb::AuditRecord record) override {
+    chain_audit(record, txn_.now_ms, txn_.head);
+    if (!record.operation_key().empty())
+      txn_.writes.put(Cf::operations, keys::audit_index(record.operation_key(), record.seq()), "");
+    txn_.writes.put(Cf::audit, keys::audit(record.seq()), record.SerializeAsString());
+  }
+
+  void enqueue(pb::OutboxItem item) override {
+    const std::string id = keys::hex16(storage_.next_outbox_seq());
+    item.set_created_at_ms(txn_.now_ms);
+    txn_.writes.put(Cf::outbox, keys::outbox_due(item.not_before_ms(), id), "");
+    txn_.writes.put(Cf::outbox, keys::outbox_item(id), item.SerializeAsString());
+  }
+
+  void update_outbox(const OutboxEntry& e) override {
+    auto old = load<pb::OutboxItem>(txn_.view, Cf::outbox, keys::outbox_item(e.id));
+    if (!old || !old->has_value()) return;  // gone (or unreadable): nothing to update
+    txn_.writes.del(Cf::outbox, keys::outbox_due((*old)->not_before_ms(), e.id));
+    txn_.writes.put(Cf::outbox, keys::outbox_due(e.item.not_before_ms(), e.id), "");
+    txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), e.item.SerializeAsString());
+  }
+
+  void remove_outbox(const std::string& id) override {
+    auto old = load<pb::OutboxItem>(txn_.view, Cf::outbox, keys::outbox_item(id));
+    if (old && old->has_value())
+      txn_.writes.del(Cf::outbox, keys::outbox_due((*old)->not_before_ms(), id));
+    txn_.writes.del(Cf::outbox, keys::outbox_item(id));
+  }
+
+ private:
+  Status add_count(pb::OperationState state, int64_t delta) {
+    auto raw = txn_.view.get(Cf::meta, keys::state_count(state));
+    if (!raw) return raw.error();
+    int64_t n = raw->has_value() ? std::stoll(**raw) : 0;
+    txn_.writes.put(Cf::meta, keys::state_count(state),
+                    std::to_string(std::max<int64_t>(0, n + delta)));
+    return Status::Ok();
+  }
+
+  Journal::Txn& txn_;
+  RocksStorage& storage_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RocksStorage>> RocksStorage::open(const std::string& dir,
+                                                         const OpenOptions& options,
+                                                         const Clock& clock) {
+  auto db = Db::open(dir, options);
+  if (!db) return db.error();
+  std::unique_ptr<RocksStorage> s(new RocksStorage());
+  s->db_ = std::move(*db);
+  s->clock_ = &clock;
+  s->durable_ = std::make_unique<DbView>(*s->db_);
+  s->reader_ = std::make_unique<DurableReader>(*s->durable_, *s->db_);
+  // Queue sequence numbers start above both the clock (in µs) and any entry
+  // stored, so they stay monotonic across restarts and clock steps.
+  uint64_t queue_start = static_cast<uint64_t>(std::max<int64_t>(0, clock.now_ms())) * 1000;
+  auto last_queued = s->db_->last_key(Cf::inbox, keys::kQueuePrefix);
+  if (!last_queued) return last_queued.error();
+  if (last_queued->has_value())
+    if (auto seq = parse_hex(std::string_view(**last_queued).substr(2)))
+      queue_start = std::max(queue_start, *seq + 1);
+  s->queue_seq_ = queue_start;
+  auto last_item = s->db_->last_key(Cf::outbox, "i/");
+  if (!last_item) return last_item.error();
+  if (last_item->has_value())
+    if (auto seq = parse_hex(std::string_view(**last_item).substr(2))) s->outbox_seq_ = *seq + 1;
+  if (!options.read_only) {
+    auto journal = Journal::open(*s->db_, clock);
+    if (!journal) return journal.error();
+    s->journal_ = std::move(*journal);
+  }
+  return s;
+}
+
+RocksStorage::~RocksStorage() {
+  journal_.reset();  // commits what is staged while the database is open
+  reader_.reset();
+  durable_.reset();
+  db_.reset();
+}
+
+Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
+  if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
+  return journal_->run([&](Journal::Txn& txn) {
+    RocksTransaction t(txn, *this);
+    return fn(t);
+  });
+}
+
+Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>& events) {
+  std::vector<Appended> out(events.size(), Appended::stored);
+  std::unordered_map<std::string, size_t> first;  // event key -> index stored here
+  WriteSet w;
+  for (size_t i = 0; i < events.size(); ++i) {
+    auto& ev = events[i].event;
+    const std::string key = keys::event(ev.source(), ev.webhook_id());
+    if (auto it = first.find(key); it != first.end()) {
+      out[i] = events[it->second].event.body_sha256() == ev.body_sha256() ? Appended::duplicate
+                                                                          : Appended::conflict;
+      continue;
+    }
+    auto existing = load<pb::InboxEvent>(*durable_, Cf::inbox, key);
+    if (!existing) return existing.error();
+    if (existing->has_value()) {
+      out[i] =
+          (*existing)->body_sha256() == ev.body_sha256() ? Appended::duplicate : Appended::conflict;
+      continue;
+    }
+    first.emplace(key, i);
+    w.put(Cf::inbox, key, ev.SerializeAsString());
+    if (events[i].queue) w.put(Cf::inbox, keys::queue(next_queue_seq()), key);
+  }
+  if (!w.empty())
+    if (Status s = db_->write(w, true); !s) return s.error();
+  return out;
+}
+
+Result<AuditVerification> RocksStorage::verify_audit() {
+  ChainVerifier verifier;
+  uint64_t position = 0;
+  Status s = db_->scan(Cf::audit, "", [&](std::string_view k, std::string_view v) {
+    ++position;
+    pb::AuditRecord r;
+    if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+      verifier.unreadable(position);
+      return false;
+    }
+    uint64_t key_seq = 0;
+    std::from_chars(k.data(), k.data() + k.size(), key_seq);
+    return verifier.add(r, key_seq);
+  });
+  if (!s) return s.error();
+  return verifier.result();
+}
+
+Status RocksStorage::check_writable() {
+  if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
+  if (journal_->failing()) return make_error(errc::storage_error, "The last synced write failed.");
+  return journal_->run([&](Journal::Txn& txn) {
+    txn.writes.put(Cf::meta, "ready_probe", std::to_string(txn.now_ms));
+    return Status::Ok();
+  });
+}
+
+StorageStats RocksStorage::stats() const { return {db_->synced_writes(), db_->wal_syncs()}; }
+
+Status RocksStorage::checkpoint(const std::string& dir) { return db_->checkpoint(dir); }
+
+}  // namespace opgate::store::rocks

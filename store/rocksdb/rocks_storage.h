@@ -1,0 +1,53 @@
+// The storage port on an embedded RocksDB: one node, one data directory.
+// Transactions run through the Journal (serialised, group-committed, read
+// what they wrote); the Reader reads the database, which holds durable
+// writes only; webhook events are appended by the inbox's own synced writes.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "store/port.h"
+#include "store/rocksdb/db.h"
+#include "store/rocksdb/journal.h"
+
+namespace opgate::store::rocks {
+
+class RocksStorage final : public Storage {
+ public:
+  static Result<std::unique_ptr<RocksStorage>> open(const std::string& dir,
+                                                    const OpenOptions& options, const Clock& clock);
+  ~RocksStorage() override;
+
+  Status transact(const std::function<Status(Transaction&)>& fn) override;
+  Reader& reader() override { return *reader_; }
+  Result<std::vector<Appended>> append_events(std::vector<NewEvent>& events) override;
+  Result<AuditVerification> verify_audit() override;
+  Status check_writable() override;
+  StorageStats stats() const override;
+
+  // A consistent copy of the data directory, taken while serving.
+  Status checkpoint(const std::string& dir);
+  Db& db() { return *db_; }
+  const Journal& journal() const { return *journal_; }
+
+  // Allocates an id for a queue entry or outbox item (monotonic, also
+  // across restarts).
+  uint64_t next_queue_seq() { return queue_seq_++; }
+  uint64_t next_outbox_seq() { return outbox_seq_++; }
+
+ private:
+  RocksStorage() = default;
+  std::unique_ptr<Db> db_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<DbView> durable_;
+  std::unique_ptr<Reader> reader_;
+  const Clock* clock_ = nullptr;
+  std::atomic<uint64_t> queue_seq_{1};
+  std::atomic<uint64_t> outbox_seq_{1};
+};
+
+}  // namespace opgate::store::rocks

@@ -1,0 +1,160 @@
+// Decisions over a real store with an injected clock: expiry (by the
+// dispatcher and at the moment of an approval), the policy checked again at
+// approval, on-call resolution that keeps its evidence out of the session,
+// and owner patterns on every decision.
+#include "operations/decisions.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include "world.h"
+
+using namespace opgate;
+namespace json = boost::json;
+
+namespace {
+
+constexpr const char* kRefund = "demo-user:ORDER-100:full-refund:v1";
+
+operations::Principal person(std::string name, std::vector<std::string> owners = {"*"}) {
+  operations::Principal p;
+  p.name = std::move(name);
+  p.scopes = {"operations:read", "operations:approve", "operations:resolve"};
+  p.owners = std::move(owners);
+  p.max_amount_minor = {{"USD", 100000}};
+  return p;
+}
+
+struct World : testing::World {
+  explicit World(operations::PolicyConfig policy = {}) : testing::World({}, policy) {
+    seed_order("ORDER-100");
+    REQUIRE(sync->bind("sess_1", "demo-user", "admin").ok());
+    adapters::SessionView v;
+    v.required_actions = {{"call_1", "turn_1", "request_refund", R"({"order_id":"ORDER-100"})"}};
+    agents.views["sess_1"] = v;
+    webhook("msg_1", "sess_1");
+    pump();
+    REQUIRE(operation(kRefund).state() == pb::STATE_PENDING);
+  }
+
+  Result<operations::Approved> approve(const operations::Principal& who) {
+    auto op = operation(kRefund);
+    std::optional<operations::Approved> out;
+    Status s = storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(
+          auto a, operations::approve(
+                      txn, kRefund, who,
+                      {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint()},
+                      *policy.get()));
+      out = a;
+      return Status::Ok();
+    });
+    if (!s) return s.error();
+    return *out;
+  }
+  std::string outcome() { return std::string(operations::outcome_text(operation(kRefund))); }
+  std::string result_output() {
+    auto c = call("sess_1", "turn_1", "call_1");
+    REQUIRE(c->result_saved());
+    return c->result().output();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a pending operation expires only once its approval TTL has passed") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 3600;
+  World w(policy);
+  w.clock.advance_ms(3600 * 1000 - 1);
+  CHECK(w.engine->expire_pending() == 0);
+  CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+  w.clock.advance_ms(1);
+  CHECK(w.engine->expire_pending() == 1);
+  CHECK(w.outcome() == "expired");
+  CHECK(w.engine->expire_pending() == 0);
+  auto output = json::parse(w.result_output());
+  CHECK(output.at("status").as_string() == "expired");
+  CHECK(w.storage->verify_audit()->ok);
+}
+
+TEST_CASE("an approval after the TTL expires the operation instead of approving it") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 3600;
+  World w(policy);
+  w.clock.advance_ms(3600 * 1000);  // the dispatcher has not run since
+  auto r = w.approve(person("alice"));
+  REQUIRE(r.ok());
+  REQUIRE(r->refusal);
+  CHECK(r->refusal->is(errc::expired));
+  CHECK(w.outcome() == "expired");
+  w.pump();
+  CHECK(w.provider.executed.empty());
+}
+
+TEST_CASE("an approval the policy no longer allows rejects the operation") {
+  operations::PolicyConfig policy;
+  policy.refund_window_days = 1;
+  policy.approval_ttl_s = 7 * 86400;
+  World w(policy);
+  w.clock.advance_ms(2 * 86'400'000);  // now outside the 1-day window
+  auto r = w.approve(person("alice"));
+  REQUIRE(r.ok());
+  REQUIRE(r->refusal);
+  CHECK(r->refusal->is(errc::policy_refused));
+  CHECK(w.outcome() == "rejected");
+  CHECK(json::parse(w.result_output()).at("reason").as_string().find("window") !=
+        std::string::npos);
+}
+
+TEST_CASE("with no threshold for the currency, one approval does not release the money") {
+  operations::PolicyConfig policy;
+  policy.two_person_threshold_minor = {{"GBP", 50000}};  // none for USD
+  World w(policy);
+  auto first = w.approve(person("alice"));
+  REQUIRE(first.ok());
+  CHECK(first->step == operations::ApprovalStep::recorded);
+  CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+  auto second = w.approve(person("bob"));
+  REQUIRE(second.ok());
+  CHECK(second->step == operations::ApprovalStep::complete);
+  CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+}
+
+TEST_CASE("outside the principal's owner patterns an operation does not exist") {
+  World w;
+  auto r = w.approve(person("alice", {"team-b-*"}));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().is(errc::not_found));
+  Status denied = w.storage->transact([&](store::Transaction& txn) {
+    return operations::deny(txn, kRefund, person("alice", {}), "no");
+  });
+  CHECK(denied.error().is(errc::not_found));
+  CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+}
+
+TEST_CASE("on-call's evidence stays in the record; the session gets the outcome") {
+  World w;
+  REQUIRE(w.approve(person("alice")).ok());
+  w.provider.answers = {{adapters::Verdict::indeterminate, "", "", "timeout"}};
+  w.pump();
+  REQUIRE(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
+  operations::Resolution r;
+  r.outcome = operations::Outcome::succeeded;
+  r.evidence = "ticket OPS-4411, seen by Jane Doe in the dashboard";
+  r.provider_object_id = "re_manual_1";
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::resolve(txn, kRefund, person("oncall"), r);
+              })
+              .ok());
+  auto op = w.operation(kRefund);
+  CHECK(op.evidence() == r.evidence);
+  CHECK(op.provider_object_id() == "re_manual_1");
+  const auto output = w.result_output();
+  CHECK(output.find("OPS-4411") == std::string::npos);
+  CHECK(output.find("Jane") == std::string::npos);
+  CHECK(output.find("re_manual_1") != std::string::npos);
+  CHECK((*w.storage->reader().ledger_entry(kRefund))->provider_object_id() == "re_manual_1");
+}

@@ -1,0 +1,318 @@
+// The drainer and the reconciler against a scripted payment provider: every
+// branch of recording an answer and of reconciling, the lease that recovers
+// an answer that was never recorded, the re-check before execution, and
+// tool-result delivery verdicts. Real store, injected clock.
+#include "outbox/drainer.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include "operations/attention.h"
+#include "operations/decisions.h"
+#include "operations/settlement.h"
+#include "world.h"
+
+using namespace opgate;
+namespace json = boost::json;
+
+namespace {
+
+constexpr const char* kRefund = "demo-user:ORDER-100:full-refund:v1";
+constexpr const char* kCredit = "demo-user:ORDER-100:account-credit:v1";
+
+operations::Principal alice() {
+  operations::Principal p;
+  p.name = "alice";
+  p.scopes = {"operations:read", "operations:approve", "operations:resolve"};
+  p.owners = {"*"};
+  p.max_amount_minor = {{"USD", 100000}};
+  return p;
+}
+
+struct World : testing::World {
+  World() {
+    seed_order("ORDER-100");
+    REQUIRE(sync->bind("sess_1", "demo-user", "admin").ok());
+  }
+
+  // The model asks; the proposal is stored pending.
+  void propose(const std::string& call_id, const std::string& tool, const std::string& args) {
+    adapters::SessionView v;
+    v.required_actions = {{call_id, "turn_1", tool, args}};
+    {
+      std::lock_guard lock(agents.mu);
+      agents.views["sess_1"] = v;
+    }
+    webhook("msg_" + call_id, "sess_1");
+    pump();
+  }
+  void propose_refund() { propose("call_refund", "request_refund", R"({"order_id":"ORDER-100"})"); }
+  void propose_credit(int64_t amount) {
+    propose("call_credit", "issue_account_credit",
+            json::serialize(json::object{{"order_id", "ORDER-100"},
+                                         {"amount_minor", amount},
+                                         {"currency", "USD"},
+                                         {"reason_code", "GOODWILL"}}));
+  }
+
+  Result<operations::Approved> approve(const std::string& key) {
+    auto op = operation(key);
+    std::optional<operations::Approved> out;
+    Status s = storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(
+          auto a, operations::approve(
+                      txn, key, alice(),
+                      {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint()},
+                      *policy.get()));
+      out = a;
+      return Status::Ok();
+    });
+    if (!s) return s.error();
+    return *out;
+  }
+
+  std::string state(const std::string& key) {
+    auto op = operation(key);
+    std::string s(operations::state_text(op));
+    if (op.outcome() != pb::OUTCOME_NONE) s += "/" + std::string(operations::outcome_text(op));
+    return s;
+  }
+  pb::OrderFunds funds() { return *storage->reader().funds("ORDER-100"); }
+  std::optional<pb::LedgerEntry> ledger(const std::string& key) {
+    return *storage->reader().ledger_entry(key);
+  }
+  size_t items_of(pb::OutboxKind kind, int64_t at_ms) {
+    size_t n = 0;
+    for (const auto& e : due(at_ms))
+      if (e.item.kind() == kind) ++n;
+    return n;
+  }
+};
+
+adapters::PaymentResult answer(adapters::Verdict v, std::string error = "") {
+  return {v, v == adapters::Verdict::refused ? "" : "re_1", "", std::move(error)};
+}
+
+adapters::LookupResult lookup(adapters::Lookup l,
+                              adapters::Verdict v = adapters::Verdict::succeeded) {
+  adapters::LookupResult r;
+  r.lookup = l;
+  r.object = {v, "re_found", v == adapters::Verdict::succeeded ? "succeeded" : "failed", ""};
+  r.error = l == adapters::Lookup::unreachable ? "connection refused" : "";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("an approved refund is claimed, executed once, settled with its ledger row and funds") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  REQUIRE(w.provider.executed.size() == 1);
+  CHECK(w.provider.executed[0].idempotency_key == w.operation(kRefund).idempotency_key());
+  CHECK(w.provider.executed[0].amount_minor == 2500);
+  REQUIRE(w.ledger(kRefund));
+  CHECK(w.ledger(kRefund)->recorded_by() == "provider");
+  CHECK(w.funds().refunded_minor() == 2500);
+  CHECK(w.funds().reserved_minor() == 0);
+  CHECK_FALSE(w.operation(kRefund).reserved_funds());
+  auto call = w.call("sess_1", "turn_1", "call_refund");
+  CHECK(call->delivery() == pb::DELIVERY_DELIVERED);
+  CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
+}
+
+TEST_CASE("a definite refusal settles failed: no ledger row, the held amount released") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::refused, "card declined")};
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/failed");
+  CHECK_FALSE(w.ledger(kRefund));
+  CHECK(w.funds().reserved_minor() == 0);
+  CHECK(w.funds().refunded_minor() == 0);
+  CHECK(w.operation(kRefund).decision_reason() == "card declined");
+}
+
+TEST_CASE("an indeterminate answer is outcome_unknown; the reconciler finds the object") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.pump();
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  CHECK(w.funds().reserved_minor() == 2500);  // it may have been paid: still held
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 60'000) == 1);
+  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.ledger(kRefund)->provider_object_id() == "re_found");
+  CHECK(w.funds().refunded_minor() == 2500);
+  CHECK(w.funds().reserved_minor() == 0);
+  CHECK(w.provider.executed.size() == 1);
+}
+
+TEST_CASE("the reconciler finds a failed object: settled failed, the held amount released") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.pump();
+  w.provider.lookups = {lookup(adapters::Lookup::found, adapters::Verdict::refused)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/failed");
+  CHECK(w.funds().reserved_minor() == 0);
+}
+
+TEST_CASE("a proven absence executes again under the same idempotency key") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "reset"),
+                        answer(adapters::Verdict::succeeded)};
+  w.pump();
+  w.provider.lookups = {lookup(adapters::Lookup::absent)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  REQUIRE(w.provider.executed.size() == 2);
+  CHECK(w.provider.executed[0].idempotency_key == w.provider.executed[1].idempotency_key);
+}
+
+TEST_CASE("an unreachable provider leaves it outcome_unknown and tries again later") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.pump();
+  w.provider.lookups = {lookup(adapters::Lookup::unreachable)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  auto op = w.operation(kRefund);
+  CHECK(op.last_error().find("connection refused") != std::string::npos);
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms()) == 0);  // backing off
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);
+}
+
+TEST_CASE("a provider call that throws leaves no operation stuck: after the lease, reconciled") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.throw_on_execute = true;
+  w.pump();
+  CHECK(w.state(kRefund) == "executing");  // the answer was never recorded
+  w.provider.throw_on_execute = false;
+  w.clock.advance_ms(30'000);  // the claim's lease
+  w.pump();
+  CHECK(w.state(kRefund) != "executing");
+  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.executed.size() == 1);  // never executed blindly again
+}
+
+TEST_CASE("an operation executing at restart becomes outcome_unknown, then reconciled") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.throw_on_execute = true;
+  w.pump();
+  REQUIRE(w.state(kRefund) == "executing");
+  w.restart();
+  REQUIRE(w.drainer->recover_after_restart().ok());
+  CHECK(w.state(kRefund) == "outcome_unknown");
+}
+
+TEST_CASE("an order that changed after approval is rejected before any provider call") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_ASSIGN_OR_RETURN(auto order, txn.order("ORDER-100"));
+                order->set_amount_minor(3000);
+                txn.put_order(*order);
+                return Status::Ok();
+              })
+              .ok());
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/rejected");
+  CHECK(w.provider.executed.empty());
+}
+
+TEST_CASE("a credit and a full refund approved together: the order pays out at most once") {
+  World w;
+  w.propose_credit(1000);
+  w.propose_refund();
+  REQUIRE(w.approve(kCredit).ok());
+  REQUIRE(w.approve(kRefund).ok());
+  w.pump();
+  // Whichever is claimed first runs; the other no longer fits what remains.
+  const bool credit_first = w.state(kCredit) == "settled/succeeded";
+  CHECK(w.provider.executed.size() == 1);
+  if (credit_first) {
+    CHECK(w.state(kRefund) == "settled/rejected");
+    CHECK(w.funds().credited_minor() == 1000);
+    CHECK(w.funds().refunded_minor() == 0);
+  } else {
+    CHECK(w.state(kRefund) == "settled/succeeded");
+    CHECK(w.state(kCredit) == "settled/rejected");
+    CHECK(w.funds().refunded_minor() == 2500);
+  }
+  CHECK(w.funds().refunded_minor() + w.funds().credited_minor() <= 2500);
+}
+
+TEST_CASE("a call the session no longer waits for is recorded as stale, not retried") {
+  World w;
+  w.agents.verdict = adapters::SubmitVerdict::unknown_call;
+  w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
+  CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_STALE);
+  CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
+}
+
+TEST_CASE("a conflicting result is flagged, never overwritten or retried") {
+  World w;
+  w.agents.verdict = adapters::SubmitVerdict::conflict;
+  w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
+  CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_CONFLICT);
+  CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
+  CHECK(w.agents.idempotency_keys.size() == 1);
+}
+
+TEST_CASE("a retryable failure waits for Retry-After and resends under the same key") {
+  World w;
+  Error busy = make_error(errc::agents_unavailable, "agents API answered 429");
+  busy.retry_after_ms = 7000;
+  w.agents.verdict = busy;
+  w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
+  CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_PENDING);
+  CHECK(w.items_of(pb::OUTBOX_DELIVER_RESULT, w.clock.now_ms() + 6999) == 0);
+  CHECK(w.items_of(pb::OUTBOX_DELIVER_RESULT, w.clock.now_ms() + 7000) == 1);
+  w.clock.advance_ms(7000);
+  w.agents.verdict = adapters::SubmitVerdict::accepted;
+  w.pump();
+  CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_DELIVERED);
+  REQUIRE(w.agents.idempotency_keys.size() == 2);
+  CHECK(w.agents.idempotency_keys[0] == w.agents.idempotency_keys[1]);
+}
+
+TEST_CASE("an outcome_unknown operation needs attention after enough attempts or time") {
+  operations::AttentionPolicy policy{3, 60'000};
+  pb::Operation op;
+  op.set_state(pb::STATE_OUTCOME_UNKNOWN);
+  op.set_unknown_since_ms(1'000'000);
+  op.set_attempts(2);
+  CHECK_FALSE(operations::needs_attention(op, 1'000'000 + 59'999, policy));
+  CHECK(operations::needs_attention(op, 1'000'000 + 60'000, policy));
+  op.set_attempts(3);
+  CHECK(operations::needs_attention(op, 1'000'000, policy));
+  op.set_state(pb::STATE_SETTLED);
+  CHECK_FALSE(operations::needs_attention(op, 1'000'000 + 600'000, policy));
+}

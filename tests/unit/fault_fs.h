@@ -1,0 +1,84 @@
+// A RocksDB file system for tests that makes syncs fail or wait: the way to
+// show what opgate does when an fsync fails, or what a reader sees while a
+// commit is still on its way to the disk. Thread-safe.
+#pragma once
+
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+namespace opgate::testing {
+
+struct SyncControl {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool fail = false;  // syncs fail with an I/O error
+  bool hold = false;  // syncs wait until released
+  int waiting = 0;    // syncs waiting now
+  void set_hold(bool on) {
+    std::lock_guard lock(mu);
+    hold = on;
+    cv.notify_all();
+  }
+  void set_fail(bool on) {
+    std::lock_guard lock(mu);
+    fail = on;
+  }
+  // Waits until a sync is held.
+  void wait_until_held() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return waiting > 0; });
+  }
+  rocksdb::IOStatus on_sync() {
+    std::unique_lock lock(mu);
+    if (hold) {
+      ++waiting;
+      cv.notify_all();
+      cv.wait(lock, [&] { return !hold; });
+      --waiting;
+    }
+    if (fail) return rocksdb::IOStatus::IOError("injected sync failure");
+    return rocksdb::IOStatus::OK();
+  }
+};
+
+class FaultFile final : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  FaultFile(std::unique_ptr<rocksdb::FSWritableFile> file, std::shared_ptr<SyncControl> control)
+      : FSWritableFileOwnerWrapper(std::move(file)), control_(std::move(control)) {}
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+    if (auto s = control_->on_sync(); !s.ok()) return s;
+    return FSWritableFileOwnerWrapper::Sync(o, d);
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+    if (auto s = control_->on_sync(); !s.ok()) return s;
+    return FSWritableFileOwnerWrapper::Fsync(o, d);
+  }
+
+ private:
+  std::shared_ptr<SyncControl> control_;
+};
+
+// Only the WAL's syncs are affected (table files and the manifest are not).
+class FaultFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  explicit FaultFileSystem(std::shared_ptr<SyncControl> control)
+      : FileSystemWrapper(rocksdb::FileSystem::Default()), control_(std::move(control)) {}
+  const char* Name() const override { return "opgate.FaultFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* out,
+                                    rocksdb::IODebugContext* d) override {
+    auto s = FileSystemWrapper::NewWritableFile(name, o, out, d);
+    if (s.ok() && name.ends_with(".log"))
+      *out = std::make_unique<FaultFile>(std::move(*out), control_);
+    return s;
+  }
+
+ private:
+  std::shared_ptr<SyncControl> control_;
+};
+
+}  // namespace opgate::testing

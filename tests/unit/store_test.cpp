@@ -1,0 +1,271 @@
+// The RocksDB backend's transactions: read-your-writes, nothing visible
+// outside a transaction before it is durable, a failed sync leaving
+// nothing behind, the audit chain, and the data directory's guards.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/crypto.h"
+#include "fault_fs.h"
+#include "operations/transitions.h"
+#include "store/audit_chain.h"
+#include "store/rocksdb/keys.h"
+#include "store/rocksdb/rocks_storage.h"
+
+using namespace opgate;
+using store::rocks::RocksStorage;
+
+namespace {
+struct TempDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("opgate-test-" + crypto::random_hex(8));
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+pb::Operation new_op(const std::string& key) {
+  pb::Operation op;
+  op.set_key(key);
+  op.mutable_proposal()->set_order_id("O1");
+  op.mutable_proposal()->set_amount_minor(2500);
+  op.mutable_proposal()->set_currency("USD");
+  op.set_fingerprint("fp");
+  op.set_expires_at_ms(5'000'000);
+  return op;
+}
+
+Status propose(store::Storage& storage, const std::string& key) {
+  return storage.transact([&](store::Transaction& txn) {
+    auto op = new_op(key);
+    return operations::create(txn, op, "system", "{}");
+  });
+}
+
+std::unique_ptr<RocksStorage> open(const TempDir& dir, const Clock& clock,
+                                   store::rocks::OpenOptions o = {}) {
+  auto s = RocksStorage::open(dir.path.string(), o, clock);
+  REQUIRE_MESSAGE(s.ok(), s.error().message);
+  return std::move(*s);
+}
+}  // namespace
+
+TEST_CASE("a transaction reads its own writes, by key and in scans") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  auto storage = open(dir, clock);
+  Status s = storage->transact([&](store::Transaction& txn) -> Status {
+    auto a = new_op("u:O1:full-refund:v1");
+    OPGATE_TRY(operations::create(txn, a, "system", "{}"));
+    auto b = new_op("u:O1:account-credit:v1");
+    OPGATE_TRY(operations::create(txn, b, "system", "{}"));
+    OPGATE_ASSIGN_OR_RETURN(auto read, txn.operation("u:O1:full-refund:v1"));
+    CHECK(read.has_value());
+    OPGATE_ASSIGN_OR_RETURN(auto of_order, txn.operations_of_order("O1"));
+    CHECK(of_order.size() == 2);
+    OPGATE_ASSIGN_OR_RETURN(auto counts, txn.counts());
+    CHECK(counts.operations[pb::STATE_PENDING] == 2);
+    OPGATE_ASSIGN_OR_RETURN(auto head, txn.audit_head());
+    CHECK(head.seq == 2);
+    return Status::Ok();
+  });
+  REQUIRE(s.ok());
+  auto page = storage->reader().operations({pb::STATE_PENDING, "", 10, {}});
+  REQUIRE(page.ok());
+  CHECK(page->operations.size() == 2);
+}
+
+TEST_CASE("outside a transaction, a commit is visible only once it is durable") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  auto control = std::make_shared<testing::SyncControl>();
+  store::rocks::OpenOptions o;
+  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  auto storage = open(dir, clock, o);
+  REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
+  control->set_hold(true);
+  auto committing = std::async(std::launch::async, [&] {
+    return storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
+      return operations::apply(txn, *op, operations::Event::deny, "alice", "{}");
+    });
+  });
+  control->wait_until_held();
+  // The denial is on its way to the disk: a reader (the drainer, the API)
+  // must not see it yet, a transaction (serialised after it) must.
+  auto durable = storage->reader().operation("u:O1:full-refund:v1");
+  CHECK((*durable)->state() == pb::STATE_PENDING);
+  std::atomic<bool> saw_settled{false};
+  auto later = std::async(std::launch::async, [&] {
+    return storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
+      saw_settled = op->state() == pb::STATE_SETTLED;
+      return Status::Ok();
+    });
+  });
+  control->set_hold(false);
+  REQUIRE(committing.get().ok());
+  CHECK(later.get().ok());  // a read-only transaction returns once what it read is durable
+  CHECK(saw_settled);
+  CHECK((*storage->reader().operation("u:O1:full-refund:v1"))->state() == pb::STATE_SETTLED);
+}
+
+TEST_CASE("a failed sync refuses the transaction and leaves nothing of it visible") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  auto control = std::make_shared<testing::SyncControl>();
+  store::rocks::OpenOptions o;
+  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  auto storage = open(dir, clock, o);
+  REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
+  control->set_fail(true);
+  Status s = storage->transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
+    return operations::apply(txn, *op, operations::Event::deny, "alice", "{}");
+  });
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().is(errc::storage_error));
+  CHECK((*storage->reader().operation("u:O1:full-refund:v1"))->state() == pb::STATE_PENDING);
+  Status seen = storage->transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
+    CHECK(op->state() == pb::STATE_PENDING);
+    OPGATE_ASSIGN_OR_RETURN(auto head, txn.audit_head());
+    CHECK(head.seq == 1);  // the failed record is not in the chain
+    return Status::Ok();
+  });
+  CHECK(seen.ok());
+  CHECK_FALSE(storage->check_writable().ok());
+}
+
+TEST_CASE("transitions write the record, the state index and a chained audit record") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  auto storage = open(dir, clock);
+  REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
+  REQUIRE(storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
+                return operations::apply(txn, *op, operations::Event::approve, "alice", "{}");
+              })
+              .ok());
+  auto& r = storage->reader();
+  CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.empty());
+  CHECK(r.operations({pb::STATE_APPROVED, "", 10, {}})->operations.size() == 1);
+  CHECK(r.counts()->operations.at(pb::STATE_APPROVED) == 1);
+  CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 0);
+  CHECK(r.expired_by(10'000'000, 10)->empty());  // no longer pending: not in the expiry index
+  auto v = storage->verify_audit();
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  CHECK(v->records == 2);
+  CHECK(r.audit_of("u:O1:full-refund:v1")->size() == 2);
+}
+
+TEST_CASE("a refused transition stages nothing and writes nothing") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  auto storage = open(dir, clock);
+  REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
+  const auto writes = storage->stats().synced_writes;
+  auto s = storage->transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
+    return operations::apply(txn, *op, operations::Event::claim, "system", "{}");
+  });
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code == "invalid_transition");
+  CHECK(storage->stats().synced_writes == writes);
+  CHECK((*storage->reader().operation("u:O1:full-refund:v1"))->state() == pb::STATE_PENDING);
+}
+
+TEST_CASE("altering one stored audit record is named by verification, also after reopening") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  {
+    auto storage = open(dir, clock);
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(propose(*storage, "u:O" + std::to_string(i) + ":full-refund:v1").ok());
+  }
+  {
+    // The chain continues across a restart.
+    auto storage = open(dir, clock);
+    REQUIRE(propose(*storage, "u:O9:full-refund:v1").ok());
+    auto v = storage->verify_audit();
+    CHECK(v->ok);
+    CHECK(v->records == 6);
+    CHECK(v->head.seq == 6);
+    // Tamper with record 3: change the principal, keep the stored hash.
+    auto& db = storage->db();
+    auto raw = db.get(store::rocks::Cf::audit, store::rocks::keys::audit(3));
+    pb::AuditRecord rec;
+    REQUIRE(rec.ParseFromString(**raw));
+    rec.set_principal("mallory");
+    store::rocks::WriteSet w;
+    w.put(store::rocks::Cf::audit, store::rocks::keys::audit(3), rec.SerializeAsString());
+    REQUIRE(db.write(w, true).ok());
+  }
+  store::rocks::OpenOptions ro;
+  ro.read_only = true;
+  auto storage = open(dir, clock, ro);
+  auto v = storage->verify_audit();
+  REQUIRE(v.ok());
+  CHECK_FALSE(v->ok);
+  CHECK(v->first_bad_seq == 3);
+  CHECK(v->problem.find("record 3") != std::string::npos);
+}
+
+TEST_CASE("a data directory readable by others is refused") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  std::filesystem::permissions(
+      dir.path, std::filesystem::perms::owner_all | std::filesystem::perms::others_read);
+  ManualClock clock(0);
+  auto s = RocksStorage::open(dir.path.string(), {}, clock);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code == "data_dir_permissions");
+}
+
+TEST_CASE("a data directory of a newer format is refused with a clear message") {
+  TempDir dir;
+  ManualClock clock(0);
+  {
+    auto storage = open(dir, clock);
+    store::rocks::WriteSet w;
+    w.put(store::rocks::Cf::meta, "format_version", "99");
+    REQUIRE(storage->db().write(w, true).ok());
+  }
+  auto s = RocksStorage::open(dir.path.string(), {}, clock);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code == "data_format");
+  CHECK(s.error().message.find("newer") != std::string::npos);
+}
+
+TEST_CASE("queue and outbox ids stay monotonic across a restart") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  std::string first;
+  {
+    auto storage = open(dir, clock);
+    REQUIRE(storage
+                ->transact([&](store::Transaction& txn) {
+                  pb::OutboxItem item;
+                  item.set_kind(pb::OUTBOX_RECONCILE);
+                  txn.enqueue(item);
+                  return Status::Ok();
+                })
+                .ok());
+    first = storage->reader().due(0, 10)->at(0).id;
+  }
+  auto storage = open(dir, clock);
+  REQUIRE(storage
+              ->transact([&](store::Transaction& txn) {
+                pb::OutboxItem item;
+                item.set_kind(pb::OUTBOX_RECONCILE);
+                txn.enqueue(item);
+                return Status::Ok();
+              })
+              .ok());
+  auto due = storage->reader().due(0, 10);
+  REQUIRE(due->size() == 2);
+  CHECK(due->at(1).id > first);
+}
