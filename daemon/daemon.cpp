@@ -12,6 +12,7 @@
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
 #include "common/clock.h"
+#include "common/descriptors.h"
 #include "common/files.h"
 #include "common/lanes.h"
 #include "common/live.h"
@@ -101,7 +102,17 @@ int serve(const Config& config, const ServeOptions& options) {
 
   SystemClock clock;
   Metrics metrics;
+  // Descriptors are shared out before anything opens one.
+  const size_t open_files = raise_open_files_limit();
+  const DescriptorPlan fds =
+      plan_descriptors(open_files, static_cast<size_t>(config.max_connections), 1024);
+  if (fds.capped)
+    spdlog::warn(
+        "only {} file descriptors are available: connections are capped at {} (webhooks) and {} "
+        "(operator); raise LimitNOFILE to allow more",
+        open_files, fds.ingress_connections, fds.operator_connections);
   store::rocks::OpenOptions store_options;
+  store_options.max_open_files = fds.rocksdb_max_open_files;
   store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
   store_options.clock = &clock;
   auto opened = store::rocks::RocksStorage::open(config.data_dir, store_options, clock);
@@ -183,7 +194,7 @@ int serve(const Config& config, const ServeOptions& options) {
   ingress_options.max_body_bytes = config.max_body_bytes;
   ingress_options.header_timeout = std::chrono::milliseconds(config.header_timeout_ms);
   ingress_options.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
-  ingress_options.max_connections = static_cast<size_t>(config.max_connections);
+  ingress_options.max_connections = fds.ingress_connections;
   // Handlers never block: an accepted event is answered by the inbox's
   // committer after its group commit, so one thread per core suffices.
   ingress_options.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
@@ -201,6 +212,7 @@ int serve(const Config& config, const ServeOptions& options) {
   operator_options.name = "operator";
   operator_options.listen = config.operator_listen;
   operator_options.threads = 8;
+  operator_options.max_connections = fds.operator_connections;
   http::Server operator_server(operator_options,
                                [&](http::Request&& r) { return operator_router.dispatch(r); });
 

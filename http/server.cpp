@@ -1,5 +1,7 @@
 #include "http/server.h"
 
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -34,8 +36,12 @@ struct Server::Impl {
   uint64_t next_id = 0;
   bool stopped = false;
   std::vector<std::thread> threads;
+  std::atomic<uint64_t> accept_failures{0};
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
+  // Waits after a failed accept (out of descriptors), so the acceptor does
+  // not spin while connections close.
+  net::steady_timer accept_pause{ioc};
 
   void accept();
 };
@@ -204,7 +210,15 @@ void Server::Impl::accept() {
   acceptor.async_accept(net::make_strand(ioc), [self = this](beast::error_code ec, tcp::socket s) {
     if (ec) {
       if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
-      return self->accept();
+      // Out of descriptors (EMFILE, ENFILE) or another transient failure:
+      // the pending connection stays in the backlog; try again shortly.
+      if (self->accept_failures++ % 1000 == 0)
+        spdlog::warn("{}: accept failed ({}); pausing accepts", self->options.name, ec.message());
+      self->accept_pause.expires_after(std::chrono::milliseconds(50));
+      self->accept_pause.async_wait([self](beast::error_code) {
+        if (self->acceptor.is_open()) self->accept();
+      });
+      return;
     }
     if (self->draining) return;
     const bool over = self->connections.load() >= self->options.max_connections;
@@ -306,5 +320,6 @@ void Server::stop() {
 
 uint16_t Server::port() const { return impl_->port; }
 size_t Server::open_connections() const { return impl_->connections.load(); }
+uint64_t Server::accept_failures() const { return impl_->accept_failures.load(); }
 
 }  // namespace opgate::http

@@ -57,6 +57,8 @@ class Server {
   void stop();
   uint16_t port() const;
   size_t open_connections() const;
+  // Accepts that failed (e.g. out of descriptors) and were paused.
+  uint64_t accept_failures() const;
 
   struct Impl;
 

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <boost/json.hpp>
 #include <boost/process.hpp>
+#include <boost/process/extend.hpp>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -159,19 +161,19 @@ Result<std::string> Cluster::wait_port_file(const std::filesystem::path& file, b
 }
 
 Status Cluster::write_config() const {
-  auto token = [](const char* principal, const char* scopes, int64_t limit,
-                  const char* extra = "") {
+  auto token = [](const char* principal, const char* scopes, int64_t limit, const char* extra = "",
+                  const char* owners = R"("*")") {
     return fmt::format(R"(
 [[operator.tokens]]
 principal = "{}"
 token_sha256 = "{}"
 scopes = [{}]
-owners = ["*"]
+owners = [{}]
 max_amount_minor = {{ USD = {}, GBP = {} }}
 {}
 )",
-                       principal, crypto::sha256_hex(token_for(principal)), scopes, limit, limit,
-                       extra);
+                       principal, crypto::sha256_hex(token_for(principal)), scopes, owners, limit,
+                       limit, extra);
   };
   auto listen = [](uint16_t port) { return fmt::format("127.0.0.1:{}", port); };
   const auto& s = options_.settings;
@@ -190,7 +192,7 @@ secrets = ["{}"]
 
 [operator]
 listen = "{}"
-{}{}{}{}{}{}
+{}{}{}{}{}{}{}
 [agent]
 base_url = "http://127.0.0.1:{}/v1"
 api_key_env = "OPGATE_EVAL_AGENT_KEY"
@@ -218,8 +220,11 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
       token("reader", R"("operations:read")", 0),
       token("support", R"("operations:read", "operations:approve")", 2000,
             R"(tiers = ["support"])"),
-      token("oncall", R"("operations:read", "operations:resolve")", 0), agent_port_,
-      s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
+      token("oncall", R"("operations:read", "operations:resolve")", 0),
+      token("outsider",
+            R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
+            1000000, "", R"("outsider-*")"),
+      agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
       s.two_person_threshold_minor, s.two_person_threshold_minor);
   if (!out) return failed("cannot write opgate.toml");
   return Status::Ok();
@@ -233,11 +238,17 @@ Status Cluster::start_daemon() {
   env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
   env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
   ++daemon_starts_;
-  auto daemon_child =
-      start_child("opgate serve", options_.opgate_bin.string(), "serve", "--config",
-                  (dir_ / "opgate.toml").string(), "--ports-file", (dir_ / "daemon.ports").string(),
-                  env, bp::std_out > (dir_ / fmt::format("daemon{}.out", daemon_starts_)).string(),
-                  bp::std_err > (dir_ / fmt::format("daemon{}.log", daemon_starts_)).string());
+  const rlim_t open_files = static_cast<rlim_t>(options_.daemon_open_files);
+  auto daemon_child = start_child(
+      "opgate serve", options_.opgate_bin.string(), "serve", "--config",
+      (dir_ / "opgate.toml").string(), "--ports-file", (dir_ / "daemon.ports").string(), env,
+      bp::std_out > (dir_ / fmt::format("daemon{}.out", daemon_starts_)).string(),
+      bp::std_err > (dir_ / fmt::format("daemon{}.log", daemon_starts_)).string(),
+      bp::extend::on_exec_setup = [open_files](auto&) {
+        if (open_files == 0) return;
+        rlimit rl{open_files, open_files};
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+      });
   if (!daemon_child) return daemon_child.error();
   daemon_ = std::move(*daemon_child);
   auto ports = wait_port_file(dir_ / "daemon.ports", daemon_);

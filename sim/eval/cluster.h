@@ -27,7 +27,9 @@ struct ClusterOptions {
   std::vector<boost::json::object> orders;
   Settings settings;
   std::string extra_ingress;  // TOML lines appended to [ingress]
-  bool keep_dir = false;      // leave the directory (logs, data) for inspection
+  // If set, the daemon runs with this hard and soft limit on open files.
+  int daemon_open_files = 0;
+  bool keep_dir = false;  // leave the directory (logs, data) for inspection
 };
 
 struct Reply {
@@ -38,8 +40,9 @@ struct Reply {
 
 // Operator tokens every cluster has, by principal: admin (every scope),
 // alice and bob (approve up to 100000), support (approve up to 2000, tier
-// "support"), oncall (read and resolve), reader (read only). The token is
-// "tok-" + principal.
+// "support"), oncall (read and resolve), reader (read only), and outsider
+// (every scope but for owners "outsider-*" only). The token is "tok-" +
+// principal.
 std::string token_for(const std::string& principal);
 
 class Cluster {

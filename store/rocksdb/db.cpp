@@ -136,6 +136,7 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   db_options.allow_concurrent_memtable_write = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.keep_log_file_num = 4;
+  db_options.max_open_files = o.max_open_files;
   // Tickers only (no histograms): WAL syncs for /metrics and benchmarks.
   db_options.statistics = rocksdb::CreateDBStatistics();
   db_options.statistics->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);

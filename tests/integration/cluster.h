@@ -26,6 +26,7 @@ struct ClusterOptions {
   int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
   std::string extra_ingress;  // TOML lines appended to [ingress]
+  int daemon_open_files = 0;  // a hard limit on the daemon's open files (0: inherited)
 };
 
 // Tokens configured for every cluster; their principals in the comments.
@@ -35,6 +36,8 @@ inline constexpr const char* kBobToken = "tok-bob";          // approver, limit 
 inline constexpr const char* kReaderToken = "tok-reader";    // operations:read only
 inline constexpr const char* kSupportToken = "tok-support";  // approver, limit 2000
 inline constexpr const char* kOncallToken = "tok-oncall";    // read + resolve
+// Every scope, but only for owners matching "outsider-*".
+inline constexpr const char* kOutsiderToken = "tok-outsider";
 
 using Reply = eval::Reply;
 

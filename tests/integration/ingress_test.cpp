@@ -242,3 +242,33 @@ TEST_CASE("a connection that failed verification waits its cooldown; other sende
   auto metrics = c.op("GET", "/metrics").raw;
   CHECK(metrics.find(R"(opgate_webhooks_accepted_total{source="agents"} 1)") != std::string::npos);
 }
+
+TEST_CASE("short of file descriptors, the daemon caps connections below its limit and serves") {
+  ClusterOptions o;
+  o.extra_ingress = "max_connections = 100000";
+  o.daemon_open_files = 256;
+  Cluster c(o);
+  CHECK(c.daemon_log().find("file descriptors are available") != std::string::npos);
+  // Far more idle connections than the daemon has descriptors for.
+  boost::asio::io_context ioc;
+  std::vector<boost::asio::ip::tcp::socket> idle;
+  const boost::asio::ip::tcp::endpoint ep(boost::asio::ip::make_address("127.0.0.1"),
+                                          c.ingress_port());
+  for (int i = 0; i < 300; ++i) {
+    boost::asio::ip::tcp::socket s(ioc);
+    boost::system::error_code ec;
+    s.connect(ep, ec);
+    if (!ec) idle.push_back(std::move(s));
+  }
+  // The operator listener and the store still work: the daemon is not out
+  // of descriptors.
+  CHECK(c.op("GET", "/readyz").status == 200);
+  // A sender beyond the cap is told to come back, not left hanging.
+  const auto body = envelope();
+  auto refused = c.webhook("agents", signed_headers(c, "msg_fd_1", body), body);
+  CHECK(refused.status == 503);
+  idle.clear();
+  CHECK(eventually([&] {
+    return c.webhook("agents", signed_headers(c, "msg_fd_2", body), body).status == 200;
+  }));
+}

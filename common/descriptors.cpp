@@ -1,0 +1,37 @@
+#include "common/descriptors.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace opgate {
+
+size_t raise_open_files_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<size_t>(rl.rlim_cur);
+}
+
+DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted) {
+  DescriptorPlan p;
+  // RocksDB: a quarter of the limit for table files, within [32, 4096].
+  p.rocksdb_max_open_files = static_cast<int>(std::clamp<size_t>(limit / 4, 32, 4096));
+  // The WAL, the manifest, logs, the lanes' outbound calls: fixed headroom.
+  const size_t headroom = 96 + std::min<size_t>(limit / 16, 512);
+  const size_t reserved = static_cast<size_t>(p.rocksdb_max_open_files) + headroom;
+  const size_t budget = limit > reserved + 16 ? limit - reserved : 16;
+  p.operator_connections = std::min(operator_wanted, std::max<size_t>(4, budget / 8));
+  p.ingress_connections =
+      std::min(ingress_wanted, budget - std::min(budget, p.operator_connections));
+  p.ingress_connections = std::max<size_t>(p.ingress_connections, 4);
+  p.capped = p.ingress_connections < ingress_wanted || p.operator_connections < operator_wanted;
+  return p;
+}
+
+}  // namespace opgate

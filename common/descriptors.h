@@ -1,0 +1,27 @@
+// File descriptors: every connection, table file and outbound call needs
+// one, and a process that runs out spins on accept and starves the store.
+// At start the daemon raises its soft limit to the hard one and splits what
+// it has: a share for RocksDB's table files, headroom for the WAL, logs and
+// outbound calls, the rest for the two listeners' connections. Pure apart
+// from raise_open_files_limit(); thread-safe.
+#pragma once
+
+#include <cstddef>
+
+namespace opgate {
+
+// Raises the soft RLIMIT_NOFILE to the hard limit; returns the soft limit
+// now in force.
+size_t raise_open_files_limit();
+
+struct DescriptorPlan {
+  int rocksdb_max_open_files = 0;
+  size_t ingress_connections = 0;
+  size_t operator_connections = 0;
+  bool capped = false;  // a listener got fewer than it asked for
+};
+
+// How `limit` descriptors are shared out, given what each listener asks for.
+DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted);
+
+}  // namespace opgate
