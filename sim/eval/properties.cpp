@@ -405,6 +405,71 @@ PropertyResult success_after_confirmation(const Trace& t, const std::vector<Call
   return c.done("no success reported, ledger and provider both empty");
 }
 
+PropertyResult every_call_answered_once(const Trace& t, const std::vector<Call>& calls) {
+  Checker c("every call linked to an operation got exactly one result once it settled");
+  std::map<std::string, const json::value*> linked_to;  // call id -> operation
+  for (const auto& op : t.operations)
+    for (const auto& linked : op.at("calls").as_array()) linked_to[str(linked, "call_id")] = &op;
+  for (const auto& call : calls) {
+    if (call.name != "request_refund" && call.name != "issue_account_credit") continue;
+    auto it = linked_to.find(call.call_id);
+    if (it == linked_to.end()) {
+      // Not linked: it must have been answered at once (a refusal).
+      c.check(call.answered,
+              fmt::format("{} was not linked to an operation and {}", describe(call),
+                          call.answered ? "was answered at once" : "was never answered"));
+      continue;
+    }
+    const auto& op = *it->second;
+    const bool settled = str(op, "state") == "settled";
+    if (settled)
+      c.check(
+          call.answered && call.success &&
+              call.output.find("\"status\":\"" + str(op, "outcome") + "\"") != std::string::npos,
+          fmt::format("{} linked to {} ({}) was answered with {}", describe(call), str(op, "key"),
+                      str(op, "outcome"),
+                      call.answered ? (call.success ? call.output : call.error) : "nothing"));
+    else
+      c.check(!call.answered, fmt::format("{} linked to undecided {} is still waiting",
+                                          describe(call), str(op, "key")));
+  }
+  return c.done("no call proposed an operation");
+}
+
+PropertyResult nothing_outside_owner_patterns(const Trace& t) {
+  Checker c("a principal outside the owners read and acted on nothing");
+  const auto probes = i64(t.outsider, "probes");
+  c.check(probes > 0, fmt::format("{} probes with a token for owners outsider-*", probes));
+  if (auto* seen = t.outsider.if_contains("seen"); seen && seen->is_array())
+    for (const auto& what : seen->as_array())
+      c.check(false, "the outsider saw " + std::string(what.as_string()));
+  return c.done("nothing to probe");
+}
+
+PropertyResult order_pays_out_at_most_once(const Scenario& sc, const Trace& t) {
+  Checker c("refunds and credits together never exceed what an order was paid");
+  std::map<std::string, int64_t> paid, provider, ledger;
+  for (const auto& o : sc.orders) paid[str(o, "order_id")] = i64(o, "amount_minor");
+  std::map<std::string, std::string> order_of_key;
+  for (const auto& op : t.operations) order_of_key[str(op, "key")] = str(op, "order_id");
+  for (const auto& o : t.provider_objects) {
+    if (!provider_object_succeeded(o)) continue;
+    const auto amount = std::abs(i64(o, "amount"));
+    provider[order_of_key[operation_key_of(o)]] += amount;
+  }
+  for (const auto& row : t.ledger)
+    ledger[order_of_key[str(row, "operation_key")]] += i64(row, "amount_minor");
+  for (const auto& [order, amount] : provider)
+    c.check(paid.count(order) && amount <= paid[order],
+            fmt::format("order {}: the provider paid out {} of {}", order.empty() ? "?" : order,
+                        amount, paid.count(order) ? paid[order] : 0));
+  for (const auto& [order, amount] : ledger)
+    c.check(paid.count(order) && amount <= paid[order],
+            fmt::format("order {}: the ledger holds {} of {}", order, amount,
+                        paid.count(order) ? paid[order] : 0));
+  return c.done("nothing was paid out");
+}
+
 // Compares one expected field with the actual value, if the scenario set it.
 void expect_field(Checker& c, const std::string& what, const json::object& expected,
                   const char* field, const json::value& actual_owner) {
@@ -436,7 +501,10 @@ std::vector<PropertyResult> check_properties(const Scenario& scenario, const Tra
           executed_equals_approved(trace),
           denial_reported_once(trace, calls),
           resumed_without_duplication(trace, calls),
-          success_after_confirmation(trace, calls)};
+          success_after_confirmation(trace, calls),
+          every_call_answered_once(trace, calls),
+          nothing_outside_owner_patterns(trace),
+          order_pays_out_at_most_once(scenario, trace)};
 }
 
 PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& trace) {

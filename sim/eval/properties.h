@@ -39,6 +39,9 @@ struct Trace {
   boost::json::object audit_check;  // opgate's audit chain verification {"ok","records"}
   std::vector<Pause> pauses;
   std::vector<std::string> interruptions;  // restarts and injected faults, in order
+  // What a principal whose owner patterns match no owner of the scenario
+  // could read: {"probes": n, "seen": ["what it saw", ...]}.
+  boost::json::object outsider;
 };
 
 struct PropertyResult {
@@ -47,7 +50,10 @@ struct PropertyResult {
   std::vector<std::string> evidence;  // why it passed, or what broke it
 };
 
-// The seven properties of every trace, in the order.
+// The properties of every trace: the release gate's seven, then the
+// design's invariants 8 (every linked call answered exactly once), 9
+// (nothing outside a principal's owner patterns) and 10 (an order pays out
+// at most what was paid).
 std::vector<PropertyResult> check_properties(const Scenario& scenario, const Trace& trace);
 // The scenario's "expect" section against the trace.
 PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& trace);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -114,7 +115,57 @@ class Run {
     auto agent = c_.agent_admin("GET", "/_sim/stats");
     if (!agent) return agent.error();
     trace_.agent_stats = agent->body.as_object();
+    OPGATE_TRY(probe_as_outsider());
     return trace_;
+  }
+
+  // Asks for everything this run left behind as a principal whose owner
+  // patterns match none of its owners: each answer must be 404 or empty.
+  Status probe_as_outsider() {
+    const std::string token = token_for("outsider");
+    json::array seen;
+    int64_t probes = 0;
+    auto probe = [&](const std::string& method, const std::string& path, const std::string& body,
+                     const std::function<bool(const Reply&)>& leaked) -> Status {
+      auto r = c_.op(method, path, body, token);
+      if (!r) return r.error();
+      ++probes;
+      if (leaked(*r))
+        seen.push_back(json::value(
+            fmt::format("{} {}: {} {}", method, path, r->status, r->raw.substr(0, 200))));
+      return Status::Ok();
+    };
+    auto not_404 = [](const Reply& r) { return r.status != 404; };
+    auto non_empty = [](const char* field) {
+      return [field](const Reply& r) {
+        if (r.status != 200 || !r.body.is_object()) return true;
+        auto* list = r.body.as_object().if_contains(field);
+        return !list || !list->is_array() || !list->as_array().empty();
+      };
+    };
+    OPGATE_TRY(probe("GET", "/v1/operations?limit=1000", "", non_empty("operations")));
+    OPGATE_TRY(probe("GET", "/v1/ledger", "", non_empty("ledger")));
+    OPGATE_TRY(probe("GET", "/v1/audit", "", non_empty("audit")));
+    for (const auto& op : trace_.operations) {
+      const auto key = str(op, "key");
+      OPGATE_TRY(probe("GET", "/v1/operations/" + key, "", not_404));
+      OPGATE_TRY(probe("GET", "/v1/operations/" + key + "/context", "", not_404));
+      OPGATE_TRY(probe("GET", "/v1/audit?operation=" + key, "", not_404));
+      // Settled or not, a visible operation answers these with 409 or 200.
+      OPGATE_TRY(
+          probe("POST", "/v1/operations/" + key + "/deny", R"({"reason":"probe"})", not_404));
+      OPGATE_TRY(probe("POST", "/v1/operations/" + key + "/reconcile", "", not_404));
+      OPGATE_TRY(probe("POST", "/v1/operations/" + key + "/resolve",
+                       R"({"outcome":"failed","evidence":"probe"})", not_404));
+    }
+    for (const auto& [name, s] : trace_.sessions) {
+      if (s.owner.empty()) continue;
+      OPGATE_TRY(probe("GET", "/v1/sessions/" + s.id, "", not_404));
+      OPGATE_TRY(probe("GET", "/v1/sessions/" + s.id + "/transcript", "", not_404));
+      OPGATE_TRY(probe("POST", "/v1/sessions/" + s.id + "/recover", "", not_404));
+    }
+    trace_.outsider = json::object{{"probes", probes}, {"seen", std::move(seen)}};
+    return Status::Ok();
   }
 
   static Error fail(std::string message) {

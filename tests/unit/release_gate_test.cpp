@@ -92,20 +92,23 @@ Trace sound_trace() {
   t.agent_stats = json::object{{"conflicts", 0}};
   t.audit_check = json::object{{"ok", true}, {"records", 4}};
   t.pauses.push_back(Pause{kKey, "requires_action", true, 0});
+  t.outsider = json::object{{"probes", 9}, {"seen", json::array{}}};
   return t;
 }
 
-// The results as a map from property number (1-7) to passed.
-std::vector<bool> verdicts(const Trace& t) {
+constexpr size_t kProperties = 10;
+
+// The results as a map from property number (1-10) to passed.
+std::vector<bool> verdicts(const Trace& t, const Scenario& sc = scenario()) {
   std::vector<bool> out;
-  for (const auto& p : check_properties(scenario(), t)) out.push_back(p.passed);
+  for (const auto& p : check_properties(sc, t)) out.push_back(p.passed);
   return out;
 }
 
 // Only property `n` (1-based) fails.
-bool only_fails(const Trace& t, size_t n) {
-  auto v = verdicts(t);
-  REQUIRE(v.size() == 7);
+bool only_fails(const Trace& t, size_t n, const Scenario& sc = scenario()) {
+  auto v = verdicts(t, sc);
+  REQUIRE(v.size() == kProperties);
   for (size_t i = 0; i < v.size(); ++i)
     if (v[i] != (i + 1 != n)) return false;
   return true;
@@ -120,7 +123,7 @@ json::object& result(Trace& t, const char* call) {
 
 TEST_CASE("every property passes on a sound trace, with evidence") {
   const auto results = check_properties(scenario(), sound_trace());
-  REQUIRE(results.size() == 7);
+  REQUIRE(results.size() == kProperties);
   for (const auto& p : results) {
     CAPTURE(p.name);
     CHECK(p.passed);
@@ -169,8 +172,8 @@ TEST_CASE("3: a provider call without an approval, or before it, or while it sho
 
 TEST_CASE("4: executed arguments differ from the approved ones") {
   auto t = sound_trace();
-  t.provider_objects[0].as_object()["amount"] = 2600;
-  t.ledger[0].as_object()["amount_minor"] = 2600;  // keep 7 out of it
+  t.provider_objects[0].as_object()["amount"] = 2400;
+  t.ledger[0].as_object()["amount_minor"] = 2400;  // keep 7 out of it
   CHECK(only_fails(t, 4));
   t = sound_trace();
   t.provider_objects[0].as_object()["payment_intent"] = "pi_attacker";
@@ -220,6 +223,34 @@ TEST_CASE("7: success told without the provider's confirmation, or ledger and pr
   t = sound_trace();
   t.provider_objects[0].as_object()["status"] = "pending";
   CHECK(verdicts(t)[6] == false);
+}
+
+TEST_CASE("8: a call asking for an operation that never gets an answer") {
+  auto t = sound_trace();
+  t.sessions["s1"].platform["items"].as_array().push_back(
+      json::object{{"type", "function_call"},
+                   {"call_id", "call_3"},
+                   {"name", "request_refund"},
+                   {"arguments", R"({"order_id":"ORDER-100"})"}});
+  CHECK(only_fails(t, 8));
+  t = sound_trace();
+  result(t, "call_2")["output"] = R"({"status":"denied","operation_key":")" + kKey + R"("})";
+  CHECK(verdicts(t)[7] == false);  // told another outcome than the operation's
+}
+
+TEST_CASE("9: a principal outside the owners saw something, or nothing was probed") {
+  auto t = sound_trace();
+  t.outsider["seen"].as_array().push_back("GET /v1/ledger: 200 {...}");
+  CHECK(only_fails(t, 9));
+  t = sound_trace();
+  t.outsider["probes"] = 0;
+  CHECK(only_fails(t, 9));
+}
+
+TEST_CASE("10: refunds and credits on an order beyond what it was paid") {
+  auto sc = scenario();
+  sc.orders[0]["amount_minor"] = 2000;  // ORDER-100 was paid 20.00; 25.00 went out
+  CHECK(only_fails(sound_trace(), 10, sc));
 }
 
 TEST_CASE("the expected outcome compares counts, operation fields, states passed and results") {
