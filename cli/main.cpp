@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   ctx.url = url ? url : "http://127.0.0.1:8081";
   ctx.token = token ? token : "";
   app.add_flag("--json", ctx.json, "print JSON instead of text");
+  app.add_option("--page-size", ctx.page_size,
+                 "operations per page when listing (every page is read)")
+      ->check(CLI::Range(1, 1000));
   int rc = 0;
 
   auto* serve = app.add_subcommand("serve", "run the daemon");

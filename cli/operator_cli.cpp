@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/text.h"
 #include "http/client.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
@@ -78,31 +79,6 @@ std::optional<Reply> call(const Context& c, const std::string& method, const std
   return r;
 }
 
-}  // namespace
-
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    // C0 controls and DEL, and the C1 controls (UTF-8 C2 80 to C2 9F): a
-    // terminal would act on them (colours, cursor moves, titles).
-    if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else if (c == 0xc2 && i + 1 < text.size() &&
-               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));
-      ++i;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-namespace {
-
 // A field as text for people: every control character escaped, since the
 // field may hold what a customer or a model wrote.
 std::string s(const json::value& v, const char* key) {
@@ -118,7 +94,7 @@ std::optional<json::array> all_operations(const Context& c, const std::string& q
   json::array ops;
   std::string cursor;
   for (;;) {
-    std::string path = "/v1/operations?limit=1000" + query;
+    std::string path = fmt::format("/v1/operations?limit={}", c.page_size) + query;
     if (!cursor.empty()) path += "&cursor=" + seg(cursor);
     auto r = call(c, "GET", path);
     if (!r) return std::nullopt;

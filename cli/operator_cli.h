@@ -13,6 +13,7 @@ struct Context {
   std::string token;  // OPGATE_TOKEN
   bool json = false;
   bool assume_yes = false;
+  int page_size = 1000;  // operations per page of a listing; every page is read
 };
 
 int bind_session(const Context& c, const std::string& session, const std::string& owner);
@@ -31,9 +32,5 @@ int resolve(const Context& c, const std::string& key, const std::string& outcome
 int audit_verify_online(const Context& c);
 int audit_verify_offline(const std::string& data_dir, bool json);
 int import_orders(const Context& c, const std::string& file);
-
-// Text safe to print on a terminal: control characters (C0, DEL, C1) are
-// shown escaped, never sent.
-std::string printable(std::string_view text);
 
 }  // namespace opgate::cli

@@ -1,0 +1,40 @@
+// Terminal-safe text and the metrics registry's locking: a scrape never
+// holds up the request path.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <latch>
+
+#include "common/metrics.h"
+#include "common/text.h"
+
+using namespace opgate;
+
+TEST_CASE("control characters are shown escaped, never sent to the terminal") {
+  CHECK(printable("plain text, ünïcode") == "plain text, ünïcode");
+  CHECK(printable("\x1b[2J\x1b]0;owned\x07") == "\\x1b[2J\\x1b]0;owned\\x07");
+  CHECK(printable("a\nb\rc\td") == "a\\x0ab\\x0dc\\x09d");
+  CHECK(printable("del\x7f") == "del\\x7f");
+  CHECK(printable("csi\xc2\x9b"
+                  "31m") == "csi\\u009b31m");  // C1 CSI in UTF-8
+}
+
+TEST_CASE("a slow gauge does not hold up counter increments while /metrics renders") {
+  Metrics m;
+  m.inc("opgate_requests_total");
+  std::latch entered(1);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  m.gauge("opgate_slow", [&] {
+    entered.count_down();
+    released.wait();
+    return 1.0;
+  });
+  auto scrape = std::async(std::launch::async, [&] { return m.render(); });
+  entered.wait();                           // the scrape is inside the gauge now
+  m.inc("opgate_requests_total");           // an existing series
+  m.inc("opgate_new_total", {{"a", "b"}});  // a new series
+  CHECK(m.counter_value("opgate_requests_total") == 2);
+  release.set_value();
+  CHECK(scrape.get().find("opgate_slow 1") != std::string::npos);
+}
