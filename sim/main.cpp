@@ -3,6 +3,7 @@
 //   opgate-sim agent --listen 127.0.0.1:0 --port-file FILE [--webhook-url URL]
 //                    --webhook-secret whsec_... [--api-key K]
 //   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet]
+//   opgate-sim load --port P --secret whsec_... [--connections N] [--seconds S]
 // Each writes its bound port to --port-file (atomically), logs JSON lines on
 // stderr, and exits 0 on SIGTERM or SIGINT. Admin endpoints (no auth):
 //   both:     POST|GET|DELETE /_sim/faults, GET /_sim/stats, POST /_sim/reset
@@ -28,6 +29,7 @@
 #include "ingress/signature.h"
 #include "sim/agent_sim.h"
 #include "sim/eval/runner.h"
+#include "sim/load_generator.h"
 #include "sim/log.h"
 #include "sim/payments_sim.h"
 #include "sim/sim_http.h"
@@ -134,7 +136,30 @@ int main(int argc, char** argv) {
   eval->add_flag("--keep", keep, "keep each scenario's directory (logs and data)");
   eval->add_flag("--quiet", quiet, "show evidence only for properties that failed");
 
+  opgate::sim::LoadOptions load_options;
+  auto* load = app.add_subcommand(
+      "load", "A webhook sender for benchmarks: signed requests on keep-alive connections");
+  load->add_option("--port", load_options.port, "the daemon's webhook ingress port")->required();
+  load->add_option("--secret", load_options.secret, "whsec_... to sign with")->required();
+  load->add_option("--connections", load_options.connections)->capture_default_str();
+  load->add_option("--seconds", load_options.seconds)->capture_default_str();
+  load->add_option("--body-bytes", load_options.body_bytes)->capture_default_str();
+  load->add_option("--type", load_options.event_type, "the events' type")->capture_default_str();
+  load->add_option("--threads", load_options.threads)->capture_default_str();
+  load->add_flag("--bad-signatures", load_options.bad_signatures,
+                 "sign with the wrong key (a flood of forgeries)");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (load->parsed()) {
+    auto report = opgate::sim::run_load(load_options);
+    if (!report) {
+      std::cerr << "error: " << report.error().message << "\n";
+      return 2;
+    }
+    std::cout << report->to_json() << std::endl;
+    return 0;
+  }
 
   if (eval->parsed()) {
     std::error_code ec;

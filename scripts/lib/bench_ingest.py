@@ -1,27 +1,14 @@
-"""Driver for scripts/bench-ingest."""
+"""Driver for scripts/bench-ingest: durable webhook acknowledgements per
+second at several connection counts, with opgate-sim load signing every
+request as a real sender does (a fresh webhook-id and timestamp each)."""
 
-import base64
-import hashlib
-import hmac
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 import time
 
 from cluster import WEBHOOK_SECRET, Cluster, orders
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def stored_check(stored, acked):
-    """Every 2xx must be stored. wrk stops counting at the deadline, so a
-    few requests stored while in flight may have no counted 2xx."""
-    if stored < acked:
-        return f"LOST {acked - stored:.0f}"
-    return "yes" if stored == acked else f"yes (+{stored - acked:.0f} in flight)"
 
 
 def disk_sync_rate(directory, seconds=2.0):
@@ -38,89 +25,66 @@ def disk_sync_rate(directory, seconds=2.0):
     return n / (time.time() - start)
 
 
+def load(bin_dir, port, conns, seconds, bad=False, background=False):
+    args = [os.path.join(bin_dir, "opgate-sim"), "load", "--port", str(port), "--secret",
+            WEBHOOK_SECRET, "--connections", str(conns), "--seconds", str(seconds),
+            "--body-bytes", "1024"]
+    if bad:
+        args.append("--bad-signatures")
+    if background:
+        return subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    return json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+
+
+def stored_check(stored, acked, duplicates):
+    """Every 2xx for a new event must be stored; duplicates are counted apart."""
+    if stored < acked:
+        return f"LOST {acked - stored}"
+    extra = f" ({duplicates} dup)" if duplicates else ""
+    return "yes" + extra if stored == acked else f"yes (+{stored - acked}){extra}"
+
+
 def main():
     bin_dir, seconds = sys.argv[1], int(sys.argv[2])
     c = Cluster(bin_dir, orders(1))
-    work = tempfile.mkdtemp(prefix="opgate-bench-ingest-")
     try:
-        key = base64.b64decode(WEBHOOK_SECRET[len("whsec_"):])
-        ts = str(int(time.time()))
-        pad = "x" * 880
-        body = json.dumps({"id": "evt_bench", "object": "event", "created_at": int(ts),
-                           "type": "response.completed", "data": {"id": "resp_1", "pad": pad}})
-        with open(os.path.join(work, "body.json"), "w") as f:
-            f.write(body)
         rate = disk_sync_rate(c.dir)
         print(f"disk: {rate:.0f} synced 1 KiB writes/s (write + fdatasync loop)")
-        print(f"body: {len(body)} bytes; {seconds} s per level\n")
+        print(f"body: about 1 KiB, signed per request; {seconds} s per level\n")
         print(f"{'conns':>5} {'acks/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} "
-              f"{'fsyncs/s':>8} {'ev/fsync':>8} {'x disk':>6} {'stored>=2xx':>10}")
-        def write_requests(name, n, valid):
-            path = os.path.join(work, name)
-            with open(path, "w") as f:
-                for i in range(n):
-                    wid = f"msg_{name}_{i}"
-                    mac = hmac.new(key if valid else b"not-the-secret",
-                                   f"{wid}.{ts}.{body}".encode(), hashlib.sha256).digest()
-                    f.write(f"{wid} v1,{base64.b64encode(mac).decode()}\n")
-            return path
-
-        def wrk(conns, reqs, secs, background=False):
-            threads = min(2, conns)
-            args = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{secs}s", "--timeout",
-                    "10s", "-s", os.path.join(HERE, "bench_ingest.lua"),
-                    f"http://127.0.0.1:{c.ingress_port}", "--", reqs,
-                    os.path.join(work, "body.json"), ts, "/v1/webhooks/agents", str(threads)]
-            if background:
-                return subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-            return parse(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
-
-        def parse(out):
-            m = re.search(r"RESULT (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)", out)
-            return dict(zip(["requests", "non2xx", "sock_errors", "duration_us", "p50", "p99",
-                             "p999"], map(int, m.groups())))
-
+              f"{'fsyncs/s':>8} {'ev/fsync':>8} {'x disk':>6} {'stored=2xx':>10}")
         for conns in (1, 16, 64, 256):
-            n = 60000 * seconds if conns > 1 else 4000 * seconds
-            reqs = write_requests(f"c{conns}", n, True)
-            accepted0 = c.metric("opgate_webhooks_accepted_total", absent=0)
+            stored0 = c.metric("opgate_inbox_group_commit_events_total", absent=0)
             fsync0 = c.metric("opgate_wal_fsyncs_total", absent=0)
-            r = wrk(conns, reqs, seconds)
-            ok = r["requests"] - r["non2xx"]
-            time.sleep(0.5)  # let the last answers' writes settle into the counters
-            accepted = c.metric("opgate_webhooks_accepted_total", absent=0) - accepted0
+            r = load(bin_dir, c.ingress_port, conns, seconds)
+            stored = c.metric("opgate_inbox_group_commit_events_total", absent=0) - stored0
             fsyncs = c.metric("opgate_wal_fsyncs_total", absent=0) - fsync0
-            secs = r["duration_us"] / 1e6
-            print(f"{conns:>5} {ok / secs:>8.0f} {r['p50'] / 1000:>7.2f} {r['p99'] / 1000:>7.2f} "
-                  f"{r['p999'] / 1000:>8.2f} {fsyncs / secs:>8.0f} {accepted / max(fsyncs, 1):>8.1f} "
-                  f"{ok / secs / rate:>6.1f} {stored_check(accepted, ok):>10}"
-                  + (f"  socket errors: {r['sock_errors']}" if r["sock_errors"] else ""),
+            secs = r["seconds"]
+            ok = r["accepted"]
+            refused = sum(r["refused"].values())
+            print(f"{conns:>5} {ok / secs:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+                  f"{r['p999_ms']:>8.2f} {fsyncs / secs:>8.0f} {stored / max(fsyncs, 1):>8.1f} "
+                  f"{ok / secs / rate:>6.1f} {stored_check(int(stored), ok, r['duplicates']):>10}"
+                  + (f"  refused: {r['refused']}" if refused else "")
+                  + (f"  connection errors: {r['errors']}" if r["errors"] else ""),
                   flush=True)
 
         # Good senders alone, then the same good senders while a flood of
         # badly signed requests arrives on other connections.
         print("\nflood of bad signatures: 16 good connections, with and without 64 flooding")
-        print(f"{'':>14} {'good acks/s':>11} {'p50 ms':>7} {'p99 ms':>7} {'bad req/s':>9} "
-              f"{'bad 401s':>8}")
-        good = write_requests("good", 60000 * seconds, True)
-        alone = wrk(16, good, seconds)
-        bad = write_requests("bad", 200000 * seconds, False)
-        good2 = write_requests("good2", 60000 * seconds, True)
-        rejected0 = c.metric("opgate_webhooks_rejected_total", absent=0)
-        flood = wrk(64, bad, seconds + 2, background=True)
+        print(f"{'':>14} {'good acks/s':>11} {'p50 ms':>7} {'p99 ms':>7} {'bad req/s':>9}")
+        alone = load(bin_dir, c.ingress_port, 16, seconds)
+        flood = load(bin_dir, c.ingress_port, 64, seconds + 2, bad=True, background=True)
         time.sleep(1)
-        during = wrk(16, good2, seconds)
-        flood_result = parse(flood.communicate()[0])
-        rejected = c.metric("opgate_webhooks_rejected_total", absent=0) - rejected0
-        for label, r, bad_rate in (("alone", alone, 0.0), ("during flood", during,
-                                   flood_result["requests"] / (flood_result["duration_us"] / 1e6))):
-            secs = r["duration_us"] / 1e6
-            print(f"{label:>14} {(r['requests'] - r['non2xx']) / secs:>11.0f} "
-                  f"{r['p50'] / 1000:>7.2f} {r['p99'] / 1000:>7.2f} {bad_rate:>9.0f} "
-                  f"{(rejected if bad_rate else 0):>8.0f}")
+        during = load(bin_dir, c.ingress_port, 16, seconds)
+        flood_result = json.loads(flood.communicate()[0])
+        for label, r, bad_rate in (("alone", alone, 0.0),
+                                   ("during flood", during,
+                                    flood_result["requests"] / flood_result["seconds"])):
+            print(f"{label:>14} {r['accepted'] / r['seconds']:>11.0f} {r['p50_ms']:>7.2f} "
+                  f"{r['p99_ms']:>7.2f} {bad_rate:>9.0f}")
     finally:
         c.close()
-        subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":
