@@ -1,0 +1,370 @@
+// The contracts of store/port.h, one test case per promise. Written against
+// the port only: what passes here against RocksDB must pass against every
+// other backend.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "backend.h"
+#include "common/crypto.h"
+
+using namespace opgate;
+using store::Storage;
+using store::Transaction;
+
+namespace {
+
+struct Fixture {
+  ManualClock clock{1'800'000'000'000};
+  std::unique_ptr<Storage> s = conformance::backend().open_empty(clock);
+
+  void write(const std::function<void(Transaction&)>& fn) {
+    Status st = s->transact([&](Transaction& t) {
+      fn(t);
+      return Status::Ok();
+    });
+    REQUIRE_MESSAGE(st.ok(), st.error().message);
+  }
+  void restart() {
+    s.reset();
+    s = conformance::backend().reopen(clock);
+  }
+};
+
+pb::Operation op(const std::string& key, pb::OperationState state, const std::string& order = "O1",
+                 int64_t expires_at_ms = 0) {
+  pb::Operation o;
+  o.set_key(key);
+  o.set_state(state);
+  o.mutable_proposal()->set_order_id(order);
+  o.mutable_proposal()->set_owner("u");
+  o.set_expires_at_ms(expires_at_ms);
+  return o;
+}
+
+store::NewEvent event(const std::string& id, const std::string& body, bool queue,
+                      const std::string& session = "sess_1") {
+  store::NewEvent e;
+  e.event.set_source("agents");
+  e.event.set_webhook_id(id);
+  e.event.set_body(body);
+  e.event.set_body_sha256(crypto::sha256(body));
+  e.event.set_type("agent.session.action_required");
+  e.event.set_session_id(session);
+  e.queue = queue;
+  return e;
+}
+
+pb::ToolCall call(const std::string& session, const std::string& turn, const std::string& id) {
+  pb::ToolCall c;
+  c.set_session_id(session);
+  c.set_turn_id(turn);
+  c.set_call_id(id);
+  return c;
+}
+
+pb::CallRef ref(const std::string& session, const std::string& turn, const std::string& id) {
+  pb::CallRef r;
+  r.set_session_id(session);
+  r.set_turn_id(turn);
+  r.set_call_id(id);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a transaction commits all of its writes or, when it fails, none") {
+  Fixture f;
+  Status failed = f.s->transact([&](Transaction& t) -> Status {
+    pb::Session s;
+    s.set_session_id("sess_1");
+    t.put_session(s);
+    OPGATE_TRY(t.put_operation(op("k1", pb::STATE_PENDING)));
+    return make_error(errc::conflict, "changed my mind");
+  });
+  CHECK(failed.error().is(errc::conflict));
+  CHECK_FALSE(f.s->reader().session("sess_1")->has_value());
+  CHECK_FALSE(f.s->reader().operation("k1")->has_value());
+  f.write([](Transaction& t) {
+    pb::Session s;
+    s.set_session_id("sess_1");
+    t.put_session(s);
+    REQUIRE(t.put_operation(op("k1", pb::STATE_PENDING)).ok());
+  });
+  CHECK(f.s->reader().session("sess_1")->has_value());
+  CHECK(f.s->reader().operation("k1")->has_value());
+}
+
+TEST_CASE("a transaction reads its own writes") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    REQUIRE(t.put_operation(op("k1", pb::STATE_PENDING)).ok());
+    CHECK(t.operation("k1")->has_value());
+    CHECK(t.operations_of_order("O1")->size() == 1);
+    CHECK(t.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 1);
+    t.put_call(call("sess_1", "t1", "c1"));
+    CHECK(t.call(ref("sess_1", "t1", "c1"))->has_value());
+    CHECK(t.calls_of("sess_1")->size() == 1);
+    pb::OrderFunds funds;
+    funds.set_order_id("O1");
+    funds.set_reserved_minor(5);
+    t.put_funds(funds);
+    CHECK(t.funds("O1")->reserved_minor() == 5);
+  });
+}
+
+TEST_CASE("what was committed survives a restart") {
+  Fixture f;
+  f.write([](Transaction& t) { REQUIRE(t.put_operation(op("k1", pb::STATE_APPROVED)).ok()); });
+  f.restart();
+  auto o = f.s->reader().operation("k1");
+  REQUIRE(o->has_value());
+  CHECK((*o)->state() == pb::STATE_APPROVED);
+}
+
+TEST_CASE("append_events stores new ids once, and tells duplicates from conflicts") {
+  Fixture f;
+  std::vector<store::NewEvent> first = {event("a", "{1}", true), event("b", "{2}", false),
+                                        event("a", "{1}", true), event("c", "{3}", true)};
+  auto r = f.s->append_events(first);
+  REQUIRE(r.ok());
+  CHECK((*r)[0] == store::Appended::stored);
+  CHECK((*r)[1] == store::Appended::stored);
+  CHECK((*r)[2] == store::Appended::duplicate);  // a copy within one call
+  CHECK((*r)[3] == store::Appended::stored);
+  std::vector<store::NewEvent> later = {event("a", "{1}", true), event("b", "{other}", true)};
+  auto again = f.s->append_events(later);
+  CHECK((*again)[0] == store::Appended::duplicate);
+  CHECK((*again)[1] == store::Appended::conflict);
+  CHECK(*f.s->reader().queued_count() == 2);  // a and c; b was not queued
+  auto stored = f.s->reader().event("agents", "b");
+  REQUIRE(stored->has_value());
+  CHECK((*stored)->body() == "{2}");
+}
+
+TEST_CASE("queued events come in order, page by page; finishing and parking take them out") {
+  Fixture f;
+  std::vector<store::NewEvent> events;
+  for (int i = 0; i < 5; ++i) events.push_back(event("e" + std::to_string(i), "{}", true));
+  REQUIRE(f.s->append_events(events).ok());
+  auto page = f.s->reader().queued("", 3);
+  REQUIRE(page->size() == 3);
+  CHECK(page->at(0).event.webhook_id() == "e0");
+  auto rest = f.s->reader().queued(page->back().queue_id, 10);
+  REQUIRE(rest->size() == 2);
+  CHECK(rest->at(0).event.webhook_id() == "e3");
+  f.write([&](Transaction& t) {
+    t.finish_event(page->at(0));
+    t.park_event(page->at(1));
+  });
+  CHECK(*f.s->reader().queued_count() == 3);
+  CHECK((*f.s->reader().event("agents", "e0"))->processed());
+  CHECK_FALSE((*f.s->reader().event("agents", "e1"))->processed());
+  size_t released = 0;
+  REQUIRE(f.s->transact([&](Transaction& t) -> Status {
+               OPGATE_ASSIGN_OR_RETURN(released, t.release_parked("sess_1"));
+               return Status::Ok();
+             })
+              .ok());
+  CHECK(released == 1);
+  CHECK(*f.s->reader().queued_count() == 4);
+  // Released events queue behind everything queued before.
+  CHECK(f.s->reader().queued("", 10)->back().event.webhook_id() == "e1");
+}
+
+TEST_CASE("sessions and tool calls are found by id and listed in order") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    for (auto id : {"sess_b", "sess_a", "sess_c"}) {
+      pb::Session s;
+      s.set_session_id(id);
+      s.set_owner("u");
+      t.put_session(s);
+    }
+    t.put_call(call("sess_a", "t2", "c1"));
+    t.put_call(call("sess_a", "t1", "c2"));
+    t.put_call(call("sess_b", "t1", "c1"));
+  });
+  auto& r = f.s->reader();
+  CHECK(*r.session_ids("", 2) == std::vector<std::string>{"sess_a", "sess_b"});
+  CHECK(*r.session_ids("sess_b", 10) == std::vector<std::string>{"sess_c"});
+  auto calls = r.calls_of("sess_a");
+  REQUIRE(calls->size() == 2);
+  CHECK(calls->at(0).turn_id() == "t1");
+  CHECK_FALSE(r.call(ref("sess_a", "t9", "c1"))->has_value());
+}
+
+TEST_CASE("operations are listed by state, paged, filtered, and counted in step") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(t.put_operation(op("k" + std::to_string(i), pb::STATE_PENDING)).ok());
+    REQUIRE(t.put_operation(op("k9", pb::STATE_SETTLED)).ok());
+  });
+  auto& r = f.s->reader();
+  auto page = r.operations({pb::STATE_PENDING, "", 2, {}});
+  REQUIRE(page->operations.size() == 2);
+  CHECK(page->operations[0].key() == "k0");
+  CHECK(page->next_after == "k1");
+  auto next = r.operations({pb::STATE_PENDING, page->next_after, 10, {}});
+  CHECK(next->operations.size() == 3);
+  CHECK(next->next_after.empty());
+  auto filtered =
+      r.operations({std::nullopt, "", 10, [](const pb::Operation& o) { return o.key() != "k2"; }});
+  CHECK(filtered->operations.size() == 5);
+  auto counts = r.counts();
+  CHECK(counts->operations.at(pb::STATE_PENDING) == 5);
+  CHECK(counts->operations.at(pb::STATE_SETTLED) == 1);
+  f.write([](Transaction& t) { REQUIRE(t.put_operation(op("k0", pb::STATE_APPROVED)).ok()); });
+  CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 4);
+  CHECK(r.counts()->operations.at(pb::STATE_APPROVED) == 1);
+  CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 4);
+}
+
+TEST_CASE("pending operations are found by expiry, earliest first, and only while pending") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    REQUIRE(t.put_operation(op("late", pb::STATE_PENDING, "O1", 3000)).ok());
+    REQUIRE(t.put_operation(op("early", pb::STATE_PENDING, "O1", 1000)).ok());
+    REQUIRE(t.put_operation(op("done", pb::STATE_SETTLED, "O1", 500)).ok());
+  });
+  auto& r = f.s->reader();
+  CHECK(*r.expired_by(999, 10) == std::vector<std::string>{});
+  CHECK(*r.expired_by(3000, 10) == std::vector<std::string>{"early", "late"});
+  CHECK(*r.expired_by(3000, 1) == std::vector<std::string>{"early"});
+  f.write([](Transaction& t) { REQUIRE(t.put_operation(op("early", pb::STATE_SETTLED)).ok()); });
+  CHECK(*r.expired_by(3000, 10) == std::vector<std::string>{"late"});
+}
+
+TEST_CASE("operations of an order, orders, and funds that start at zero") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    REQUIRE(t.put_operation(op("a", pb::STATE_PENDING, "O1")).ok());
+    REQUIRE(t.put_operation(op("b", pb::STATE_SETTLED, "O1")).ok());
+    REQUIRE(t.put_operation(op("c", pb::STATE_PENDING, "O2")).ok());
+    pb::Order o;
+    o.set_order_id("O1");
+    o.set_amount_minor(2500);
+    t.put_order(o);
+  });
+  auto& r = f.s->reader();
+  CHECK(r.operations_of_order("O1")->size() == 2);
+  CHECK((*r.order("O1"))->amount_minor() == 2500);
+  CHECK_FALSE(r.order("O9")->has_value());
+  auto funds = r.funds("O9");
+  REQUIRE(funds.ok());
+  CHECK(funds->refunded_minor() == 0);
+  CHECK(funds->order_id() == "O9");
+}
+
+TEST_CASE("ledger rows are found by key and filtered by session, owner and order") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    for (auto [key, session, owner, order] :
+         {std::tuple{"k1", "s1", "u1", "O1"}, {"k2", "s2", "u1", "O2"}, {"k3", "s2", "u2", "O3"}}) {
+      pb::LedgerEntry l;
+      l.set_operation_key(key);
+      l.set_session_id(session);
+      l.set_owner(owner);
+      l.set_order_id(order);
+      t.put_ledger(l);
+    }
+  });
+  auto& r = f.s->reader();
+  CHECK(r.ledger({})->size() == 3);
+  CHECK(r.ledger({"s2", "", ""})->size() == 2);
+  CHECK(r.ledger({"s2", "u1", ""})->size() == 1);
+  CHECK(r.ledger({"", "", "O3"})->size() == 1);
+  CHECK((*r.ledger_entry("k2"))->owner() == "u1");
+}
+
+TEST_CASE("the audit chain links every record, across transactions and restarts") {
+  Fixture f;
+  auto record = [](const std::string& key, const std::string& action) {
+    pb::AuditRecord a;
+    a.set_operation_key(key);
+    a.set_action(action);
+    a.set_principal("system");
+    return a;
+  };
+  f.write([&](Transaction& t) {
+    t.append_audit(record("k1", "propose"));
+    t.append_audit(record("k2", "propose"));
+    CHECK(t.audit_head()->seq == 2);
+  });
+  f.restart();
+  f.write([&](Transaction& t) { t.append_audit(record("k1", "approve")); });
+  auto& r = f.s->reader();
+  auto of_k1 = r.audit_of("k1");
+  REQUIRE(of_k1->size() == 2);
+  CHECK(of_k1->at(1).action() == "approve");
+  CHECK(of_k1->at(1).seq() == 3);
+  CHECK(r.audit(1, 10)->size() == 2);
+  CHECK(r.audit(0, 1)->at(0).seq() == 1);
+  auto head = r.audit_head();
+  CHECK(head->seq == 3);
+  auto v = f.s->verify_audit();
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  CHECK(v->records == 3);
+  CHECK(v->head.hash == head->hash);
+}
+
+TEST_CASE("outbox items are due by time, rescheduled and removed") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    for (int64_t at : {300, 100, 200}) {
+      pb::OutboxItem i;
+      i.set_kind(pb::OUTBOX_RECONCILE);
+      i.set_operation_key("k" + std::to_string(at));
+      i.set_not_before_ms(at);
+      t.enqueue(i);
+    }
+  });
+  auto& r = f.s->reader();
+  CHECK(r.due(99, 10)->empty());
+  auto due = r.due(250, 10);
+  REQUIRE(due->size() == 2);
+  CHECK(due->at(0).item.operation_key() == "k100");
+  CHECK(*r.next_due_ms() == 100);
+  auto later = due->at(0);
+  later.item.set_not_before_ms(1000);
+  later.item.set_attempts(1);
+  f.write([&](Transaction& t) {
+    t.update_outbox(later);
+    t.remove_outbox(due->at(1).id);
+    t.remove_outbox("no-such-item");  // not an error
+  });
+  auto now_due = r.due(999, 10);
+  REQUIRE(now_due->size() == 1);
+  CHECK(now_due->at(0).item.operation_key() == "k300");
+  CHECK(r.due(1000, 10)->size() == 2);
+  f.write([&](Transaction& t) {
+    store::OutboxEntry gone{"no-such-item", later.item};
+    t.update_outbox(gone);  // an item that is gone is not brought back
+  });
+  CHECK(r.due(1000, 10)->size() == 2);
+}
+
+TEST_CASE("concurrent transactions that read and write the same record lose no update") {
+  Fixture f;
+  constexpr int kThreads = 4, kEach = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&] {
+      for (int n = 0; n < kEach; ++n) {
+        Status st = f.s->transact([&](Transaction& t) -> Status {
+          OPGATE_ASSIGN_OR_RETURN(auto funds, t.funds("O1"));
+          funds.set_reserved_minor(funds.reserved_minor() + 1);
+          t.put_funds(funds);
+          return Status::Ok();
+        });
+        if (!st) failures++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  CHECK(f.s->reader().funds("O1")->reserved_minor() == kThreads * kEach);
+}
