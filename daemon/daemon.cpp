@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "common/metrics.h"
 #include "common/signals.h"
+#include "common/version.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
@@ -45,6 +46,8 @@ int serve(const Config& config, const ServeOptions& options) {
 
   SystemClock clock;
   Metrics metrics;
+  metrics.info("opgate_build_info", "The running opgate's version and git revision.",
+               {{"version", std::string(kVersion)}, {"revision", std::string(kRevision)}});
   store::OpenOptions store_options;
   store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
   store_options.clock = &clock;
