@@ -16,6 +16,7 @@
 #include "common/metrics.h"
 #include "common/signals.h"
 #include "common/version.h"
+#include "daemon/service_manager.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
@@ -200,9 +201,15 @@ int serve(const Config& config, const ServeOptions& options) {
   }
   spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", *ingress_port,
                *operator_port, config.data_dir);
+  notify_ready(
+      fmt::format("webhooks on port {}, operator API on port {}", *ingress_port, *operator_port));
+  Watchdog watchdog(
+      operator_health_check(config.operator_listen, *operator_port, std::chrono::seconds(2)));
 
   const int sig = wait_for_stop_signal(signals);
   spdlog::info("signal {} received; draining", sig);
+  notify_stopping("draining");
+  watchdog.stop();
   ready = false;
   webhooks.set_draining(true);
   ingress_server.drain(std::chrono::seconds(10));
