@@ -29,7 +29,7 @@ set(CPACK_PACKAGE_DESCRIPTION
 authenticated operator approves exactly, executes them through a durable outbox \
 with idempotency keys, and hands the verified result back to the agent session.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
-# The build dir is RelWithDebInfo (shared with the tests); the package is not.
+# The build dir is the tests' RelWithDebInfo one; the packaged binaries are stripped.
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # opgate_0.2.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
