@@ -5,6 +5,7 @@
 
 #include "cli/operator_cli.h"
 #include "common/logging.h"
+#include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "worker/tools.h"
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   using namespace opgate;
   CLI::App app{"opgate: agents propose refunds and credits; people approve; the ledger proves."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(kVersionLine));
   cli::Context ctx;
   const char* url = std::getenv("OPGATE_URL");
   const char* token = std::getenv("OPGATE_TOKEN");

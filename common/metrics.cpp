@@ -102,6 +102,14 @@ void Metrics::gauge_family(const std::string& name,
   families_[name] = {label, std::move(read)};
 }
 
+void Metrics::info(const std::string& name, const std::string& help,
+                   const std::vector<std::pair<std::string, std::string>>& labels) {
+  std::string k;
+  for (const auto& [label, value] : labels) k += (k.empty() ? "" : ",") + key({{label, value}});
+  std::lock_guard lock(mu_);
+  infos_[name] = {help, std::move(k)};
+}
+
 std::string Metrics::render() const {
   std::string out;
   decltype(gauges_) gauges;
@@ -132,6 +140,9 @@ std::string Metrics::render() const {
     for (const auto& [value_label, v] : fam.second())
       out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, fam.first, value_label, v);
   }
+  for (const auto& [name, info] : infos_)
+    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} 1\n", name, info.first, name, name,
+                       info.second);
   return out;
 }
 

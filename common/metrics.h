@@ -40,6 +40,10 @@ class Metrics {
   // Gauges with labels, e.g. operations by state.
   void gauge_family(const std::string& name, std::function<std::map<std::string, double>()> read,
                     const std::string& label);
+  // A constant series of value 1 whose labels (in the order given) carry the
+  // facts, with its # HELP line: opgate_build_info{version="0.2.0",revision="80cc074"} 1.
+  void info(const std::string& name, const std::string& help,
+            const std::vector<std::pair<std::string, std::string>>& labels);
   std::string render() const;
   uint64_t counter_value(const std::string& name,
                          const std::map<std::string, std::string>& labels = {}) const;
@@ -52,6 +56,7 @@ class Metrics {
   std::map<std::string, std::function<double()>> gauges_;
   std::map<std::string, std::pair<std::string, std::function<std::map<std::string, double>()>>>
       families_;
+  std::map<std::string, std::pair<std::string, std::string>> infos_;  // name → {help, labels}
 };
 
 }  // namespace opgate

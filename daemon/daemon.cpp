@@ -18,7 +18,9 @@
 #include "common/live.h"
 #include "common/metrics.h"
 #include "common/signals.h"
+#include "common/version.h"
 #include "daemon/engine.h"
+#include "daemon/service_manager.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
@@ -102,6 +104,8 @@ int serve(const Config& config, const ServeOptions& options) {
 
   SystemClock clock;
   Metrics metrics;
+  metrics.info("opgate_build_info", "The running opgate's version and git revision.",
+               {{"version", std::string(kVersion)}, {"revision", std::string(kRevision)}});
   // Descriptors are shared out before anything opens one.
   const size_t open_files = raise_open_files_limit();
   const DescriptorPlan fds =
@@ -238,9 +242,15 @@ int serve(const Config& config, const ServeOptions& options) {
   }
   spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", *ingress_port,
                *operator_port, config.data_dir);
+  notify_ready(
+      fmt::format("webhooks on port {}, operator API on port {}", *ingress_port, *operator_port));
+  Watchdog watchdog(
+      operator_health_check(config.operator_listen, *operator_port, std::chrono::seconds(2)));
 
   const int sig = wait_for_stop_signal(signals);
   spdlog::info("signal {} received; draining", sig);
+  notify_stopping("draining");
+  watchdog.stop();
   ready = false;
   webhooks.set_draining(true);
   ingress_server.drain(std::chrono::seconds(10));

@@ -1,0 +1,63 @@
+// `opgate serve` under a service manager: the version it reports, and the
+// sd_notify messages a Type=notify unit waits for, sent by the real daemon
+// to a socket the test announces in NOTIFY_SOCKET.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <stdio.h>
+
+#include <regex>
+#include <string>
+
+#include "cluster.h"
+#include "common/version.h"
+#include "tests/unit/notify_socket.h"
+
+using namespace opgate;
+using namespace opgate::testing;
+
+namespace {
+
+std::pair<int, std::string> run(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+TEST_CASE("opgate --version prints the version and the git revision") {
+  auto [rc, out] = run(std::string(OPGATE_BIN_DIR) + "/opgate --version");
+  CHECK(rc == 0);
+  CHECK(out == std::string(kVersionLine) + "\n");
+  CHECK(std::regex_match(out, std::regex(R"(opgate \d+\.\d+\.\d+ \([0-9A-Za-z._-]+\)\n)")));
+}
+
+TEST_CASE("the daemon tells the service manager: ready, alive, stopping") {
+  NotifySocket socket;
+  socket.enable_watchdog(200'000);  // a ping every 100 ms
+  Cluster c;
+
+  // READY=1 comes once both listeners answer.
+  auto ready = socket.receive_starting_with("READY=1");
+  REQUIRE(ready);
+  CHECK(ready->find(fmt::format("STATUS=webhooks on port {}, operator API on port ",
+                                c.ingress_port())) != std::string::npos);
+  CHECK(c.op("GET", "/readyz").status == 200);
+  // The watchdog pings while /healthz answers.
+  CHECK(socket.receive_starting_with("WATCHDOG=1"));
+
+  auto metrics = c.op("GET", "/metrics").raw;
+  CHECK(metrics.find("# HELP opgate_build_info ") != std::string::npos);
+  CHECK(metrics.find("# TYPE opgate_build_info gauge\n") != std::string::npos);
+  CHECK(metrics.find(fmt::format("\nopgate_build_info{{version=\"{}\",revision=\"{}\"}} 1\n",
+                                 kVersion, kRevision)) != std::string::npos);
+
+  int exit_code = -1;
+  c.stop_daemon_gracefully(&exit_code);
+  CHECK(exit_code == 0);
+  CHECK(socket.receive_starting_with("STOPPING=1") == "STOPPING=1\nSTATUS=draining");
+}
