@@ -21,7 +21,7 @@ Lanes::~Lanes() {
 
 void Lanes::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   work_cv_.notify_all();
@@ -29,7 +29,7 @@ void Lanes::stop() {
 
 bool Lanes::try_post(const std::string& lane, std::function<void()> task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ || busy_.count(lane) || waiting_.size() >= max_waiting_) return false;
     busy_.insert(lane);
     waiting_.push_back({lane, std::move(task)});
@@ -39,31 +39,31 @@ bool Lanes::try_post(const std::string& lane, std::function<void()> task) {
 }
 
 bool Lanes::busy(const std::string& lane) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return busy_.count(lane) > 0;
 }
 
 void Lanes::on_done(std::function<void()> notify) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   on_done_ = std::move(notify);
 }
 
 size_t Lanes::in_flight() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return busy_.size();
 }
 
 void Lanes::wait_idle() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return busy_.empty(); });
+  MutexLock lock(mu_);
+  while (!busy_.empty()) idle_cv_.wait(mu_);
 }
 
 void Lanes::run() {
   for (;;) {
     Task task;
     {
-      std::unique_lock lock(mu_);
-      work_cv_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && waiting_.empty()) work_cv_.wait(mu_);
       if (waiting_.empty()) return;  // stopping, and nothing accepted is left
       task = std::move(waiting_.front());
       waiting_.pop_front();
@@ -75,7 +75,7 @@ void Lanes::run() {
     }
     std::function<void()> notify;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       busy_.erase(task.lane);
       notify = on_done_;
       if (busy_.empty()) idle_cv_.notify_all();

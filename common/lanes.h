@@ -6,15 +6,15 @@
 // Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace opgate {
 
@@ -46,14 +46,14 @@ class Lanes {
     std::string lane;
     std::function<void()> fn;
   };
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;
-  std::deque<Task> waiting_;
-  std::set<std::string, std::less<>> busy_;  // lanes accepted and not finished
-  std::function<void()> on_done_;
-  size_t max_waiting_;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  CondVar work_cv_;
+  CondVar idle_cv_;
+  std::deque<Task> waiting_ GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> busy_ GUARDED_BY(mu_);  // accepted and not finished
+  std::function<void()> on_done_ GUARDED_BY(mu_);
+  const size_t max_waiting_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

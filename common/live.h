@@ -6,7 +6,8 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace opgate {
 
@@ -15,18 +16,18 @@ class Live {
  public:
   explicit Live(T initial) : value_(std::make_shared<const T>(std::move(initial))) {}
   std::shared_ptr<const T> get() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return value_;
   }
   void set(T next) {
     auto fresh = std::make_shared<const T>(std::move(next));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     value_.swap(fresh);
   }
 
  private:
-  mutable std::mutex mu_;  // held only to copy or swap the pointer
-  std::shared_ptr<const T> value_;
+  mutable Mutex mu_;  // held only to copy or swap the pointer
+  std::shared_ptr<const T> value_ GUARDED_BY(mu_);
 };
 
 }  // namespace opgate

@@ -28,7 +28,7 @@ void Engine::start() {
 
 void Engine::wake() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     woken_ = true;
   }
   cv_.notify_one();
@@ -36,7 +36,7 @@ void Engine::wake() {
 
 void Engine::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_one();
@@ -81,7 +81,7 @@ size_t Engine::pass() {
 void Engine::loop() {
   for (;;) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       woken_ = false;
     }
@@ -91,10 +91,11 @@ void Engine::loop() {
     } catch (const std::exception& e) {
       spdlog::error("dispatcher pass failed: {}", e.what());
     }
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
-    // More may be waiting: go again at once; otherwise sleep until woken.
-    if (work == 0) cv_.wait_for(lock, options_.tick, [&] { return woken_ || stopping_; });
+    // More may be waiting: go again at once; otherwise sleep until woken or
+    // the tick passes.
+    if (work == 0 && !woken_) cv_.wait_for(mu_, options_.tick);
   }
 }
 

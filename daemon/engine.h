@@ -8,12 +8,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/lanes.h"
+#include "common/mutex.h"
 #include "outbox/drainer.h"
 #include "store/port.h"
 #include "worker/session_sync.h"
@@ -48,10 +47,10 @@ class Engine {
   Lanes& lanes_;
   const Clock& clock_;
   Options options_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool woken_ = false;     // guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool woken_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point last_sweep_;
   std::thread thread_;
 };

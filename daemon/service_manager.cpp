@@ -38,24 +38,28 @@ Watchdog::~Watchdog() { stop(); }
 
 void Watchdog::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
+bool Watchdog::stopping() {
+  MutexLock lock(mu_);
+  return stopping_;
+}
+
 void Watchdog::run() {
   name_this_thread("watchdog");
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    lock.unlock();
+  while (!stopping()) {
+    // The health check is a network call: made without the lock.
     if (healthy_())
       notify("WATCHDOG=1");
     else
       spdlog::warn("watchdog: health check failed; not pinging the service manager");
-    lock.lock();
-    cv_.wait_for(lock, period_, [this] { return stopping_; });
+    MutexLock lock(mu_);
+    if (!stopping_) cv_.wait_for(mu_, period_);
   }
 }
 

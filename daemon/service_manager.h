@@ -6,12 +6,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "common/mutex.h"
 
 namespace opgate::daemon {
 
@@ -41,9 +41,10 @@ class Watchdog {
 
   std::function<bool()> healthy_;
   std::chrono::microseconds period_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool stopping() EXCLUDES(mu_);
   std::thread thread_;
 };
 

@@ -24,7 +24,7 @@ struct Request {
   std::string body;
 
   std::optional<std::string> header(std::string_view name) const;
-  std::string path() const;   // target without the query
+  std::string path() const;  // target without the query
   // Decoded value of one query parameter.
   std::optional<std::string> query_param(std::string_view name) const;
 };

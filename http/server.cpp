@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_name.h"
 
 namespace opgate::http {
@@ -31,10 +32,10 @@ struct Server::Impl {
   std::atomic<bool> draining{false};
   std::atomic<size_t> connections{0};
   uint16_t port = 0;
-  std::mutex mu;
-  std::unordered_map<uint64_t, std::weak_ptr<Connection>> live;
-  uint64_t next_id = 0;
-  bool stopped = false;
+  Mutex mu;
+  std::unordered_map<uint64_t, std::weak_ptr<Connection>> live GUARDED_BY(mu);
+  uint64_t next_id GUARDED_BY(mu) = 0;
+  bool stopped GUARDED_BY(mu) = false;
   std::vector<std::thread> threads;
   std::atomic<uint64_t> accept_failures{0};
   net::io_context ioc;
@@ -53,7 +54,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   ~Connection() {
     server_->connections--;
-    std::lock_guard lock(server_->mu);
+    MutexLock lock(server_->mu);
     server_->live.erase(id_);
   }
 
@@ -225,7 +226,7 @@ void Server::Impl::accept() {
     self->connections++;
     std::shared_ptr<Connection> conn;
     {
-      std::lock_guard lock(self->mu);
+      MutexLock lock(self->mu);
       uint64_t id = self->next_id++;
       conn = std::make_shared<Connection>(std::move(s), self, id);
       self->live[id] = conn;
@@ -295,7 +296,7 @@ void Server::drain(std::chrono::milliseconds deadline) {
   while (impl_->connections.load() > 0 && std::chrono::steady_clock::now() < until) {
     std::vector<std::shared_ptr<Connection>> conns;
     {
-      std::lock_guard lock(impl_->mu);
+      MutexLock lock(impl_->mu);
       for (auto& [id, weak] : impl_->live)
         if (auto c = weak.lock()) conns.push_back(std::move(c));
     }
@@ -307,7 +308,7 @@ void Server::drain(std::chrono::milliseconds deadline) {
 
 void Server::stop() {
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }

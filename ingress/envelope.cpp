@@ -2,7 +2,7 @@
 
 #include <boost/json.hpp>
 
-#include "operations/proposal.h"
+#include "common/identifiers.h"
 
 namespace opgate::ingress {
 
@@ -30,7 +30,7 @@ Result<Envelope> parse_envelope(std::string_view body) {
   Envelope e{std::string(*id), std::string(*type), {}};
   if (e.type.rfind("agent.session.", 0) == 0) {
     auto* sid = data->as_object().if_contains("id");
-    if (!sid || !sid->is_string() || !operations::valid_identifier(sid->as_string()))
+    if (!sid || !sid->is_string() || !valid_identifier(sid->as_string()))
       return make_error(errc::bad_envelope,
                         "data.id must be a session id of 1-64 characters "
                         "from A-Z, a-z, 0-9, '.', '_' and '-'.");

@@ -29,7 +29,7 @@ Inbox::~Inbox() { stop(); }
 
 void Inbox::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -47,7 +47,7 @@ bool Inbox::needs_work(std::string_view type, std::string_view session_id) {
 }
 
 void Inbox::on_queued(std::function<void()> notify) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   on_queued_ = std::move(notify);
 }
 
@@ -56,7 +56,7 @@ void Inbox::submit(Submission submission, Committed committed) {
   std::string digest = crypto::sha256(submission.body);
   std::optional<Error> refused;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_)
       refused = make_error(errc::shutting_down, "The inbox is stopping.");
     else if (pending_.size() >= options_.max_pending)
@@ -82,8 +82,8 @@ void Inbox::run() {
   for (;;) {
     std::function<void()> notify;
     {
-      std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && pending_.empty()) wake_.wait(mu_);
       if (pending_.empty()) return;  // stopping, and nothing left to store
       while (!pending_.empty() && batch.size() < options_.max_batch) {
         batch.push_back(std::move(pending_.front()));

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/result.h"
 #include "ingress/envelope.h"
 #include "store/port.h"
@@ -109,11 +110,11 @@ class Inbox {
   std::atomic<uint64_t> group_commits_{0};
   std::atomic<uint64_t> committed_events_{0};
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<Pending> pending_;
-  std::function<void()> on_queued_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar wake_;
+  std::deque<Pending> pending_ GUARDED_BY(mu_);
+  std::function<void()> on_queued_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread committer_;  // last: starts after everything it uses
 };
 

@@ -6,16 +6,6 @@
 
 namespace opgate::operations {
 
-bool valid_identifier(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 std::string operation_key(std::string_view owner, std::string_view order_id, std::string_view kind,
                           int version) {
   return fmt::format("{}:{}:{}:v{}", owner, order_id, kind, version);

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/identifiers.h"
 #include "opgate.pb.h"
 
 namespace opgate::operations {
@@ -13,8 +14,7 @@ namespace opgate::operations {
 inline constexpr std::string_view kFullRefund = "full-refund";
 inline constexpr std::string_view kAccountCredit = "account-credit";
 
-// [A-Za-z0-9._-], 1–64 characters.
-bool valid_identifier(std::string_view id);
+using opgate::valid_identifier;  // common/identifiers.h
 
 // "{owner}:{order_id}:{kind}:v{version}"
 std::string operation_key(std::string_view owner, std::string_view order_id, std::string_view kind,

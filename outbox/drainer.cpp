@@ -9,6 +9,7 @@
 #include "common/crypto.h"
 #include "operations/decisions.h"
 #include "operations/execution.h"
+#include "operations/proposal.h"
 #include "operations/state_machine.h"
 
 namespace opgate::outbox {
@@ -56,8 +57,15 @@ ProviderAnswer answer_of(const adapters::PaymentResult& r) {
 
 adapters::PaymentRequest request_for(const pb::Operation& op) {
   const auto& p = op.proposal();
-  return {p.kind(),     op.key(),         op.idempotency_key(), p.payment_intent(),
-          p.customer(), p.amount_minor(), p.currency(),         p.reason()};
+  using Kind = adapters::PaymentRequest::Kind;
+  return {p.kind() == operations::kAccountCredit ? Kind::customer_credit : Kind::refund,
+          op.key(),
+          op.idempotency_key(),
+          p.payment_intent(),
+          p.customer(),
+          p.amount_minor(),
+          p.currency(),
+          p.reason()};
 }
 
 std::string call_text(const pb::CallRef& c) {
@@ -135,7 +143,7 @@ void Drainer::run(const store::OutboxEntry& entry) {
 }
 
 int64_t Drainer::backoff(int attempt) {
-  std::lock_guard lock(random_mu_);
+  MutexLock lock(random_mu_);
   return backoff_ms(attempt, options_.retry_base_ms, options_.retry_cap_ms, random_);
 }
 

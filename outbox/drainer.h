@@ -19,6 +19,7 @@
 #include "common/lanes.h"
 #include "common/live.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "operations/authority.h"
 #include "operations/policy.h"
 #include "store/port.h"
@@ -74,8 +75,8 @@ class Drainer {
   const Live<operations::PolicyConfig>& policy_;
   Metrics& metrics_;
   const Clock& clock_;
-  std::mutex random_mu_;
-  Random random_;  // guarded by random_mu_
+  Mutex random_mu_;
+  Random random_ GUARDED_BY(random_mu_);
   DrainerOptions options_;
 };
 

@@ -57,78 +57,114 @@ int64_t unix_now() {
       .count();
 }
 
-net::awaitable<void> connection(Shared& s, int index) {
-  auto executor = co_await net::this_coro::executor;
-  LoadReport mine;
-  std::vector<uint32_t> latencies;
-  latencies.reserve(65536);
-  tcp::resolver resolver(executor);
-  beast::tcp_stream stream(executor);
-  bool connected = false;
-  uint64_t seq = 0;
-  beast::flat_buffer buffer;
-  while (Clock::now() < s.deadline) {
-    try {
-      if (!connected) {
-        auto endpoints =
-            co_await resolver.async_resolve(s.o.host, std::to_string(s.o.port), net::use_awaitable);
-        stream.expires_after(std::chrono::seconds(10));
-        co_await stream.async_connect(endpoints, net::use_awaitable);
-        connected = true;
-        buffer.clear();
-      }
-      const std::string id = fmt::format("{}_{}_{}", s.prefix, index, seq++);
-      const int64_t ts = unix_now();
-      const std::string body = fmt::format(
-          R"({{"id":"evt_{}","object":"event","created_at":{},"type":"{}","data":{{"id":"resp_{}","pad":"{}"}}}})",
-          id, ts, s.o.event_type, id, s.pad);
-      bhttp::request<bhttp::string_body> req{bhttp::verb::post, s.o.path, 11};
-      req.set(bhttp::field::host, s.o.host);
-      req.set(bhttp::field::content_type, "application/json");
-      req.set("webhook-id", id);
-      req.set("webhook-timestamp", std::to_string(ts));
-      req.set("webhook-signature", ingress::sign(s.key, id, ts, body));
-      req.keep_alive(true);
-      req.body() = body;
-      req.prepare_payload();
-      const auto started = Clock::now();
-      stream.expires_after(std::chrono::seconds(30));
-      co_await bhttp::async_write(stream, req, net::use_awaitable);
-      bhttp::response<bhttp::string_body> res;
-      co_await bhttp::async_read(stream, buffer, res, net::use_awaitable);
-      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
-      latencies.push_back(static_cast<uint32_t>(std::min<int64_t>(us.count(), UINT32_MAX)));
-      ++mine.requests;
-      const int status = res.result_int();
-      if (status >= 200 && status < 300) {
-        if (res.body().find("\"duplicate\":true") != std::string::npos)
-          ++mine.duplicates;
-        else
-          ++mine.accepted;
-      } else {
-        ++mine.refused[status];
-      }
-      if (!res.keep_alive()) {
-        beast::error_code ec;
-        stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-        stream.close();
-        connected = false;
-      }
-    } catch (const std::exception&) {
-      ++mine.errors;
-      beast::error_code ec;
-      stream.socket().close(ec);
-      connected = false;
-    }
+// One keep-alive connection sending request after request until the
+// deadline; callbacks on its own strand (clang 14 cannot compile coroutines
+// with sanitizer coverage, which the CI build uses).
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(net::io_context& ioc, Shared& s, int index)
+      : s_(s), index_(index), resolver_(net::make_strand(ioc)), stream_(resolver_.get_executor()) {
+    latencies_.reserve(65536);
   }
-  std::lock_guard lock(s.mu);
-  s.report.requests += mine.requests;
-  s.report.accepted += mine.accepted;
-  s.report.duplicates += mine.duplicates;
-  s.report.errors += mine.errors;
-  for (const auto& [status, n] : mine.refused) s.report.refused[status] += n;
-  s.latencies_us.insert(s.latencies_us.end(), latencies.begin(), latencies.end());
-}
+  ~Connection() {
+    std::lock_guard lock(s_.mu);
+    s_.report.requests += mine_.requests;
+    s_.report.accepted += mine_.accepted;
+    s_.report.duplicates += mine_.duplicates;
+    s_.report.errors += mine_.errors;
+    for (const auto& [status, n] : mine_.refused) s_.report.refused[status] += n;
+    s_.latencies_us.insert(s_.latencies_us.end(), latencies_.begin(), latencies_.end());
+  }
+  void start() { next(); }
+
+ private:
+  void next() {
+    if (Clock::now() >= s_.deadline) return;
+    if (!connected_) return connect();
+    send();
+  }
+  void connect() {
+    resolver_.async_resolve(
+        s_.o.host, std::to_string(s_.o.port),
+        [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
+          if (ec) return self->failed();
+          self->stream_.expires_after(std::chrono::seconds(10));
+          self->stream_.async_connect(results, [self](beast::error_code ec, auto) {
+            if (ec) return self->failed();
+            self->connected_ = true;
+            self->buffer_.clear();
+            self->send();
+          });
+        });
+  }
+  void send() {
+    const std::string id = fmt::format("{}_{}_{}", s_.prefix, index_, seq_++);
+    const int64_t ts = unix_now();
+    const std::string body = fmt::format(
+        R"({{"id":"evt_{}","object":"event","created_at":{},"type":"{}","data":{{"id":"resp_{}","pad":"{}"}}}})",
+        id, ts, s_.o.event_type, id, s_.pad);
+    req_ = {bhttp::verb::post, s_.o.path, 11};
+    req_.set(bhttp::field::host, s_.o.host);
+    req_.set(bhttp::field::content_type, "application/json");
+    req_.set("webhook-id", id);
+    req_.set("webhook-timestamp", std::to_string(ts));
+    req_.set("webhook-signature", ingress::sign(s_.key, id, ts, body));
+    req_.keep_alive(true);
+    req_.body() = body;
+    req_.prepare_payload();
+    started_ = Clock::now();
+    stream_.expires_after(std::chrono::seconds(30));
+    bhttp::async_write(stream_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->failed();
+      self->res_ = {};
+      bhttp::async_read(self->stream_, self->buffer_, self->res_,
+                        [self](beast::error_code ec, size_t) {
+                          if (ec) return self->failed();
+                          self->answered();
+                        });
+    });
+  }
+  void answered() {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_);
+    latencies_.push_back(static_cast<uint32_t>(std::min<int64_t>(us.count(), UINT32_MAX)));
+    ++mine_.requests;
+    const int status = res_.result_int();
+    if (status >= 200 && status < 300) {
+      if (res_.body().find("\"duplicate\":true") != std::string::npos)
+        ++mine_.duplicates;
+      else
+        ++mine_.accepted;
+    } else {
+      ++mine_.refused[status];
+    }
+    if (!res_.keep_alive()) close();
+    next();
+  }
+  void failed() {
+    ++mine_.errors;
+    close();
+    next();
+  }
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+    connected_ = false;
+  }
+
+  Shared& s_;
+  int index_;
+  tcp::resolver resolver_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  bhttp::request<bhttp::string_body> req_;
+  bhttp::response<bhttp::string_body> res_;
+  Clock::time_point started_;
+  bool connected_ = false;
+  uint64_t seq_ = 0;
+  LoadReport mine_;
+  std::vector<uint32_t> latencies_;
+};
 
 double percentile_ms(std::vector<uint32_t>& sorted, double p) {
   if (sorted.empty()) return 0;
@@ -151,8 +187,7 @@ Result<LoadReport> run_load(const LoadOptions& o) {
            {}};
   net::io_context ioc;
   const auto started = Clock::now();
-  for (int i = 0; i < o.connections; ++i)
-    net::co_spawn(net::make_strand(ioc), connection(s, i), net::detached);
+  for (int i = 0; i < o.connections; ++i) std::make_shared<Connection>(ioc, s, i)->start();
   std::vector<std::thread> threads;
   for (int i = 1; i < std::max(1, o.threads); ++i) threads.emplace_back([&] { ioc.run(); });
   ioc.run();

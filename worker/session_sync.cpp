@@ -25,13 +25,13 @@ SessionSync::SessionSync(store::Storage& storage, ingress::Inbox& inbox,
       random_(std::move(random)) {}
 
 bool SessionSync::backing_off(const std::string& session_id, int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = retries_.find(session_id);
   return it != retries_.end() && it->second.at_ms > now_ms;
 }
 
 void SessionSync::back_off(const std::string& session_id, const Error& error, int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& retry = retries_[session_id];
   retry.at_ms =
       now_ms + std::max(backoff_ms(retry.attempts++, 250, 30'000, random_), error.retry_after_ms);
@@ -151,7 +151,7 @@ void SessionSync::process(const std::string& session_id,
     return;
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     retries_.erase(session_id);
   }
   Status s = answer_all(**session, *view, events);
@@ -296,7 +296,7 @@ Status SessionSync::recover(const std::string& session_id) {
   }));
   inbox_.requeued(released);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     retries_.erase(session_id);
   }
   return sync(session_id);

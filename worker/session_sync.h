@@ -22,6 +22,7 @@
 #include "common/lanes.h"
 #include "common/live.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "ingress/inbox.h"
 #include "operations/policy.h"
 #include "store/port.h"
@@ -77,9 +78,9 @@ class SessionSync {
     int attempts = 0;
     int64_t at_ms = 0;
   };
-  std::mutex mu_;
-  std::map<std::string, Retry> retries_;  // sessions whose fetch failed; guarded by mu_
-  Random random_;                         // guarded by mu_
+  Mutex mu_;
+  std::map<std::string, Retry> retries_ GUARDED_BY(mu_);  // sessions whose fetch failed
+  Random random_ GUARDED_BY(mu_);
   // Where the next dispatch pass starts (dispatcher thread only).
   std::string cursor_;
   int64_t last_full_scan_ms_ = 0;

@@ -12,7 +12,8 @@
 namespace opgate::adapters {
 
 struct PaymentRequest {
-  std::string kind;  // "full-refund" | "account-credit"
+  enum class Kind { refund, customer_credit };
+  Kind kind = Kind::refund;  // a refund of a payment, or a credit to a customer's balance
   std::string operation_key;
   std::string idempotency_key;
   std::string payment_intent;  // refunds

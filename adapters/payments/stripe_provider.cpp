@@ -6,7 +6,6 @@
 
 #include "adapters/payments/provider.h"
 #include "http/client.h"
-#include "operations/proposal.h"
 
 namespace opgate::adapters {
 
@@ -53,7 +52,7 @@ class StripeProvider final : public PaymentProvider {
 
   PaymentResult execute(const PaymentRequest& req) override {
     std::string path, form;
-    if (req.kind == operations::kFullRefund) {
+    if (req.kind == PaymentRequest::Kind::refund) {
       path = "/v1/refunds";
       form = fmt::format(
           "payment_intent={}&amount={}&reason=requested_by_customer&"
@@ -106,7 +105,7 @@ class StripeProvider final : public PaymentProvider {
   LookupResult find(const PaymentRequest& req) override {
     LookupResult out;
     std::string path =
-        req.kind == operations::kFullRefund
+        req.kind == PaymentRequest::Kind::refund
             ? fmt::format("/v1/refunds?payment_intent={}&limit=100", enc(req.payment_intent))
             : fmt::format("/v1/customers/{}/balance_transactions?limit=100", enc(req.customer));
     std::string starting_after;

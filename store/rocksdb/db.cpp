@@ -171,11 +171,9 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   db->dir_ = dir;
   db->inbox_filter_ = std::move(inbox_filter);
   db->cache_ = std::move(cache);
+  db->env_ = std::move(env);
   db->db_.reset(raw);
   for (size_t i = 0; i < kCfCount; ++i) db->handles_[i] = handles[i];
-  // The Env must outlive the database; it is only ever set in tests, which
-  // keep the file system alive, so the wrapper may leak with the process.
-  env.release();
 
   auto version = db->get(Cf::meta, kFormatKey);
   if (!version) return version.error();
@@ -211,6 +209,7 @@ Db::~Db() {
   for (auto* h : handles_)
     if (h) db_->DestroyColumnFamilyHandle(h);
   db_->Close();
+  db_.reset();  // before the Env it runs on
 }
 
 Status Db::write(const WriteSet& writes, bool sync) {

@@ -23,6 +23,7 @@ class ColumnFamilyHandle;
 class CompactionFilter;
 class FileSystem;
 class Cache;
+class Env;
 }  // namespace rocksdb
 
 namespace opgate::store::rocks {
@@ -110,6 +111,7 @@ class Db {
  private:
   Db() = default;
   std::string dir_;
+  std::unique_ptr<rocksdb::Env> env_;  // a test's file system; outlives db_
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};
   std::atomic<uint64_t> synced_writes_{0};

@@ -60,7 +60,10 @@ Result<std::unique_ptr<Journal>> Journal::open(Db& db, const Clock& clock) {
   std::unique_ptr<Journal> j(new Journal(db, clock));
   auto head = j->read_head();
   if (!head) return head.error();
-  j->head_ = *head;
+  {
+    MutexLock lock(j->mu_);
+    j->head_ = *head;
+  }
   j->committer_ = std::thread([raw = j.get()] {
     name_this_thread("journal-commit");
     raw->committer();
@@ -85,7 +88,7 @@ Result<AuditHead> Journal::read_head() const {
 
 Journal::~Journal() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   staged_cv_.notify_all();
@@ -95,7 +98,7 @@ Journal::~Journal() {
 Status Journal::run(const std::function<Status(Txn&)>& fn) {
   std::shared_ptr<Outcome> outcome;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return make_error(errc::shutting_down, "The store is closing.");
     // The transaction reads its own writes first.
     WriteSet writes;
@@ -116,24 +119,22 @@ Status Journal::run(const std::function<Status(Txn&)>& fn) {
       return Status::Ok();
     }
   }
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return outcome->done; });
+  MutexLock lock(mu_);
+  while (!outcome->done) done_cv_.wait(mu_);
   return outcome->status;
 }
 
 void Journal::committer() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    staged_cv_.wait(lock, [&] { return stopping_ || !open_.empty(); });
+    while (!stopping_ && open_.empty()) staged_cv_.wait(mu_);
     if (open_.empty()) return;  // stopping, and nothing left to write
     std::swap(writing_, open_);
     writing_outcome_ = std::move(open_outcome_);
     open_outcome_ = std::make_shared<Outcome>();
     const size_t transactions = open_transactions_;
     open_transactions_ = 0;
-    lock.unlock();
-    Status s = db_.write(writing_, true);
-    lock.lock();
+    Status s = write_unlocked();
     if (s) {
       failing_ = false;
       ++commits_;
@@ -165,18 +166,27 @@ void Journal::committer() {
   }
 }
 
+// The only access to writing_ without the lock: no one else changes it
+// while the committer writes it (transactions only read it, under the lock).
+Status Journal::write_unlocked() NO_THREAD_SAFETY_ANALYSIS {
+  mu_.unlock();
+  Status s = db_.write(writing_, true);
+  mu_.lock();
+  return s;
+}
+
 uint64_t Journal::commits() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return commits_;
 }
 
 uint64_t Journal::transactions() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return transactions_;
 }
 
 bool Journal::failing() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return failing_;
 }
 

@@ -20,15 +20,14 @@
 // Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/result.h"
 #include "store/port.h"
 #include "store/rocksdb/db.h"
@@ -98,29 +97,33 @@ class Journal {
   bool failing() const;
 
  private:
-  struct Outcome {
+  struct Outcome {  // guarded by mu_
     bool done = false;
     Status status;
   };
   Journal(Db& db, const Clock& clock) : db_(db), clock_(clock) {}
   void committer();
+  // Writes writing_ with the lock released; called with it held.
+  Status write_unlocked() REQUIRES(mu_);
   Result<AuditHead> read_head() const;
 
   Db& db_;
   const Clock& clock_;
-  mutable std::mutex mu_;
-  std::condition_variable staged_cv_;  // the committer waits for work
-  std::condition_variable done_cv_;    // transactions wait for their outcome
-  WriteSet open_;                      // staged, not yet being written
-  std::shared_ptr<Outcome> open_outcome_ = std::make_shared<Outcome>();
-  size_t open_transactions_ = 0;
-  WriteSet writing_;  // being written by the committer
-  std::shared_ptr<Outcome> writing_outcome_;
-  AuditHead head_;  // the chain's head including staged records
-  bool stopping_ = false;
-  bool failing_ = false;
-  uint64_t commits_ = 0;
-  uint64_t transactions_ = 0;
+  mutable Mutex mu_;
+  CondVar staged_cv_;              // the committer waits for work
+  CondVar done_cv_;                // transactions wait for their outcome
+  WriteSet open_ GUARDED_BY(mu_);  // staged, not yet being written
+  std::shared_ptr<Outcome> open_outcome_ GUARDED_BY(mu_) = std::make_shared<Outcome>();
+  size_t open_transactions_ GUARDED_BY(mu_) = 0;
+  // Being written by the committer, which reads it without the lock while
+  // writing: it is only changed under the lock, by the committer itself.
+  WriteSet writing_ GUARDED_BY(mu_);
+  std::shared_ptr<Outcome> writing_outcome_ GUARDED_BY(mu_);
+  AuditHead head_ GUARDED_BY(mu_);  // the chain's head including staged records
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool failing_ GUARDED_BY(mu_) = false;
+  uint64_t commits_ GUARDED_BY(mu_) = 0;
+  uint64_t transactions_ GUARDED_BY(mu_) = 0;
   std::thread committer_;
 };
 

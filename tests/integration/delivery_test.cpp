@@ -35,11 +35,12 @@ TEST_CASE("a 5xx, a dropped answer and a timeout are retried with the same resul
   ClusterOptions o;
   o.agent_timeout_ms = 500;
   Cluster c(o);
-  for (const auto& [action, delay] :
-       std::vector<std::pair<std::string, int>>{{"error_500_before_commit", 0},
-                                                {"error_500_after_commit", 0},
-                                                {"drop_after_commit", 0},
-                                                {"delay", 1200}}) {
+  for (const auto& fault : std::vector<std::pair<std::string, int>>{{"error_500_before_commit", 0},
+                                                                    {"error_500_after_commit", 0},
+                                                                    {"drop_after_commit", 0},
+                                                                    {"delay", 1200}}) {
+    const std::string& action = fault.first;
+    const int delay = fault.second;
     CAPTURE(action);
     REQUIRE(c.agent_admin("POST", "/_sim/faults", events_fault(action, 1, delay)).status == 200);
     auto session = c.create_session(kLookup);

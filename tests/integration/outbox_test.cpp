@@ -48,8 +48,8 @@ void check_ledgers_agree(Cluster& c) {
     const std::string status = str(o, "status");
     if (status.empty() || status == "succeeded") provider[key] = str(o, "id");
   }
-  for (const auto& [key, n] : count)
-    CHECK_MESSAGE(n == 1, "provider holds " << n << " for " << key);
+  for (const auto& entry : count)
+    CHECK_MESSAGE(entry.second == 1, "provider holds " << entry.second << " for " << entry.first);
   std::map<std::string, std::string> ours;
   auto ledger = c.op("GET", "/v1/ledger");
   for (const auto& row : ledger.body.at("ledger").as_array())

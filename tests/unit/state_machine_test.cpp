@@ -31,9 +31,11 @@ const State kStates[] = {State::pending, State::approved, State::executing, Stat
 
 TEST_CASE("every transition of the design table is allowed with its target") {
   for (const auto& [from_event, target] : kAllowed) {
-    auto r = next(from_event.first, from_event.second);
-    CAPTURE(to_string(from_event.first));
-    CAPTURE(to_string(from_event.second));
+    const State from = from_event.first;
+    const Event event = from_event.second;
+    auto r = next(from, event);
+    CAPTURE(to_string(from));
+    CAPTURE(to_string(event));
     REQUIRE(r.ok());
     CHECK(*r == target);
   }
