@@ -44,6 +44,8 @@ class Metrics {
   // facts, with its # HELP line: opgate_build_info{version="0.2.0",revision="80cc074"} 1.
   void info(const std::string& name, const std::string& help,
             const std::vector<std::pair<std::string, std::string>>& labels);
+  // The # HELP text of a family (every family the daemon exports has one).
+  void describe(const std::string& name, const std::string& help);
   std::string render() const;
   uint64_t counter_value(const std::string& name,
                          const std::map<std::string, std::string>& labels = {}) const;
@@ -57,6 +59,7 @@ class Metrics {
   std::map<std::string, std::pair<std::string, std::function<std::map<std::string, double>()>>>
       families_;
   std::map<std::string, std::pair<std::string, std::string>> infos_;  // name → {help, labels}
+  std::map<std::string, std::string> help_;
 };
 
 }  // namespace opgate

@@ -8,6 +8,7 @@
 #include <toml.hpp>
 #include <tuple>
 
+#include "common/logging.h"
 #include "ingress/signature.h"
 
 namespace opgate::daemon {
@@ -128,11 +129,22 @@ std::string env_or_empty(const std::string& name) {
   return v ? v : "";
 }
 
-void parse_ingress(const Section& in, Config& c) {
+TlsFiles parse_tls(const Section& s, const std::filesystem::path& base_dir) {
+  TlsFiles tls{s.string("tls_cert_file", ""), s.string("tls_key_file", "")};
+  if (tls.cert_file.empty() != tls.key_file.empty())
+    throw ConfigError(fmt::format("'{}' and '{}' go together: set both or neither",
+                                  s.key("tls_cert_file"), s.key("tls_key_file")));
+  for (auto* f : {&tls.cert_file, &tls.key_file})
+    if (!f->empty() && std::filesystem::path(*f).is_relative()) *f = (base_dir / *f).string();
+  return tls;
+}
+
+void parse_ingress(const Section& in, Config& c, const std::filesystem::path& base_dir) {
   in.only({"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "retention_s",
            "sources", "header_timeout_ms", "body_timeout_ms", "max_connections",
-           "reject_cooldown_ms"});
+           "reject_cooldown_ms", "tls_cert_file", "tls_key_file"});
   c.ingress_listen = in.string("listen", c.ingress_listen);
+  c.ingress_tls = parse_tls(in, base_dir);
   c.max_body_bytes = in.integer("max_body_bytes", c.max_body_bytes);
   c.timestamp_tolerance_s = in.integer("timestamp_tolerance_s", c.timestamp_tolerance_s);
   c.max_backlog = in.integer("max_backlog", c.max_backlog);
@@ -167,9 +179,10 @@ void parse_ingress(const Section& in, Config& c) {
   }
 }
 
-void parse_operator(const Section& op, Config& c) {
-  op.only({"listen", "tokens"});
+void parse_operator(const Section& op, Config& c, const std::filesystem::path& base_dir) {
+  op.only({"listen", "tokens", "tls_cert_file", "tls_key_file"});
   c.operator_listen = op.string("listen", c.operator_listen);
+  c.operator_tls = parse_tls(op, base_dir);
   for (const auto& t : op.tables("tokens")) {
     t.only({"principal", "token_sha256", "scopes", "owners", "max_amount_minor", "tiers"});
     operations::Principal p;
@@ -218,10 +231,18 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
-  root.only({"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy", "outbox"});
+  root.only({"data_dir", "log", "ingress", "operator", "agent", "payments", "orders", "policy",
+             "outbox"});
   c.data_dir = root.string("data_dir", c.data_dir);
-  if (root.has("ingress")) parse_ingress(root.table("ingress"), c);
-  if (root.has("operator")) parse_operator(root.table("operator"), c);
+  if (root.has("log")) {
+    const Section log = root.table("log");
+    log.only({"level"});
+    c.log_level = log.string("level", c.log_level);
+    if (!valid_log_level(c.log_level))
+      throw ConfigError("log.level must be one of trace, debug, info, warn, error, critical, off");
+  }
+  if (root.has("ingress")) parse_ingress(root.table("ingress"), c, base_dir);
+  if (root.has("operator")) parse_operator(root.table("operator"), c, base_dir);
 
   for (auto [section, key_env, default_env, upstream] :
        {std::tuple{"agent", "api_key_env", "OPENAI_API_KEY", &c.agent},
@@ -267,8 +288,14 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   if (c.timestamp_tolerance_s <= 0)
     throw ConfigError("ingress.timestamp_tolerance_s must be positive");
   if (c.data_dir.empty()) throw ConfigError("data_dir must not be empty");
-  if (std::filesystem::path(c.data_dir).is_relative())
-    c.data_dir = (base_dir / c.data_dir).string();
+  if (std::filesystem::path(c.data_dir).is_relative()) {
+    c.data_dir_was_relative = true;
+    c.data_dir = (base_dir / c.data_dir).lexically_normal().string();
+  }
+  std::set<std::string> names;
+  for (const auto& p : c.principals)
+    if (!names.insert(p.name).second)
+      throw ConfigError(fmt::format("operator token principal '{}' appears twice", p.name));
   return c;
 }
 
@@ -295,6 +322,51 @@ std::string without_quoted_lines(const std::string& what) {
 }
 
 }  // namespace
+
+Status check_serviceable(const Config& c) {
+  if (c.sources.empty())
+    return make_error(errc::config,
+                      "no webhook source: add an [[ingress.sources]] with its secrets, or the "
+                      "agent platform's webhooks have nowhere to go");
+  if (c.principals.empty())
+    return make_error(errc::config,
+                      "no operator token: add an [[operator.tokens]] entry, or nobody can "
+                      "approve anything");
+  if (c.agent.secret.empty())
+    return make_error(errc::config,
+                      "the Agents API key is empty: set the variable named by agent.api_key_env");
+  if (c.payments.secret.empty())
+    return make_error(errc::config,
+                      "the payment provider's secret key is empty: set the variable named by "
+                      "payments.secret_key_env");
+  return Status::Ok();
+}
+
+std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) {
+  std::vector<std::string> keys;
+  auto check = [&](bool same, const char* key) {
+    if (!same) keys.push_back(key);
+  };
+  check(a.data_dir == b.data_dir, "data_dir");
+  check(a.ingress_listen == b.ingress_listen, "ingress.listen");
+  check(a.operator_listen == b.operator_listen, "operator.listen");
+  check(a.ingress_tls.enabled() == b.ingress_tls.enabled(), "ingress.tls_cert_file (on or off)");
+  check(a.operator_tls.enabled() == b.operator_tls.enabled(), "operator.tls_cert_file (on or off)");
+  check(a.max_body_bytes == b.max_body_bytes, "ingress.max_body_bytes");
+  check(a.max_connections == b.max_connections, "ingress.max_connections");
+  check(a.header_timeout_ms == b.header_timeout_ms, "ingress.header_timeout_ms");
+  check(a.body_timeout_ms == b.body_timeout_ms, "ingress.body_timeout_ms");
+  check(a.inbox_retention_s == b.inbox_retention_s, "ingress.retention_s");
+  check(a.agent.base_url == b.agent.base_url && a.agent.secret == b.agent.secret &&
+            a.agent.timeout_ms == b.agent.timeout_ms && a.agent.ca_file == b.agent.ca_file,
+        "agent");
+  check(a.payments.base_url == b.payments.base_url && a.payments.secret == b.payments.secret &&
+            a.payments.timeout_ms == b.payments.timeout_ms &&
+            a.payments.ca_file == b.payments.ca_file,
+        "payments");
+  check(a.orders_source == b.orders_source && a.orders_seed_file == b.orders_seed_file, "orders");
+  return keys;
+}
 
 Result<Config> load_config(const std::string& path) {
   try {

@@ -64,6 +64,12 @@ size_t Engine::expire_pending() {
   return expired;
 }
 
+bool Engine::alive(std::chrono::milliseconds within) const {
+  const auto last = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(last_pass_ns_.load()));
+  return std::chrono::steady_clock::now() - last <= within;
+}
+
 size_t Engine::pass() {
   size_t work = expire_pending();
   work += sessions_.dispatch(lanes_);
@@ -91,6 +97,7 @@ void Engine::loop() {
     } catch (const std::exception& e) {
       spdlog::error("dispatcher pass failed: {}", e.what());
     }
+    last_pass_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
     MutexLock lock(mu_);
     if (stopping_) return;
     // More may be waiting: go again at once; otherwise sleep until woken or

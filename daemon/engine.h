@@ -7,6 +7,7 @@
 // Thread-safe: wake() and stop() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -36,6 +37,8 @@ class Engine {
 
   // One pass (tests drive the engine by hand): returns the work handed out.
   size_t pass();
+  // True if a pass finished within `within` (the dispatcher is not stuck).
+  bool alive(std::chrono::milliseconds within) const;
   // Pending operations past their approval time become settled/expired.
   size_t expire_pending();
 
@@ -52,6 +55,7 @@ class Engine {
   bool woken_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point last_sweep_;
+  std::atomic<int64_t> last_pass_ns_{0};  // steady clock
   std::thread thread_;
 };
 

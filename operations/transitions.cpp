@@ -1,6 +1,10 @@
 #include "operations/transitions.h"
 
+#include <fmt/format.h>
+
 #include <boost/json.hpp>
+
+#include "common/logging.h"
 
 namespace opgate::operations {
 
@@ -17,6 +21,27 @@ pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action, std:
   r.set_details_json(details);
   return r;
 }
+// One log line per change, written once the change is durable.
+void log_after_commit(store::Transaction& txn, const pb::Operation& op, std::string_view action,
+                      std::string_view from, const std::string& principal) {
+  txn.after_commit([key = op.key(), session = op.session_id(), action = std::string(action),
+                    from = std::string(from), state = std::string(state_text(op)),
+                    outcome = std::string(outcome_text(op)), principal,
+                    reason = op.decision_reason(), error = op.last_error()] {
+    log_event(spdlog::level::info, "operation." + action,
+              outcome.empty() ? fmt::format("{}: {} -> {}", key, from.empty() ? "new" : from, state)
+                              : fmt::format("{}: {} -> {}/{}", key, from, state, outcome),
+              {{"operation_key", key},
+               {"session_id", session},
+               {"principal", principal},
+               {"from", from},
+               {"state", state},
+               {"outcome", outcome},
+               {"reason", reason},
+               {"error", error}});
+  });
+}
+
 }  // namespace
 
 std::string details(std::initializer_list<std::pair<std::string_view, std::string>> fields) {
@@ -36,6 +61,7 @@ Status create(store::Transaction& txn, pb::Operation& op, const std::string& pri
   op.set_created_at_ms(txn.now_ms());
   OPGATE_TRY(save(txn, op));
   txn.append_audit(audit_for(op, "propose", "", principal, details_json));
+  log_after_commit(txn, op, "propose", "", principal);
   return Status::Ok();
 }
 
@@ -48,6 +74,7 @@ Status apply(store::Transaction& txn, pb::Operation& op, Event event, const std:
     op.set_unknown_since_ms(txn.now_ms());
   OPGATE_TRY(save(txn, op));
   txn.append_audit(audit_for(op, to_string(event), to_string(from), principal, details_json));
+  log_after_commit(txn, op, to_string(event), to_string(from), principal);
   return Status::Ok();
 }
 
@@ -55,6 +82,7 @@ Status save_with_audit(store::Transaction& txn, pb::Operation& op, const std::st
                        const std::string& principal, const std::string& details_json) {
   OPGATE_TRY(save(txn, op));
   txn.append_audit(audit_for(op, action, state_text(op), principal, details_json));
+  log_after_commit(txn, op, action, state_text(op), principal);
   return Status::Ok();
 }
 

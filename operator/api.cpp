@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "common/crypto.h"
+#include "common/logging.h"
 #include "operations/decisions.h"
 #include "operations/orders.h"
 #include "operations/proposal.h"
@@ -444,6 +446,28 @@ class Api {
     return get_order(order->order_id(), p);
   }
 
+  // An online copy of the store, written by the daemon into `dir` on its
+  // own host (admin only: the copy holds every owner's records).
+  Response backup(const Request& req) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto dir = string_field(*body, "dir", 4096);
+    if (!dir) return error_response(400, "bad_request", "dir (an absolute path) is required.");
+    auto info = d_.storage.backup_to(*dir);
+    if (!info) {
+      if (info.error().is(errc::storage_error)) return from_error(info.error());
+      return error_response(info.error().http_status, info.error().code, info.error().message);
+    }
+    log_event(spdlog::level::info, "backup.created", "backup written to " + info->dir,
+              {{"dir", info->dir}, {"audit_seq", std::to_string(info->audit_head.seq)}});
+    return ok_json(json::object{
+        {"dir", info->dir},
+        {"created_at_ms", info->created_at_ms},
+        {"format_version", info->format_version},
+        {"audit_head", json::object{{"seq", info->audit_head.seq},
+                                    {"hash", crypto::to_hex(info->audit_head.hash)}}}});
+  }
+
   Response get_order(const std::string& id, const Principal& p) {
     auto order = d_.storage.reader().order(id);
     if (!order) return from_error(order.error());
@@ -509,6 +533,8 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto&, auto&, auto&) { return api->verify(); });
   route("PUT", "/v1/orders/{order_id}", scope::admin,
         [api](auto& q, auto& p, auto& who) { return api->put_order(q, p, who); });
+  route("POST", "/v1/backups", scope::admin,
+        [api](auto& q, auto&, auto&) { return api->backup(q); });
   route("GET", "/v1/orders/{order_id}", scope::admin,
         [api](auto&, auto& p, auto& who) { return api->get_order(p.at("order_id"), who); });
   return r;

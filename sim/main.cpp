@@ -81,7 +81,7 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
     return 1;
   }
   log_info("listening", {{"port", *port}, {"sim", name}});
-  int sig = opgate::wait_for_stop_signal(signals);
+  int sig = opgate::wait_for_signal(signals);
   log_info("stopping", {{"signal", sig}});
   opgate::sim::interrupt_delays();
   server.drain(std::chrono::milliseconds(2000));
@@ -92,7 +92,7 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
 }  // namespace
 
 int main(int argc, char** argv) {
-  const sigset_t signals = opgate::block_stop_signals();
+  const sigset_t signals = opgate::block_daemon_signals();
 
   CLI::App app{"opgate-sim: simulators of the agent platform and the payment provider"};
   app.require_subcommand(1);

@@ -80,10 +80,17 @@ struct AuditVerification {
   AuditHead head;
 };
 
+struct BackupInfo {
+  std::string dir;
+  int64_t created_at_ms = 0;
+  AuditHead audit_head;  // the chain's head in the copy
+  int format_version = 0;
+};
+
 // Counts kept in step with the writes, so reading them costs nothing.
 struct StateCounts {
   std::map<pb::OperationState, int64_t> operations;
-  int64_t queued_events = 0;
+  std::map<pb::Outcome, int64_t> settled;  // settled operations by outcome
 };
 
 class Reader {
@@ -149,6 +156,12 @@ class Transaction : public virtual Reader {
   // The transaction's time: every record it writes carries it.
   virtual int64_t now_ms() const = 0;
 
+  // Runs `fn` once the transaction is durable, and never if it fails: log
+  // lines and wake-ups about what it did.
+  void after_commit(std::function<void()> fn) { after_commit_.push_back(std::move(fn)); }
+  // For backends: what to run after the commit.
+  std::vector<std::function<void()>> take_after_commit() { return std::move(after_commit_); }
+
   // --- Inbox
   // Removes the event's queue entry and marks it processed.
   virtual void finish_event(const QueuedEvent& queued) = 0;
@@ -182,6 +195,9 @@ class Transaction : public virtual Reader {
   virtual void update_outbox(const OutboxEntry& entry) = 0;
   // It is not an error if the item is gone.
   virtual void remove_outbox(const std::string& id) = 0;
+
+ private:
+  std::vector<std::function<void()>> after_commit_;
 };
 
 struct StorageStats {
@@ -194,10 +210,11 @@ class Storage {
   virtual ~Storage() = default;
 
   // Runs fn in a transaction. If fn returns Ok, its writes are committed
-  // atomically and durably before transact returns Ok; if fn fails, nothing
-  // is written and its error is returned. A commit that fails leaves nothing
-  // of the transaction visible. fn may run again (a backend may retry a
-  // serialisation failure), so it must not act outside the transaction.
+  // atomically and durably before transact returns Ok, and then what fn
+  // passed to after_commit() runs; if fn fails, nothing is written and its
+  // error is returned. A commit that fails leaves nothing of the transaction
+  // visible. fn may run again (a backend may retry a serialisation failure),
+  // so it must not act outside the transaction.
   virtual Status transact(const std::function<Status(Transaction&)>& fn) = 0;
 
   // Durable state only.
@@ -213,6 +230,14 @@ class Storage {
 
   // Ok when a durable write succeeds now (for /readyz).
   virtual Status check_writable() = 0;
+
+  // Writes a consistent copy of everything committed so far into `dir`
+  // (absolute; it must not exist) while the daemon serves. A backend whose
+  // copies are made by its own tools says so.
+  virtual Result<BackupInfo> backup_to(const std::string& dir) {
+    return make_error(errc::bad_request,
+                      "This storage backend is backed up with its own tools, not by opgate.");
+  }
 
   virtual StorageStats stats() const = 0;
 };

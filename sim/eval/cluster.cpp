@@ -34,10 +34,12 @@ Error failed(std::string message) { return make_error(errc::cluster_failed, std:
 }  // namespace
 
 Result<Reply> send_request(const std::string& method, const std::string& url,
-                           const std::string& body, http::Headers headers) {
+                           const std::string& body, http::Headers headers,
+                           const std::string& ca_file) {
   http::ClientRequest req;
   req.method = method;
   req.url = url;
+  req.ca_file = ca_file;
   req.headers = std::move(headers);
   req.body = body;
   if (!body.empty() && !req.headers.count("Content-Type"))
@@ -192,6 +194,7 @@ secrets = ["{}"]
 
 [operator]
 listen = "{}"
+{}
 {}{}{}{}{}{}{}
 [agent]
 base_url = "http://127.0.0.1:{}/v1"
@@ -212,9 +215,10 @@ refund_window_days = 30
 approval_ttl_s = {}
 two_person_threshold_minor = {{ USD = {}, GBP = {} }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
+{}
 )",
       listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
-      token("admin", R"("admin")", 1000000),
+      options_.extra_operator, token("admin", R"("admin")", 1000000),
       token("alice", R"("operations:read", "operations:approve")", 100000),
       token("bob", R"("operations:read", "operations:approve")", 100000),
       token("reader", R"("operations:read")", 0),
@@ -225,7 +229,7 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
             1000000, "", R"("outsider-*")"),
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
-      s.two_person_threshold_minor, s.two_person_threshold_minor);
+      s.two_person_threshold_minor, s.two_person_threshold_minor, options_.extra_config);
   if (!out) return failed("cannot write opgate.toml");
   return Status::Ok();
 }
@@ -294,12 +298,17 @@ Status Cluster::restart_daemon(bool kill) {
   return start_daemon();
 }
 
+std::string Cluster::operator_url() const {
+  return fmt::format("{}://127.0.0.1:{}", options_.operator_ca_file.empty() ? "http" : "https",
+                     operator_port_);
+}
+
 Result<Reply> Cluster::op(const std::string& method, const std::string& path,
                           const std::string& body, const std::string& token) {
   http::Headers headers;
   if (!token.empty()) headers["Authorization"] = "Bearer " + token;
-  return send_request(method, fmt::format("http://127.0.0.1:{}{}", operator_port_, path), body,
-                      std::move(headers));
+  return send_request(method, operator_url() + path, body, std::move(headers),
+                      options_.operator_ca_file);
 }
 
 Result<Reply> Cluster::agent_admin(const std::string& method, const std::string& path,

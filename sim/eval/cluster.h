@@ -29,6 +29,10 @@ struct ClusterOptions {
   std::string extra_ingress;  // TOML lines appended to [ingress]
   // If set, the daemon runs with this hard and soft limit on open files.
   int daemon_open_files = 0;
+  std::string extra_operator;  // TOML lines appended to [operator]
+  std::string extra_config;    // TOML appended at the end (whole tables)
+  // If set, the operator listener is reached over https, trusting this CA.
+  std::string operator_ca_file;
   bool keep_dir = false;  // leave the directory (logs, data) for inspection
 };
 
@@ -77,6 +81,8 @@ class Cluster {
   uint16_t ingress_port() const { return ingress_port_; }
   uint16_t operator_port() const { return operator_port_; }
   uint16_t agent_port() const { return agent_port_; }
+  // "http://127.0.0.1:PORT" or https when the operator listener has TLS.
+  std::string operator_url() const;
   static std::string webhook_secret();
 
  private:
@@ -95,7 +101,8 @@ class Cluster {
 
 // One HTTP request with a 20 s timeout; a JSON content type if there is a body.
 Result<Reply> send_request(const std::string& method, const std::string& url,
-                           const std::string& body, http::Headers headers);
+                           const std::string& body, http::Headers headers,
+                           const std::string& ca_file = "");
 
 // Polls `done` every 20 ms until it returns true or `deadline` passes.
 bool poll_until(const std::function<bool()>& done,

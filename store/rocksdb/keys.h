@@ -17,7 +17,8 @@
 //   audit       {seq}                        AuditRecord
 //   orders      o/{order_id}                 Order
 //               f/{order_id}                 OrderFunds
-//   meta        format_version, n/{state}    data format; operations per state
+//   meta        format_version, n/{state},   data format; operations per state
+//               n/o/{outcome}                settled operations per outcome
 // Pure; thread-safe.
 #pragma once
 
@@ -91,6 +92,9 @@ inline std::string funds(std::string_view order_id) { return fmt::format("f/{}",
 
 inline std::string state_count(pb::OperationState s) {
   return fmt::format("n/{:02}", static_cast<int>(s));
+}
+inline std::string outcome_count(pb::Outcome o) {
+  return fmt::format("n/o/{:02}", static_cast<int>(o));
 }
 
 }  // namespace opgate::store::rocks::keys

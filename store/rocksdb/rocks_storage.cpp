@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <unordered_map>
 
+#include "common/crypto.h"
+#include "common/files.h"
 #include "store/audit_chain.h"
 #include "store/rocksdb/keys.h"
 
@@ -217,6 +220,12 @@ class KvReader : public virtual Reader {
       auto raw = view_.get(Cf::meta, keys::state_count(st));
       if (!raw) return raw.error();
       c.operations[st] = raw->has_value() ? std::stoll(**raw) : 0;
+    }
+    for (int i = pb::OUTCOME_SUCCEEDED; i <= pb::OUTCOME_CANCELLED; ++i) {
+      auto o = static_cast<pb::Outcome>(i);
+      auto raw = view_.get(Cf::meta, keys::outcome_count(o));
+      if (!raw) return raw.error();
+      c.settled[o] = raw->has_value() ? std::stoll(**raw) : 0;
     }
     return c;
   }
@@ -439,6 +448,15 @@ class RocksTransaction final : public Transaction, public KvReader {
       w.put(Cf::operations, keys::by_state(op.state(), key), "");
       if (Status s = add_count(op.state(), +1); !s) return s;
     }
+    const auto old_outcome =
+        was && old_state == pb::STATE_SETTLED ? (*old)->outcome() : pb::OUTCOME_NONE;
+    const auto new_outcome = op.state() == pb::STATE_SETTLED ? op.outcome() : pb::OUTCOME_NONE;
+    if (old_outcome != new_outcome) {
+      if (old_outcome != pb::OUTCOME_NONE)
+        if (Status s = add(keys::outcome_count(old_outcome), -1); !s) return s;
+      if (new_outcome != pb::OUTCOME_NONE)
+        if (Status s = add(keys::outcome_count(new_outcome), +1); !s) return s;
+    }
     if (!was) w.put(Cf::operations, keys::by_order(op.proposal().order_id(), key), "");
     const bool was_pending = old_state == pb::STATE_PENDING;
     const bool is_pending = op.state() == pb::STATE_PENDING;
@@ -494,11 +512,13 @@ class RocksTransaction final : public Transaction, public KvReader {
 
  private:
   Status add_count(pb::OperationState state, int64_t delta) {
-    auto raw = txn_.view.get(Cf::meta, keys::state_count(state));
+    return add(keys::state_count(state), delta);
+  }
+  Status add(const std::string& counter, int64_t delta) {
+    auto raw = txn_.view.get(Cf::meta, counter);
     if (!raw) return raw.error();
     int64_t n = raw->has_value() ? std::stoll(**raw) : 0;
-    txn_.writes.put(Cf::meta, keys::state_count(state),
-                    std::to_string(std::max<int64_t>(0, n + delta)));
+    txn_.writes.put(Cf::meta, counter, std::to_string(std::max<int64_t>(0, n + delta)));
     return Status::Ok();
   }
 
@@ -548,10 +568,15 @@ RocksStorage::~RocksStorage() {
 
 Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
   if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
-  return journal_->run([&](Journal::Txn& txn) {
+  std::vector<std::function<void()>> after;
+  OPGATE_TRY(journal_->run([&](Journal::Txn& txn) {
     RocksTransaction t(txn, *this);
-    return fn(t);
-  });
+    Status s = fn(t);
+    if (s) after = t.take_after_commit();
+    return s;
+  }));
+  for (auto& f : after) f();
+  return Status::Ok();
 }
 
 Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>& events) {
@@ -611,6 +636,85 @@ Status RocksStorage::check_writable() {
 
 StorageStats RocksStorage::stats() const { return {db_->synced_writes(), db_->wal_syncs()}; }
 
-Status RocksStorage::checkpoint(const std::string& dir) { return db_->checkpoint(dir); }
+namespace {
+constexpr std::string_view kManifest = "opgate-backup.json";
+
+std::string manifest_json(const BackupInfo& b) {
+  return fmt::format(
+      R"({{"format_version":{},"created_at_ms":{},"audit_head":{{"seq":{},"hash":"{}"}}}})",
+      b.format_version, b.created_at_ms, b.audit_head.seq, crypto::to_hex(b.audit_head.hash));
+}
+}  // namespace
+
+Result<BackupInfo> RocksStorage::backup_to(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::path(dir).is_absolute())
+    return make_error(errc::bad_request, "The backup directory must be an absolute path.");
+  if (fs::exists(dir, ec))
+    return make_error(errc::conflict, "The backup directory already exists: " + dir);
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(errc::bad_request, "Cannot create " + dir + ": " + ec.message());
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  // The checkpoint flushes the memtables first: it holds every write that
+  // was durable when it began.
+  OPGATE_TRY(db_->checkpoint((fs::path(dir) / "data").string()));
+  fs::permissions(fs::path(dir) / "data", fs::perms::owner_all, fs::perm_options::replace, ec);
+  BackupInfo info;
+  info.dir = dir;
+  info.created_at_ms = clock_->now_ms();
+  info.format_version = kFormatVersion;
+  // The copy's own head: verified from the copy, not from the live store.
+  {
+    OpenOptions read_only;
+    read_only.read_only = true;
+    auto copy = RocksStorage::open((fs::path(dir) / "data").string(), read_only, *clock_);
+    if (!copy) return copy.error();
+    OPGATE_ASSIGN_OR_RETURN(auto v, (*copy)->verify_audit());
+    if (!v.ok)
+      return make_error(errc::corrupt_record,
+                        "The copy's audit chain does not verify: " + v.problem);
+    info.audit_head = v.head;
+  }
+  OPGATE_TRY(write_file_atomically((fs::path(dir) / kManifest).string(), manifest_json(info)));
+  return info;
+}
+
+Result<BackupInfo> RocksStorage::restore(const std::string& backup_dir, const std::string& data_dir,
+                                         const Clock& clock) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path from = fs::path(backup_dir) / "data";
+  if (!fs::exists(fs::path(backup_dir) / kManifest, ec) || !fs::is_directory(from, ec))
+    return make_error(errc::bad_request, backup_dir + " is not an opgate backup (no " +
+                                             std::string(kManifest) + " and data/)");
+  if (fs::exists(data_dir, ec))
+    return make_error(errc::conflict, "The data directory already exists: " + data_dir +
+                                          "; restore into a new one");
+  BackupInfo info;
+  {
+    // Opening checks the format version; the chain must verify.
+    OpenOptions read_only;
+    read_only.check_permissions = false;
+    read_only.read_only = true;
+    auto copy = RocksStorage::open(from.string(), read_only, clock);
+    if (!copy) return copy.error();
+    OPGATE_ASSIGN_OR_RETURN(auto v, (*copy)->verify_audit());
+    if (!v.ok)
+      return make_error(errc::corrupt_record,
+                        "The backup's audit chain does not verify: " + v.problem);
+    info.audit_head = v.head;
+  }
+  fs::create_directories(fs::path(data_dir).parent_path(), ec);
+  fs::copy(from, data_dir, fs::copy_options::recursive, ec);
+  if (ec) return make_error(errc::data_dir, "Cannot copy into " + data_dir + ": " + ec.message());
+  fs::permissions(data_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  for (auto& entry : fs::directory_iterator(data_dir, ec))
+    fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace, ec);
+  info.dir = data_dir;
+  info.format_version = kFormatVersion;
+  return info;
+}
 
 }  // namespace opgate::store::rocks

@@ -216,10 +216,17 @@ TEST_CASE("operations are listed by state, paged, filtered, and counted in step"
   auto counts = r.counts();
   CHECK(counts->operations.at(pb::STATE_PENDING) == 5);
   CHECK(counts->operations.at(pb::STATE_SETTLED) == 1);
+  CHECK(counts->settled.at(pb::OUTCOME_SUCCEEDED) == 0);
+  f.write([](Transaction& t) {
+    auto settled = op("k1", pb::STATE_SETTLED);
+    settled.set_outcome(pb::OUTCOME_DENIED);
+    REQUIRE(t.put_operation(settled).ok());
+  });
+  CHECK(r.counts()->settled.at(pb::OUTCOME_DENIED) == 1);
   f.write([](Transaction& t) { REQUIRE(t.put_operation(op("k0", pb::STATE_APPROVED)).ok()); });
-  CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 4);
+  CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 3);
   CHECK(r.counts()->operations.at(pb::STATE_APPROVED) == 1);
-  CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 4);
+  CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 3);
 }
 
 TEST_CASE("pending operations are found by expiry, earliest first, and only while pending") {

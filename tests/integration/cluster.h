@@ -25,8 +25,11 @@ struct ClusterOptions {
   int payments_timeout_ms = 1500;
   int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
-  std::string extra_ingress;  // TOML lines appended to [ingress]
-  int daemon_open_files = 0;  // a hard limit on the daemon's open files (0: inherited)
+  std::string extra_ingress;     // TOML lines appended to [ingress]
+  int daemon_open_files = 0;     // a hard limit on the daemon's open files (0: inherited)
+  std::string extra_operator;    // TOML lines appended to [operator]
+  std::string extra_config;      // TOML tables appended at the end
+  std::string operator_ca_file;  // the operator listener has TLS: trust this CA
 };
 
 // Tokens configured for every cluster; their principals in the comments.
@@ -87,9 +90,11 @@ class Cluster {
   uint16_t ingress_port() const { return c_->ingress_port(); }
   std::string webhook_secret() const { return eval::Cluster::webhook_secret(); }
   std::string daemon_log() const { return c_->daemon_log(); }
+  std::filesystem::path config_file() const { return c_->dir() / "opgate.toml"; }
 
  private:
   std::unique_ptr<eval::Cluster> c_;
+  std::string ca_file_;
 };
 
 // Polls `fn` until it returns true or the deadline passes.
