@@ -120,9 +120,12 @@ int main(int argc, char** argv) {
   audit->require_subcommand(1);
   auto* verify = audit->add_subcommand("verify", "verify the hash chain");
   verify->add_option("--data-dir", data_dir, "verify a stopped daemon's data directory offline");
+  std::string expect_head;
+  verify->add_option("--expect-head", expect_head,
+                     "SEQ:HASH a notification receiver saw: fail if the chain no longer holds it");
   verify->callback([&] {
-    rc = data_dir.empty() ? cli::audit_verify_online(ctx)
-                          : cli::audit_verify_offline(data_dir, ctx.json);
+    rc = data_dir.empty() ? cli::audit_verify_online(ctx, expect_head)
+                          : cli::audit_verify_offline(data_dir, ctx.json, expect_head);
   });
 
   auto* orders = app.add_subcommand("orders", "server-owned orders");
@@ -142,6 +145,20 @@ auto* brestore =
 brestore->add_option("--from", file, "the backup directory")->required();
 brestore->add_option("--data-dir", data_dir, "the new data directory")->required();
 brestore->callback([&] { rc = cli::backup_restore(file, data_dir, ctx.json); });
+
+auto* notify = app.add_subcommand("notify", "outbound notification endpoints");
+notify->require_subcommand(1);
+notify->add_subcommand("list", "endpoints, their state, last error and backlog")->callback([&] {
+  rc = cli::notify_list(ctx);
+});
+std::string endpoint, since;
+auto* nreplay = notify->add_subcommand("replay", "queue kept events again for one endpoint");
+nreplay->add_option("--endpoint", endpoint)->required();
+nreplay->add_option("--since", since, "Unix seconds, or 90m, 2h, 1d back from now")->required();
+nreplay->callback([&] { rc = cli::notify_replay(ctx, endpoint, since); });
+auto* nenable = notify->add_subcommand("enable", "re-enable an endpoint disabled by a 410");
+nenable->add_option("endpoint", endpoint)->required();
+nenable->callback([&] { rc = cli::notify_enable(ctx, endpoint); });
 
 CLI11_PARSE(app, argc, argv);
 return rc;

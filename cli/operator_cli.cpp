@@ -11,8 +11,10 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/crypto.h"
 #include "common/text.h"
 #include "http/client.h"
+#include "operations/audit.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
 #include "store/rocksdb/rocks_storage.h"
@@ -407,13 +409,26 @@ int ledger(const Context& c, const std::string& session, const std::string& owne
   });
 }
 
-int audit_verify_online(const Context& c) {
-  auto r = call(c, "GET", "/v1/audit/verify");
+// "; the witnessed head #N is in it", when the caller gave one to check.
+static std::string witnessed_note(const std::string& expect_head) {
+  if (expect_head.empty()) return "";
+  return fmt::format("; the witnessed head #{} is in it",
+                     expect_head.substr(0, expect_head.find(':')));
+}
+
+int audit_verify_online(const Context& c, const std::string& expect_head) {
+  std::string path = "/v1/audit/verify";
+  if (!expect_head.empty()) path += "?expect_head=" + seg(expect_head);
+  auto r = call(c, "GET", path);
   if (!r) return 1;
   bool ok = r->body.as_object().at("ok").as_bool();
   print_json_or(c, *r, [&] {
     if (ok)
-      std::cout << fmt::format("audit chain verifies: {} records\n", s(r->body, "records"));
+      std::cout << fmt::format(
+          "audit chain verifies: {} records, head #{} {}; {} operations agree "
+          "with their records{}\n",
+          s(r->body, "records"), s(r->body.at("head"), "seq"), s(r->body.at("head"), "hash"),
+          s(r->body, "operations_checked"), witnessed_note(expect_head));
     else
       std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", s(r->body, "first_bad_seq"),
                                s(r->body, "problem"));
@@ -421,7 +436,17 @@ int audit_verify_online(const Context& c) {
   return ok ? 0 : 3;
 }
 
-int audit_verify_offline(const std::string& data_dir, bool as_json) {
+int audit_verify_offline(const std::string& data_dir, bool as_json,
+                         const std::string& expect_head) {
+  std::optional<operations::WitnessedHead> expect;
+  if (!expect_head.empty()) {
+    auto parsed = operations::parse_head(expect_head);
+    if (!parsed) {
+      std::cerr << "error: " << parsed.error().message << "\n";
+      return 2;
+    }
+    expect = *parsed;
+  }
   store::rocks::OpenOptions o;
   o.read_only = true;
   o.create_if_missing = false;
@@ -431,24 +456,23 @@ int audit_verify_offline(const std::string& data_dir, bool as_json) {
     std::cerr << "error: " << st.error().message << "\n";
     return 1;
   }
-  auto v = (*st)->verify_audit();
-  if (!v) {
-    std::cerr << "error: " << v.error().message << "\n";
+  auto report = operations::verify_audit(**st, expect);
+  if (!report) {
+    std::cerr << "error: " << report.error().message << "\n";
     return 1;
   }
+  const auto& v = report->chain;
   if (as_json) {
-    json::object o{{"ok", v->ok}, {"records", v->records}};
-    if (!v->ok) {
-      o["first_bad_seq"] = v->first_bad_seq;
-      o["problem"] = v->problem;
-    }
-    std::cout << json::serialize(o) << "\n";
-  } else if (v->ok) {
-    std::cout << fmt::format("audit chain verifies: {} records\n", v->records);
+    std::cout << json::serialize(operations::to_json(*report)) << "\n";
+  } else if (v.ok) {
+    std::cout << fmt::format(
+        "audit chain verifies: {} records, head #{} {}; {} operations agree with their records{}\n",
+        v.records, v.head.seq, crypto::to_hex(v.head.hash), report->operations_checked,
+        witnessed_note(expect_head));
   } else {
-    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v->first_bad_seq, v->problem);
+    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v.first_bad_seq, v.problem);
   }
-  return v->ok ? 0 : 3;
+  return v.ok ? 0 : 3;
 }
 
 int import_orders(const Context& c, const std::string& file) {
@@ -463,6 +487,57 @@ int import_orders(const Context& c, const std::string& file) {
     if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), operations::order_to_json(o))) return 1;
   std::cout << fmt::format("imported {} order(s)\n", orders.size());
   return 0;
+}
+
+int notify_list(const Context& c) {
+  auto r = call(c, "GET", "/v1/notify/endpoints");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    const auto& endpoints = r->body.as_object().at("endpoints").as_array();
+    if (endpoints.empty()) {
+      std::cout << "no notification endpoints configured\n";
+      return;
+    }
+    std::cout << fmt::format("{:<16} {:<9} {:<9} {:>7}  {:<36} {}\n", "ENDPOINT", "FORMAT", "STATE",
+                             "BACKLOG", "URL", "LAST ERROR");
+    for (const auto& e : endpoints)
+      std::cout << fmt::format("{:<16} {:<9} {:<9} {:>7}  {:<36} {}\n", s(e, "name"),
+                               s(e, "format"), s(e, "state"), s(e, "backlog"), s(e, "url"),
+                               s(e, "last_error"));
+  });
+}
+
+int notify_replay(const Context& c, const std::string& endpoint, const std::string& since) {
+  int64_t since_ms = 0;
+  try {
+    size_t used = 0;
+    const int64_t n = std::stoll(since, &used);
+    const std::string unit = since.substr(used);
+    const int64_t scale = unit.empty()  ? 0
+                          : unit == "s" ? 1000
+                          : unit == "m" ? 60'000
+                          : unit == "h" ? 3'600'000
+                          : unit == "d" ? 86'400'000
+                                        : -1;
+    if (n < 0 || scale < 0) throw std::invalid_argument(since);
+    since_ms = scale == 0 ? n * 1000 : now_ms() - n * scale;
+  } catch (...) {
+    std::cerr << "error: --since takes Unix seconds or a duration such as 90m, 2h or 1d\n";
+    return 2;
+  }
+  auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/replay",
+                json::serialize(json::object{{"since_ms", since_ms}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("{} notification(s) queued again for {}\n", s(r->body, "queued"),
+                             endpoint);
+  });
+}
+
+int notify_enable(const Context& c, const std::string& endpoint) {
+  auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/enable");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] { std::cout << fmt::format("{} enabled\n", endpoint); });
 }
 
 int backup_create(const Context& c, const std::string& dir) {

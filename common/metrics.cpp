@@ -29,7 +29,9 @@ std::string Histogram::render(const std::string& name, const std::string& labels
   }
   cumulative += buckets_[bounds_.size()].load();
   out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, cumulative);
-  out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_.load(), name, count_.load());
+  const std::string braces = labels.empty() ? "" : "{" + labels + "}";
+  out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, braces, sum_.load(), name, braces,
+                     count_.load());
   return out;
 }
 
@@ -80,12 +82,20 @@ uint64_t Metrics::counter_value(const std::string& name,
 }
 
 Histogram& Metrics::histogram(const std::string& name, const std::vector<double>& bounds) {
+  return histogram(name, {}, bounds);
+}
+
+Histogram& Metrics::histogram(const std::string& name,
+                              const std::map<std::string, std::string>& labels,
+                              const std::vector<double>& bounds) {
+  const std::string k = key(labels);
   {
     std::shared_lock lock(mu_);
-    if (auto it = histograms_.find(name); it != histograms_.end()) return *it->second;
+    if (auto it = histograms_.find(name); it != histograms_.end())
+      if (auto h = it->second.find(k); h != it->second.end()) return *h->second;
   }
   std::unique_lock lock(mu_);
-  auto& slot = histograms_[name];
+  auto& slot = histograms_[name][k];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
   return *slot;
 }
@@ -137,9 +147,9 @@ std::string Metrics::render() const {
         out += labels.empty() ? fmt::format("{} {}\n", name, value->load())
                               : fmt::format("{}{{{}}} {}\n", name, labels, value->load());
     }
-    for (const auto& [name, h] : histograms_) {
+    for (const auto& [name, series] : histograms_) {
       header(name, "histogram");
-      out += h->render(name, "");
+      for (const auto& [labels, h] : series) out += h->render(name, labels);
     }
     gauges = gauges_;
     families = families_;

@@ -35,6 +35,9 @@ class Metrics {
   void inc(const std::string& name, const std::map<std::string, std::string>& labels = {},
            uint64_t by = 1);
   Histogram& histogram(const std::string& name, const std::vector<double>& bounds);
+  // One histogram per label set, e.g. per endpoint.
+  Histogram& histogram(const std::string& name, const std::map<std::string, std::string>& labels,
+                       const std::vector<double>& bounds);
   // A gauge computed when /metrics is read.
   void gauge(const std::string& name, std::function<double()> read);
   // Gauges with labels, e.g. operations by state.
@@ -54,7 +57,7 @@ class Metrics {
   static std::string key(const std::map<std::string, std::string>& labels);
   mutable std::shared_mutex mu_;  // exclusive only to add a series
   std::map<std::string, std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>>> counters_;
-  std::map<std::string, std::unique_ptr<Histogram>> histograms_;
+  std::map<std::string, std::map<std::string, std::unique_ptr<Histogram>>> histograms_;
   std::map<std::string, std::function<double()>> gauges_;
   std::map<std::string, std::pair<std::string, std::function<std::map<std::string, double>()>>>
       families_;

@@ -8,8 +8,10 @@
 #include <toml.hpp>
 #include <tuple>
 
+#include "common/identifiers.h"
 #include "common/logging.h"
 #include "ingress/signature.h"
+#include "operations/notifications.h"
 
 namespace opgate::daemon {
 
@@ -89,6 +91,7 @@ class Section {
   }
 
   Section table(const char* k) const { return Section(v_.at(k), key(k)); }
+  const toml::value& raw() const { return v_; }
 
   std::vector<Section> tables(const char* k) const {
     std::vector<Section> out;
@@ -228,11 +231,75 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
         "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
 }
 
+std::vector<int64_t> integers(const Section& s, const char* k) {
+  std::vector<int64_t> out;
+  // Read through strings() would refuse integers: one pass of our own.
+  for (const auto& item : toml::find(s.raw(), k).as_array()) {
+    if (!item.is_integer() || item.as_integer() <= 0)
+      throw ConfigError(fmt::format("key '{}' must be a list of positive integers", s.key(k)));
+    out.push_back(item.as_integer());
+  }
+  return out;
+}
+
+void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
+  n.only({"retry_schedule_s", "console_url", "endpoints"});
+  if (n.has("retry_schedule_s")) {
+    notify.retry_schedule_s = integers(n, "retry_schedule_s");
+    if (notify.retry_schedule_s.empty())
+      throw ConfigError("notify.retry_schedule_s must list at least one wait");
+  }
+  notify.console_url = n.string("console_url", "");
+  std::set<std::string> names;
+  for (const auto& e : n.tables("endpoints")) {
+    e.only(
+        {"name", "url", "secret", "secret_env", "events", "format", "timeout_ms", "max_in_flight"});
+    outbox::NotifyEndpoint endpoint;
+    endpoint.name = e.required_string("name");
+    if (!valid_identifier(endpoint.name) || !names.insert(endpoint.name).second)
+      throw ConfigError(
+          fmt::format("'{}' must be a unique name of 1-64 characters from "
+                      "A-Z, a-z, 0-9, '.', '_' and '-'",
+                      e.key("name")));
+    endpoint.url = e.required_string("url");
+    if (!endpoint.url.starts_with("http://") && !endpoint.url.starts_with("https://"))
+      throw ConfigError(fmt::format("'{}' must be an http:// or https:// URL", e.key("url")));
+    std::string secret = e.string("secret", "");
+    if (e.has("secret_env")) secret = env_or_empty(e.string("secret_env", ""));
+    auto key = ingress::decode_secret(secret);
+    if (!key)
+      throw ConfigError(
+          fmt::format("notification endpoint '{}': secret (or the variable in "
+                      "secret_env) must be a whsec_ secret",
+                      endpoint.name));
+    endpoint.raw_key = *key;
+    for (const auto& type : e.strings("events")) {
+      const auto& all = operations::notify::all_events();
+      if (std::find(all.begin(), all.end(), type) == all.end())
+        throw ConfigError(fmt::format("'{}': unknown event '{}'", e.key("events"), type));
+      endpoint.events.insert(type);
+    }
+    const std::string format = e.string("format", "standard");
+    if (format == "slack")
+      endpoint.format = outbox::NotifyEndpoint::Format::slack;
+    else if (format != "standard")
+      throw ConfigError(fmt::format("'{}' must be \"standard\" or \"slack\"", e.key("format")));
+    endpoint.timeout_ms = e.integer("timeout_ms", endpoint.timeout_ms);
+    endpoint.max_in_flight = static_cast<int>(e.integer("max_in_flight", endpoint.max_in_flight));
+    if (endpoint.timeout_ms <= 0 || endpoint.max_in_flight <= 0 || endpoint.max_in_flight > 64)
+      throw ConfigError(
+          fmt::format("notification endpoint '{}': timeout_ms must be positive and "
+                      "max_in_flight between 1 and 64",
+                      endpoint.name));
+    notify.endpoints.push_back(std::move(endpoint));
+  }
+}
+
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
   root.only({"data_dir", "log", "ingress", "operator", "agent", "payments", "orders", "policy",
-             "outbox"});
+             "outbox", "notify"});
   c.data_dir = root.string("data_dir", c.data_dir);
   if (root.has("log")) {
     const Section log = root.table("log");
@@ -276,6 +343,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
       c.orders_seed_file = (base_dir / c.orders_seed_file).string();
   }
   if (root.has("policy")) parse_policy(root.table("policy"), c.policy);
+  if (root.has("notify")) parse_notify(root.table("notify"), c.notify);
   if (root.has("outbox")) {
     const Section o = root.table("outbox");
     o.only({"attention_after_attempts", "attention_after_s"});

@@ -15,6 +15,7 @@
 #include "operations/attention.h"
 #include "operations/authority.h"
 #include "operations/policy.h"
+#include "outbox/notifier.h"
 
 namespace opgate::daemon {
 
@@ -79,6 +80,10 @@ struct Config {
 
   // [outbox] when an outcome_unknown operation is flagged for a person.
   operations::AttentionPolicy attention;
+
+  // [notify] and [[notify.endpoints]]: who is told about proposals,
+  // decisions and operations that need a person.
+  outbox::NotifyConfig notify;
 };
 
 // Reads the file and the environment variables it names.

@@ -119,9 +119,29 @@ void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingr
   });
 }
 
+// Per configured endpoint (as reloaded): its backlog and whether it is healthy.
+void register_notify_gauges(Metrics& metrics, store::rocks::RocksStorage& storage,
+                            Live<outbox::NotifyConfig>& notify) {
+  auto read = [&storage, &notify](bool backlog) {
+    std::map<std::string, double> out;
+    for (const auto& e : notify.get()->endpoints) {
+      auto state = storage.reader().endpoint_state(e.name);
+      if (!state) continue;
+      out[e.name] = backlog ? static_cast<double>(state->backlog())
+                            : (state->failing() || state->disabled() ? 0.0 : 1.0);
+    }
+    return out;
+  };
+  metrics.gauge_family(
+      "opgate_notification_backlog", [read] { return read(true); }, "endpoint");
+  metrics.gauge_family(
+      "opgate_notification_endpoint_healthy", [read] { return read(false); }, "endpoint");
+}
+
 // What SIGHUP can change without a restart, applied together.
 struct Reloadable {
   Live<operations::PolicyConfig>& policy;
+  Live<outbox::NotifyConfig>& notify;
   Live<operator_api::Principals>& principals;
   ingress::WebhookHandler& webhooks;
   http::Server& ingress_server;
@@ -155,12 +175,14 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
       return fail(s.error().message);
   r.principals.set(next->principals);
   r.policy.set(next->policy);
+  r.notify.set(next->notify);
   r.webhooks.set_config(ingress_config_of(*next));
   set_log_level(next->log_level);
   // What was applied becomes the running configuration; what needs a
   // restart keeps its running value, so a later reload still names it.
   running.principals = next->principals;
   running.policy = next->policy;
+  running.notify = next->notify;
   running.sources = next->sources;
   running.timestamp_tolerance_s = next->timestamp_tolerance_s;
   running.max_backlog = next->max_backlog;
@@ -172,10 +194,12 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
     running.operator_tls = next->operator_tls;
   std::string needs_restart;
   for (const auto& k : restart) needs_restart += (needs_restart.empty() ? "" : ", ") + k;
-  log_event(spdlog::level::info, "config.reloaded",
-            fmt::format("configuration reloaded: {} token(s), {} webhook source(s)",
-                        next->principals.size(), next->sources.size()),
-            {{"needs_restart", needs_restart}});
+  log_event(
+      spdlog::level::info, "config.reloaded",
+      fmt::format("configuration reloaded: {} token(s), {} webhook source(s), {} "
+                  "notification endpoint(s)",
+                  next->principals.size(), next->sources.size(), next->notify.endpoints.size()),
+      {{"needs_restart", needs_restart}});
 }
 
 }  // namespace
@@ -268,11 +292,21 @@ int serve(const Config& initial, const ServeOptions& options) {
                 {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
                  std::chrono::seconds(config.sweep_window_s)});
   lanes.on_done([&engine] { engine.wake(); });
+  // Notifications run on lanes of their own: a slow endpoint never holds
+  // up executions or tool results.
+  Live<outbox::NotifyConfig> notify(config.notify);
+  Lanes notify_lanes("notify", 8, 1024);
+  outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
+  notify_lanes.on_done([&engine] { engine.wake(); });
+  engine.notify_with(notifier, config.attention);
 
   register_gauges(metrics, storage, **inbox, clock, config.attention);
   std::vector<std::string> source_names;
   for (const auto& s : config.sources) source_names.push_back(s.name);
-  describe_metrics(metrics, source_names);
+  std::vector<std::string> endpoint_names;
+  for (const auto& e : config.notify.endpoints) endpoint_names.push_back(e.name);
+  describe_metrics(metrics, source_names, endpoint_names);
+  register_notify_gauges(metrics, storage, notify);
   register_process_metrics(metrics);
 
   // Work queued by a group commit wakes the dispatcher at once.
@@ -302,10 +336,11 @@ int serve(const Config& initial, const ServeOptions& options) {
   std::atomic<bool> ready{false};
   metrics.gauge("opgate_ready",
                 [&] { return ready.load() && !storage.journal().failing() ? 1.0 : 0.0; });
-  operator_api::ApiDeps deps{storage,    sessions,        drainer,
-                             *agents,    metrics,         clock,
-                             principals, policy,          [&] { engine.wake(); },
-                             ready,      config.attention};
+  operator_api::ApiDeps deps{storage,    sessions,         drainer,
+                             *agents,    metrics,          clock,
+                             principals, policy,           [&] { engine.wake(); },
+                             ready,      config.attention, &notifier,
+                             &notify};
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
   operator_options.name = "operator";
@@ -351,7 +386,7 @@ int serve(const Config& initial, const ServeOptions& options) {
            listener_answers();
   });
 
-  Reloadable reloadable{policy, principals, webhooks, ingress_server, operator_server};
+  Reloadable reloadable{policy, notify, principals, webhooks, ingress_server, operator_server};
   int sig = 0;
   while ((sig = wait_for_signal(signals)) == SIGHUP)
     reload(options.config_path, config, reloadable);
@@ -368,6 +403,8 @@ int serve(const Config& initial, const ServeOptions& options) {
   engine.stop();
   lanes.stop();
   lanes.wait_idle();
+  notify_lanes.stop();
+  notify_lanes.wait_idle();
   ingress_server.stop();
   operator_server.stop();
   spdlog::info("drained; exiting");

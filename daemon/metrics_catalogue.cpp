@@ -10,7 +10,8 @@
 
 namespace opgate::daemon {
 
-void describe_metrics(Metrics& m, const std::vector<std::string>& sources) {
+void describe_metrics(Metrics& m, const std::vector<std::string>& sources,
+                      const std::vector<std::string>& endpoints) {
   const std::pair<const char*, const char*> help[] = {
       {"opgate_webhooks_received_total", "Webhook requests received, by source."},
       {"opgate_webhooks_accepted_total", "New webhook events stored and acknowledged, by source."},
@@ -43,6 +44,19 @@ void describe_metrics(Metrics& m, const std::vector<std::string>& sources) {
       {"opgate_operations_needing_attention",
        "outcome_unknown operations past the attention thresholds."},
       {"opgate_ready", "1 when the daemon serves and its store can be written."},
+      {"opgate_notifications_sent_total", "Notifications an endpoint accepted, by endpoint."},
+      {"opgate_notifications_failed_total",
+       "Notification attempts that failed (the delivery is retried or dropped), by endpoint."},
+      {"opgate_notifications_retried_total", "Notification deliveries rescheduled, by endpoint."},
+      {"opgate_notifications_dropped_total",
+       "Notifications given up (schedule exhausted or endpoint disabled), by endpoint."},
+      {"opgate_notification_endpoints_disabled_total",
+       "Endpoints disabled because they answered 410 Gone, by endpoint."},
+      {"opgate_notification_delivery_seconds",
+       "Time from the event's commit to the endpoint's acceptance, by endpoint."},
+      {"opgate_notification_backlog", "Deliveries queued for an endpoint, by endpoint."},
+      {"opgate_notification_endpoint_healthy",
+       "1 when an endpoint is neither failing nor disabled, by endpoint."},
       {"process_cpu_seconds_total", "User and system CPU time spent, in seconds."},
       {"process_resident_memory_bytes", "Resident memory size in bytes."},
       {"process_virtual_memory_bytes", "Virtual memory size in bytes."},
@@ -61,6 +75,12 @@ void describe_metrics(Metrics& m, const std::vector<std::string>& sources) {
                                "bad_envelope", "backlog_full", "storage_unavailable"})
       m.inc("opgate_webhooks_rejected_total", {{"source", source}, {"reason", reason}}, 0);
   }
+  for (const auto& endpoint : endpoints)
+    for (const char* name :
+         {"opgate_notifications_sent_total", "opgate_notifications_failed_total",
+          "opgate_notifications_retried_total", "opgate_notifications_dropped_total",
+          "opgate_notification_endpoints_disabled_total"})
+      m.inc(name, {{"endpoint", endpoint}}, 0);
   for (const char* result : {"ok", "error", "not_found"})
     m.inc("opgate_session_sync_total", {{"result", result}}, 0);
   for (const char* result : {"succeeded", "pending", "refused", "indeterminate"})

@@ -11,7 +11,8 @@
 
 namespace opgate::daemon {
 
-void describe_metrics(Metrics& metrics, const std::vector<std::string>& webhook_sources);
+void describe_metrics(Metrics& metrics, const std::vector<std::string>& webhook_sources,
+                      const std::vector<std::string>& notify_endpoints);
 
 // process_cpu_seconds_total, process_resident_memory_bytes,
 // process_virtual_memory_bytes, process_open_fds, process_max_fds,

@@ -117,7 +117,7 @@ Status Drainer::recover_after_restart() {
 }
 
 size_t Drainer::dispatch() {
-  auto items = storage_.reader().due(clock_.now_ms(), options_.batch);
+  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), options_.batch);
   if (!items) {
     spdlog::error("outbox scan failed: {}", items.error().message);
     return 0;

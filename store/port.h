@@ -48,6 +48,15 @@ struct OutboxEntry {
   pb::OutboxItem item;
 };
 
+// Outbox items wait in two queues, so that notifications (to endpoints that
+// may be slow or down) never hold up executions and tool results.
+enum class Queue { work, notifications };
+inline Queue queue_of(pb::OutboxKind kind) {
+  return kind == pb::OUTBOX_NOTIFY_EVENT || kind == pb::OUTBOX_NOTIFY_DELIVERY
+             ? Queue::notifications
+             : Queue::work;
+}
+
 struct OperationQuery {
   std::optional<pb::OperationState> state;  // none: every state
   std::string after;                        // operation key; "" from the start
@@ -144,11 +153,21 @@ class Reader {
   virtual Result<AuditHead> audit_head() = 0;
 
   // --- Outbox
-  // Items whose not_before_ms is at or before now_ms, earliest first, at
-  // most `limit`.
-  virtual Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) = 0;
-  // The earliest not_before_ms of any item, if there is one.
-  virtual Result<std::optional<int64_t>> next_due_ms() = 0;
+  // Items of the queue whose not_before_ms is at or before now_ms, earliest
+  // first, at most `limit`.
+  virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) = 0;
+  // The earliest not_before_ms of any item of the queue, if there is one.
+  virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;
+  // Every item for the operation, in id order.
+  virtual Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) = 0;
+
+  // --- Notifications
+  // The endpoint's standing; a fresh state (name set) if none was kept.
+  virtual Result<pb::EndpointState> endpoint_state(const std::string& name) = 0;
+  // Notification events created at or after since_ms, oldest first, at most
+  // `limit` (kept for replay).
+  virtual Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
+                                                                    size_t limit) = 0;
 };
 
 class Transaction : public virtual Reader {
@@ -195,6 +214,11 @@ class Transaction : public virtual Reader {
   virtual void update_outbox(const OutboxEntry& entry) = 0;
   // It is not an error if the item is gone.
   virtual void remove_outbox(const std::string& id) = 0;
+
+  // --- Notifications
+  virtual void put_endpoint_state(const pb::EndpointState& state) = 0;
+  // Keeps an event for replay (`opgate notify replay`).
+  virtual void keep_notification(const pb::Notification& event) = 0;
 
  private:
   std::vector<std::function<void()>> after_commit_;

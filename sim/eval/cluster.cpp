@@ -138,11 +138,54 @@ Status Cluster::start_processes() {
   auto agent_port = wait_port_file(dir_ / "agent.port", agent_);
   if (!agent_port) return agent_port.error();
   agent_port_ = static_cast<uint16_t>(std::stoi(*agent_port));
+  if (options_.notifications) {
+    auto receiver_child =
+        start_child("opgate-sim receiver", sim, "receiver", "--listen", "127.0.0.1:0",
+                    "--port-file", (dir_ / "receiver.port").string(), "--secret", notify_secret(),
+                    bp::std_out > (dir_ / "receiver.out").string(),
+                    bp::std_err > (dir_ / "receiver.log").string());
+    if (!receiver_child) return receiver_child.error();
+    receiver_ = std::move(*receiver_child);
+    auto receiver_port = wait_port_file(dir_ / "receiver.port", receiver_);
+    if (!receiver_port) return receiver_port.error();
+    receiver_port_ = static_cast<uint16_t>(std::stoi(*receiver_port));
+  }
   return start_daemon();
 }
 
+std::string Cluster::notify_secret() { return "whsec_bm90aWZpY2F0aW9ucyBmb3IgdGhlIGdhdGUh"; }
+
+Result<Reply> Cluster::receiver_admin(const std::string& method, const std::string& path,
+                                      const std::string& body) {
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", receiver_port_, path), body, {});
+}
+
+std::string Cluster::notify_config() const {
+  if (!options_.notifications) return "";
+  // Two endpoints on the receiver: the team's webhook receiver (every event)
+  // and a chat channel (proposals and attention only). Retries come quickly.
+  return fmt::format(R"(
+[notify]
+console_url = "https://opgate.example/console"
+retry_schedule_s = [1, 1, 2]
+[[notify.endpoints]]
+name = "ops"
+url = "http://127.0.0.1:{port}/hooks/ops"
+secret = "{secret}"
+timeout_ms = 2000
+[[notify.endpoints]]
+name = "chat"
+url = "http://127.0.0.1:{port}/hooks/chat"
+secret = "{secret}"
+format = "slack"
+events = ["operation.proposed", "operation.needs_attention"]
+timeout_ms = 2000
+)",
+                     fmt::arg("port", receiver_port_), fmt::arg("secret", notify_secret()));
+}
+
 Cluster::~Cluster() {
-  for (auto* c : {&daemon_, &agent_, &payments_}) stop_child(*c);
+  for (auto* c : {&daemon_, &agent_, &payments_, &receiver_}) stop_child(*c);
   if (!options_.keep_dir && !dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
@@ -229,7 +272,8 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
             1000000, "", R"("outsider-*")"),
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
-      s.two_person_threshold_minor, s.two_person_threshold_minor, options_.extra_config);
+      s.two_person_threshold_minor, s.two_person_threshold_minor,
+      notify_config() + options_.extra_config);
   if (!out) return failed("cannot write opgate.toml");
   return Status::Ok();
 }

@@ -33,6 +33,10 @@ struct ClusterOptions {
   std::string extra_config;    // TOML appended at the end (whole tables)
   // If set, the operator listener is reached over https, trusting this CA.
   std::string operator_ca_file;
+  // A notification receiver (opgate-sim receiver) with two endpoints on it:
+  // "ops" (standard, every event) and "chat" (slack, proposals and
+  // attention).
+  bool notifications = true;
   bool keep_dir = false;  // leave the directory (logs, data) for inspection
 };
 
@@ -63,6 +67,9 @@ class Cluster {
                             const std::string& body = "");
   Result<Reply> payments_admin(const std::string& method, const std::string& path,
                                const std::string& body = "");
+  Result<Reply> receiver_admin(const std::string& method, const std::string& path,
+                               const std::string& body = "");
+  static std::string notify_secret();
   // A raw POST to the daemon's webhook ingress for the "agents" source.
   Result<http::Response> webhook(const http::Headers& headers, const std::string& body);
 
@@ -94,8 +101,10 @@ class Cluster {
 
   ClusterOptions options_;
   std::filesystem::path dir_;
-  boost::process::child payments_, agent_, daemon_;
-  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
+  std::string notify_config() const;
+  boost::process::child payments_, agent_, daemon_, receiver_;
+  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0,
+           receiver_port_ = 0;
   int daemon_starts_ = 0;
 };
 

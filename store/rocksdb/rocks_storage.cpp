@@ -320,35 +320,34 @@ class KvReader : public virtual Reader {
     return head;
   }
 
-  Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) override {
+  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) override {
     std::vector<std::string> ids;
     std::optional<Error> failed;
-    Status s = view_.scan(Cf::outbox, keys::kDuePrefix, [&](std::string_view k, std::string_view) {
-      auto at = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+    const std::string prefix = keys::due_prefix(queue == Queue::notifications);
+    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
+      // prefix + 16 hex digits + "/" + id
+      auto at =
+          k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
       if (!at) {
         failed = corrupt("outbox index entry");
         return false;
       }
       if (*at > keys::time_part(now_ms)) return false;
-      ids.emplace_back(k.substr(19));
+      ids.emplace_back(k.substr(prefix.size() + 17));
       return ids.size() < limit;
     });
     if (!s) return s.error();
     if (failed) return *failed;
-    std::vector<OutboxEntry> out;
-    for (auto& id : ids) {
-      auto item = load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
-      if (!item) return item.error();
-      if (item->has_value()) out.push_back({std::move(id), std::move(**item)});
-    }
-    return out;
+    return items(ids);
   }
 
-  Result<std::optional<int64_t>> next_due_ms() override {
+  Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
     std::optional<int64_t> at;
     std::optional<Error> failed;
-    Status s = view_.scan(Cf::outbox, keys::kDuePrefix, [&](std::string_view k, std::string_view) {
-      auto t = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+    const std::string prefix = keys::due_prefix(queue == Queue::notifications);
+    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
+      auto t =
+          k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
       if (!t)
         failed = corrupt("outbox index entry");
       else
@@ -358,6 +357,58 @@ class KvReader : public virtual Reader {
     if (!s) return s.error();
     if (failed) return *failed;
     return at;
+  }
+
+  Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {
+    std::vector<std::string> ids;
+    const std::string prefix = keys::outbox_of_prefix(operation_key);
+    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
+      ids.emplace_back(k.substr(prefix.size()));
+      return true;
+    });
+    if (!s) return s.error();
+    return items(ids);
+  }
+
+  Result<pb::EndpointState> endpoint_state(const std::string& name) override {
+    auto state = load<pb::EndpointState>(view_, Cf::meta, keys::endpoint_state(name));
+    if (!state) return state.error();
+    if (state->has_value()) return std::move(**state);
+    pb::EndpointState fresh;
+    fresh.set_name(name);
+    return fresh;
+  }
+
+  Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
+                                                            size_t limit) override {
+    std::vector<pb::Notification> out;
+    bool bad = false;
+    Status s = view_.scan(
+        Cf::outbox, "l/",
+        [&](std::string_view, std::string_view v) {
+          pb::Notification n;
+          if (!n.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = true;
+            return false;
+          }
+          out.push_back(std::move(n));
+          return out.size() < limit;
+        },
+        "l/" + keys::hex16(keys::time_part(since_ms)));
+    if (!s) return s.error();
+    if (bad) return corrupt("notification");
+    return out;
+  }
+
+ private:
+  Result<std::vector<OutboxEntry>> items(std::vector<std::string>& ids) {
+    std::vector<OutboxEntry> out;
+    for (auto& id : ids) {
+      auto item = load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
+      if (!item) return item.error();
+      if (item->has_value()) out.push_back({std::move(id), std::move(**item)});
+    }
+    return out;
   }
 
  protected:
@@ -491,26 +542,48 @@ class RocksTransaction final : public Transaction, public KvReader {
   void enqueue(pb::OutboxItem item) override {
     const std::string id = keys::hex16(storage_.next_outbox_seq());
     item.set_created_at_ms(txn_.now_ms);
-    txn_.writes.put(Cf::outbox, keys::outbox_due(item.not_before_ms(), id), "");
+    txn_.writes.put(Cf::outbox, due_key(item, id), "");
+    if (!item.operation_key().empty())
+      txn_.writes.put(Cf::outbox, keys::outbox_of(item.operation_key(), id), "");
     txn_.writes.put(Cf::outbox, keys::outbox_item(id), item.SerializeAsString());
   }
 
   void update_outbox(const OutboxEntry& e) override {
     auto old = load<pb::OutboxItem>(txn_.view, Cf::outbox, keys::outbox_item(e.id));
     if (!old || !old->has_value()) return;  // gone (or unreadable): nothing to update
-    txn_.writes.del(Cf::outbox, keys::outbox_due((*old)->not_before_ms(), e.id));
-    txn_.writes.put(Cf::outbox, keys::outbox_due(e.item.not_before_ms(), e.id), "");
-    txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), e.item.SerializeAsString());
+    txn_.writes.del(Cf::outbox, due_key(**old, e.id));
+    pb::OutboxItem item = e.item;
+    item.set_kind((*old)->kind());  // an item never changes queue or operation
+    item.set_operation_key((*old)->operation_key());
+    txn_.writes.put(Cf::outbox, due_key(item, e.id), "");
+    txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), item.SerializeAsString());
   }
 
   void remove_outbox(const std::string& id) override {
     auto old = load<pb::OutboxItem>(txn_.view, Cf::outbox, keys::outbox_item(id));
-    if (old && old->has_value())
-      txn_.writes.del(Cf::outbox, keys::outbox_due((*old)->not_before_ms(), id));
+    if (old && old->has_value()) {
+      txn_.writes.del(Cf::outbox, due_key(**old, id));
+      if (!(*old)->operation_key().empty())
+        txn_.writes.del(Cf::outbox, keys::outbox_of((*old)->operation_key(), id));
+    }
     txn_.writes.del(Cf::outbox, keys::outbox_item(id));
   }
 
+  void put_endpoint_state(const pb::EndpointState& state) override {
+    txn_.writes.put(Cf::meta, keys::endpoint_state(state.name()), state.SerializeAsString());
+  }
+
+  void keep_notification(const pb::Notification& event) override {
+    txn_.writes.put(Cf::outbox, keys::kept_notification(event.created_at_ms(), event.event_id()),
+                    event.SerializeAsString());
+  }
+
  private:
+  static std::string due_key(const pb::OutboxItem& item, std::string_view id) {
+    return keys::outbox_due(queue_of(item.kind()) == Queue::notifications, item.not_before_ms(),
+                            id);
+  }
+
   Status add_count(pb::OperationState state, int64_t delta) {
     return add(keys::state_count(state), delta);
   }

@@ -330,11 +330,11 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
     }
   });
   auto& r = f.s->reader();
-  CHECK(r.due(99, 10)->empty());
-  auto due = r.due(250, 10);
+  CHECK(r.due(store::Queue::work, 99, 10)->empty());
+  auto due = r.due(store::Queue::work, 250, 10);
   REQUIRE(due->size() == 2);
   CHECK(due->at(0).item.operation_key() == "k100");
-  CHECK(*r.next_due_ms() == 100);
+  CHECK(*r.next_due_ms(store::Queue::work) == 100);
   auto later = due->at(0);
   later.item.set_not_before_ms(1000);
   later.item.set_attempts(1);
@@ -343,15 +343,15 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
     t.remove_outbox(due->at(1).id);
     t.remove_outbox("no-such-item");  // not an error
   });
-  auto now_due = r.due(999, 10);
+  auto now_due = r.due(store::Queue::work, 999, 10);
   REQUIRE(now_due->size() == 1);
   CHECK(now_due->at(0).item.operation_key() == "k300");
-  CHECK(r.due(1000, 10)->size() == 2);
+  CHECK(r.due(store::Queue::work, 1000, 10)->size() == 2);
   f.write([&](Transaction& t) {
     store::OutboxEntry gone{"no-such-item", later.item};
     t.update_outbox(gone);  // an item that is gone is not brought back
   });
-  CHECK(r.due(1000, 10)->size() == 2);
+  CHECK(r.due(store::Queue::work, 1000, 10)->size() == 2);
 }
 
 TEST_CASE("concurrent transactions that read and write the same record lose no update") {
@@ -374,4 +374,58 @@ TEST_CASE("concurrent transactions that read and write the same record lose no u
   for (auto& t : threads) t.join();
   CHECK(failures == 0);
   CHECK(f.s->reader().funds("O1")->reserved_minor() == kThreads * kEach);
+}
+
+TEST_CASE("notifications wait in their own queue; items are found by operation") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    pb::OutboxItem work;
+    work.set_kind(pb::OUTBOX_EXECUTE);
+    work.set_operation_key("k1");
+    t.enqueue(work);
+    pb::OutboxItem note;
+    note.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+    note.set_operation_key("k1");
+    note.mutable_notification()->set_endpoint("ops");
+    t.enqueue(note);
+    pb::OutboxItem other;
+    other.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+    other.set_operation_key("k2");
+    t.enqueue(other);
+  });
+  auto& r = f.s->reader();
+  auto work = r.due(store::Queue::work, 1, 10);
+  REQUIRE(work->size() == 1);
+  CHECK(work->at(0).item.kind() == pb::OUTBOX_EXECUTE);
+  CHECK(r.due(store::Queue::notifications, 1, 10)->size() == 2);
+  auto of_k1 = r.outbox_of("k1");
+  REQUIRE(of_k1->size() == 2);
+  f.write([&](Transaction& t) { t.remove_outbox(of_k1->at(0).id); });
+  CHECK(r.outbox_of("k1")->size() == 1);
+  CHECK(r.due(store::Queue::work, 1, 10)->empty());
+}
+
+TEST_CASE("endpoint states start fresh and are kept; notification events are kept in time order") {
+  Fixture f;
+  auto fresh = f.s->reader().endpoint_state("ops");
+  REQUIRE(fresh.ok());
+  CHECK(fresh->name() == "ops");
+  CHECK_FALSE(fresh->disabled());
+  f.write([](Transaction& t) {
+    pb::EndpointState s;
+    s.set_name("ops");
+    s.set_disabled(true);
+    t.put_endpoint_state(s);
+    for (int64_t at : {300, 100, 200}) {
+      pb::Notification n;
+      n.set_event_id("evt_" + std::to_string(at));
+      n.set_created_at_ms(at);
+      t.keep_notification(n);
+    }
+  });
+  CHECK(f.s->reader().endpoint_state("ops")->disabled());
+  auto since = f.s->reader().notifications_since(150, 10);
+  REQUIRE(since->size() == 2);
+  CHECK(since->at(0).event_id() == "evt_200");
+  CHECK(since->at(1).event_id() == "evt_300");
 }

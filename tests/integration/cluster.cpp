@@ -94,6 +94,11 @@ Reply Cluster::payments_admin(const std::string& method, const std::string& path
   return required(c_->payments_admin(method, path, body), method + " " + path);
 }
 
+Reply Cluster::receiver_admin(const std::string& method, const std::string& path,
+                              const std::string& body) {
+  return required(c_->receiver_admin(method, path, body), method + " " + path);
+}
+
 http::Response Cluster::webhook(const std::string& source, const http::Headers& headers,
                                 const std::string& body) {
   http::ClientRequest req;

@@ -56,6 +56,9 @@ class Cluster {
                     const std::string& body = "");
   Reply payments_admin(const std::string& method, const std::string& path,
                        const std::string& body = "");
+  // The notification receiver (opgate-sim receiver): endpoints "ops" and "chat".
+  Reply receiver_admin(const std::string& method, const std::string& path,
+                       const std::string& body = "");
   // The agent platform's public API, as another client of it would call it.
   Reply agent_api(const std::string& method, const std::string& path, const std::string& body,
                   const std::string& idempotency_key);

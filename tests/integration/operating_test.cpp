@@ -129,8 +129,8 @@ owners = ["*"]
   REQUIRE(broken != config);
   write_file(c.config_file(), broken);
   c.signal_daemon(SIGHUP);
-  CHECK(eventually(
-      [&] { return c.daemon_log().find("config.reload_failed") != std::string::npos; }));
+  CHECK(
+      eventually([&] { return c.daemon_log().find("config.reload_failed") != std::string::npos; }));
   CHECK(c.daemon_log().find("policy.approval_ttl_s") != std::string::npos);
   CHECK(c.op("GET", "/v1/operations", "", "tok-newbie").status == 200);
   CHECK(count_of(c.daemon_log(), "\"listening: ") == 1);  // never restarted
@@ -165,8 +165,8 @@ TEST_CASE("TLS on both listeners; the CLI verifies the operator's certificate; S
   const fs::path cert = tmp / "live.pem", key = tmp / "live.key";
   fs::copy_file(first.cert(), cert);
   fs::copy_file(first.key(), key);
-  const std::string tls_lines = fmt::format("tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
-                                            cert.string(), key.string());
+  const std::string tls_lines =
+      fmt::format("tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n", cert.string(), key.string());
   ClusterOptions o;
   o.extra_ingress = tls_lines;
   o.extra_operator = tls_lines;
@@ -253,9 +253,8 @@ TEST_CASE("a backup taken while webhooks and approvals flow restores without los
   // Restore into a new data directory and start the daemon on it.
   c.stop_daemon_gracefully();
   fs::rename(c.dir() / "data", c.dir() / "data-before");
-  auto [rrc, rout] =
-      c.cli({"backup", "restore", "--from", backup.string(), "--data-dir",
-             (c.dir() / "data").string()});
+  auto [rrc, rout] = c.cli(
+      {"backup", "restore", "--from", backup.string(), "--data-dir", (c.dir() / "data").string()});
   CHECK_MESSAGE(rrc == 0, rout);
   c.start_daemon();
 
