@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "console/options.h"
 #include "ingress/webhook_handler.h"
 #include "operations/attention.h"
 #include "operations/authority.h"
@@ -68,6 +69,9 @@ struct Config {
 
   // [outbox] when an outcome_unknown operation is flagged for a person.
   operations::AttentionPolicy attention;
+
+  // [console] the approval console on the operator listener.
+  console::Options console;
 };
 
 // Reads the file and the environment variables it names.

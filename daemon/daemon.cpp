@@ -19,6 +19,7 @@
 #include "common/metrics.h"
 #include "common/signals.h"
 #include "common/version.h"
+#include "console/console.h"
 #include "daemon/engine.h"
 #include "daemon/service_manager.h"
 #include "http/router.h"
@@ -211,14 +212,25 @@ int serve(const Config& config, const ServeOptions& options) {
                              *agents,    metrics,         clock,
                              principals, policy,          [&] { engine.wake(); },
                              ready,      config.attention};
+  // The approval console: pages under /console/, and the API for them under
+  // /console/api/ with its session cookie.
+  console::Console console(config.console, principals, clock);
+  if (config.console.enabled)
+    deps.console_auth = [&console](const http::Request& r, const operator_api::Principals& p) {
+      return console.authenticate(r, p);
+    };
   http::Router operator_router = operator_api::make_router(deps);
+  if (config.console.enabled) console.add_routes(operator_router);
   http::ServerOptions operator_options;
   operator_options.name = "operator";
   operator_options.listen = config.operator_listen;
   operator_options.threads = 8;
   operator_options.max_connections = fds.operator_connections;
-  http::Server operator_server(operator_options,
-                               [&](http::Request&& r) { return operator_router.dispatch(r); });
+  http::Server operator_server(operator_options, [&](http::Request&& r) {
+    auto response = operator_router.dispatch(r);
+    console::Console::finish(r, response);
+    return response;
+  });
 
   metrics.gauge("opgate_ingress_connections",
                 [&] { return static_cast<double>(ingress_server.open_connections()); });
