@@ -212,6 +212,7 @@ refund_window_days = 30
 approval_ttl_s = {}
 two_person_threshold_minor = {{ USD = {}, GBP = {} }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
+{}
 )",
       listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
       token("admin", R"("admin")", 1000000),
@@ -225,7 +226,7 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
             1000000, "", R"("outsider-*")"),
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
-      s.two_person_threshold_minor, s.two_person_threshold_minor);
+      s.two_person_threshold_minor, s.two_person_threshold_minor, options_.extra_config);
   if (!out) return failed("cannot write opgate.toml");
   return Status::Ok();
 }

@@ -27,6 +27,7 @@ struct ClusterOptions {
   std::vector<boost::json::object> orders;
   Settings settings;
   std::string extra_ingress;  // TOML lines appended to [ingress]
+  std::string extra_config;   // TOML appended at the end (more tables)
   // If set, the daemon runs with this hard and soft limit on open files.
   int daemon_open_files = 0;
   bool keep_dir = false;  // leave the directory (logs, data) for inspection

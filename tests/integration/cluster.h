@@ -26,6 +26,7 @@ struct ClusterOptions {
   int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
   std::string extra_ingress;  // TOML lines appended to [ingress]
+  std::string extra_config;   // TOML appended at the end of the config (more tables)
   int daemon_open_files = 0;  // a hard limit on the daemon's open files (0: inherited)
 };
 
@@ -85,6 +86,7 @@ class Cluster {
 
   const std::filesystem::path& dir() const { return c_->dir(); }
   uint16_t ingress_port() const { return c_->ingress_port(); }
+  uint16_t operator_port() const { return c_->operator_port(); }
   std::string webhook_secret() const { return eval::Cluster::webhook_secret(); }
   std::string daemon_log() const { return c_->daemon_log(); }
 
