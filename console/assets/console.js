@@ -664,7 +664,8 @@
     ]);
     const calls = $("calls");
     clear(calls);
-    for (const c of s.calls) {
+    const byTime = s.calls.slice().sort((x, y) => x.created_at_ms - y.created_at_ms);
+    for (const c of byTime) {
       const result = c.result
         ? (c.result.success ? c.result.output : "error: " + c.result.error) : "—";
       calls.appendChild(el("tr", { "data-test": "call-row" },

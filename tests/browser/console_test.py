@@ -295,6 +295,17 @@ def queue_and_approve(run):
     big = a.find("pending-row", f'[data-key="{key("ORDER-300")}"]')
     check("800.00 USD" in big.text and "0 of 2" in big.text, f"two approvals needed: {big.text}")
     run.queue_shot = a.shot("console-queue", height=820)
+    # Filters: no supervisor-tier proposal; one owner's; then all again.
+    Select(a.find("filter-tier")).select_by_value("supervisor")
+    a.wait(lambda: a.visible("queue-empty") and not a.all("pending-row"), "the tier filter")
+    Select(a.find("filter-tier")).select_by_value("")
+    a.wait(lambda: len(a.all("pending-row")) == 4, "every tier again")
+    a.find("filter-owner").send_keys("someone-else\n")
+    a.wait(lambda: not a.all("pending-row"), "the owner filter")
+    a.find("filter-owner").clear()
+    a.find("filter-owner").send_keys("demo-user\n")
+    a.wait(lambda: len(a.all("pending-row")) == 4, "the owner's proposals")
+    row = a.find("pending-row", f'[data-key="{key("ORDER-100")}"]')
 
     row.find_element(By.CSS_SELECTOR, "a").click()
     a.wait(lambda: (a.safe_text("state") or "") == "pending", "the proposal page")
@@ -364,6 +375,14 @@ def deny_with_reason(run):
     check(told, "the session received both results")
     check(any(DENY_REASON in (r.get("output", "") + r.get("error", "")) for r in told),
           f"the session was told the reason: {told}")
+    # The session's own page: its calls with their results, and the audit.
+    a.d.get(run.base + "/console/sessions/" + urllib.parse.quote(sid, safe=""))
+    a.wait_text("calls", "lookup_order", "request_refund", DENY_REASON)
+    a.wait_text("operations", key("ORDER-200"), "settled / denied")
+    a.wait_text("audit", "propose", "deny")
+    a.wait_text("transcript", "Please refund ORDER-200.")
+    a.wait_text("audit-verify", "verified")
+    a.shot("console-session", height=1400)
 
 
 def two_person(run):
