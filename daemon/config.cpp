@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -45,6 +46,13 @@ class Section {
     const auto& v = v_.at(k);
     if (!v.is_integer()) throw ConfigError(fmt::format("key '{}' must be an integer", key(k)));
     return v.as_integer();
+  }
+
+  bool boolean(const char* k, bool fallback) const {
+    if (!has(k)) return fallback;
+    const auto& v = v_.at(k);
+    if (!v.is_boolean()) throw ConfigError(fmt::format("key '{}' must be true or false", key(k)));
+    return v.as_boolean();
   }
 
   std::string string(const char* k, const std::string& fallback) const {
@@ -295,11 +303,53 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
   }
 }
 
+// An origin as browsers send it: http(s)://host[:port], nothing more.
+bool valid_origin(const std::string& origin) {
+  std::string rest;
+  if (origin.rfind("https://", 0) == 0)
+    rest = origin.substr(8);
+  else if (origin.rfind("http://", 0) == 0)
+    rest = origin.substr(7);
+  else
+    return false;
+  if (rest.empty()) return false;
+  for (char c : rest)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
+          c == '[' || c == ']'))
+      return false;
+  return true;
+}
+
+void parse_console(const Section& t, console::Options& c) {
+  t.only({"enabled", "idle_timeout_s", "absolute_timeout_s", "max_sessions", "origin"});
+  c.enabled = t.boolean("enabled", c.enabled);
+  const int64_t idle_s = t.integer("idle_timeout_s", c.sessions.idle_ms / 1000);
+  const int64_t absolute_s = t.integer("absolute_timeout_s", c.sessions.absolute_ms / 1000);
+  const int64_t max_sessions =
+      t.integer("max_sessions", static_cast<int64_t>(c.sessions.max_sessions));
+  constexpr int64_t kWeek = 7 * 86400;
+  if (idle_s < 1 || idle_s > kWeek)
+    throw ConfigError("console.idle_timeout_s must be between 1 and 604800");
+  if (absolute_s < idle_s || absolute_s > kWeek)
+    throw ConfigError(
+        "console.absolute_timeout_s must be at least console.idle_timeout_s and at most 604800");
+  if (max_sessions < 1 || max_sessions > 1'000'000)
+    throw ConfigError("console.max_sessions must be between 1 and 1000000");
+  c.sessions.idle_ms = idle_s * 1000;
+  c.sessions.absolute_ms = absolute_s * 1000;
+  c.sessions.max_sessions = static_cast<size_t>(max_sessions);
+  c.origin = t.string("origin", "");
+  if (!c.origin.empty() && !valid_origin(c.origin))
+    throw ConfigError(
+        "console.origin must be a scheme and host as browsers send it, such as "
+        "\"https://ops.example.com\" (no path, no trailing slash)");
+}
+
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
   root.only({"data_dir", "log", "ingress", "operator", "agent", "payments", "orders", "policy",
-             "outbox", "notify"});
+             "outbox", "notify", "console"});
   c.data_dir = root.string("data_dir", c.data_dir);
   if (root.has("log")) {
     const Section log = root.table("log");
@@ -351,6 +401,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
         static_cast<int>(o.integer("attention_after_attempts", c.attention.after_attempts));
     c.attention.after_ms = o.integer("attention_after_s", c.attention.after_ms / 1000) * 1000;
   }
+  if (root.has("console")) parse_console(root.table("console"), c.console);
   if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
     throw ConfigError("ingress.max_body_bytes must be between 1 and 64 MiB");
   if (c.timestamp_tolerance_s <= 0)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "console/options.h"
 #include "http/server.h"
 #include "ingress/webhook_handler.h"
 #include "operations/attention.h"
@@ -84,6 +85,8 @@ struct Config {
   // [notify] and [[notify.endpoints]]: who is told about proposals,
   // decisions and operations that need a person.
   outbox::NotifyConfig notify;
+  // [console] the approval console on the operator listener.
+  console::Options console;
 };
 
 // Reads the file and the environment variables it names.

@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "common/signals.h"
 #include "common/version.h"
+#include "console/console.h"
 #include "daemon/engine.h"
 #include "daemon/metrics_catalogue.h"
 #include "daemon/service_manager.h"
@@ -138,6 +139,17 @@ void register_notify_gauges(Metrics& metrics, store::rocks::RocksStorage& storag
       "opgate_notification_endpoint_healthy", [read] { return read(false); }, "endpoint");
 }
 
+// The console's address on the operator listener as bound, for links in
+// notifications; empty when the console is off or the listener is a
+// wildcard address (set notify.console_url then).
+std::string default_console_url(const Config& config, uint16_t operator_port) {
+  if (!config.console.enabled) return "";
+  std::string host = config.operator_listen.substr(0, config.operator_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") return "";
+  return fmt::format("{}://{}:{}/console", config.operator_tls.enabled() ? "https" : "http", host,
+                     operator_port);
+}
+
 // What SIGHUP can change without a restart, applied together.
 struct Reloadable {
   Live<operations::PolicyConfig>& policy;
@@ -146,6 +158,7 @@ struct Reloadable {
   ingress::WebhookHandler& webhooks;
   http::Server& ingress_server;
   http::Server& operator_server;
+  std::string console_default;  // notify.console_url when the file names none
 };
 
 ingress::IngressConfig ingress_config_of(const Config& c) {
@@ -175,7 +188,9 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
       return fail(s.error().message);
   r.principals.set(next->principals);
   r.policy.set(next->policy);
-  r.notify.set(next->notify);
+  auto notify = next->notify;
+  if (notify.console_url.empty()) notify.console_url = r.console_default;
+  r.notify.set(notify);
   r.webhooks.set_config(ingress_config_of(*next));
   set_log_level(next->log_level);
   // What was applied becomes the running configuration; what needs a
@@ -341,15 +356,28 @@ int serve(const Config& initial, const ServeOptions& options) {
                              principals, policy,           [&] { engine.wake(); },
                              ready,      config.attention, &notifier,
                              &notify};
+  // The approval console: pages under /console/, and the API for them under
+  // /console/api/ with its session cookie.
+  console::Options console_options = config.console;
+  console_options.tls = config.operator_tls.enabled();  // cookies are Secure under TLS
+  console::Console console(console_options, principals, clock);
+  if (config.console.enabled)
+    deps.console_auth = [&console](const http::Request& r, const operator_api::Principals& p) {
+      return console.authenticate(r, p);
+    };
   http::Router operator_router = operator_api::make_router(deps);
+  if (config.console.enabled) console.add_routes(operator_router);
   http::ServerOptions operator_options;
   operator_options.name = "operator";
   operator_options.listen = config.operator_listen;
   operator_options.threads = 8;
   operator_options.max_connections = fds.operator_connections;
   operator_options.tls = config.operator_tls;
-  http::Server operator_server(operator_options,
-                               [&](http::Request&& r) { return operator_router.dispatch(r); });
+  http::Server operator_server(operator_options, [&](http::Request&& r) {
+    auto response = operator_router.dispatch(r);
+    console::Console::finish(r, response);
+    return response;
+  });
 
   metrics.gauge("opgate_ingress_connections",
                 [&] { return static_cast<double>(ingress_server.open_connections()); });
@@ -362,6 +390,14 @@ int serve(const Config& initial, const ServeOptions& options) {
   if (!operator_port) {
     spdlog::critical("cannot start: {}", operator_port.error().message);
     return 2;
+  }
+  // Notifications link to the console this daemon serves, unless the
+  // configuration names the address people reach it at.
+  const std::string console_default = default_console_url(config, *operator_port);
+  if (config.notify.console_url.empty() && !console_default.empty()) {
+    auto with_link = config.notify;
+    with_link.console_url = console_default;
+    notify.set(with_link);
   }
   engine.start();
   ready = true;
@@ -386,7 +422,8 @@ int serve(const Config& initial, const ServeOptions& options) {
            listener_answers();
   });
 
-  Reloadable reloadable{policy, notify, principals, webhooks, ingress_server, operator_server};
+  Reloadable reloadable{policy,         notify,          principals,     webhooks,
+                        ingress_server, operator_server, console_default};
   int sig = 0;
   while ((sig = wait_for_signal(signals)) == SIGHUP)
     reload(options.config_path, config, reloadable);

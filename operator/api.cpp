@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <map>
 #include <set>
@@ -75,30 +76,44 @@ class Api {
  public:
   explicit Api(ApiDeps& d) : d_(d) {}
 
-  // Wraps a handler with authentication and a scope check.
-  http::RouteHandler guarded(std::string_view scope, Handler fn) {
-    return
-        [this, scope = std::string(scope), fn](const Request& req, const http::PathParams& params) {
-          auto principals = d_.principals.get();
-          const Principal* p = authenticate(*principals, req.header("Authorization"));
-          if (!p) {
-            auto r = error_response(401, "unauthorized", "A valid bearer token is required.");
-            r.headers["WWW-Authenticate"] = "Bearer";
-            return r;
-          }
-          if (!p->has_scope(scope))
-            return error_response(403, "forbidden",
-                                  fmt::format("This token lacks the {} scope.", scope));
-          return fn(req, params, *p);
-        };
+  // Wraps a handler with authentication and a scope check (none for an
+  // empty scope). Under the console's prefix a request without a bearer
+  // token is authenticated by the console's session instead.
+  http::RouteHandler guarded(std::string_view scope, Handler fn, bool console) {
+    return [this, scope = std::string(scope), fn, console](const Request& req,
+                                                           const http::PathParams& params) {
+      auto principals = d_.principals.get();
+      const Principal* p = nullptr;
+      if (console && !req.header("Authorization")) {
+        auto a = d_.console_auth(req, *principals);
+        if (a.refusal) return *a.refusal;
+        p = a.principal;
+        if (!p) return error_response(401, "unauthorized", "Sign in to the console again.");
+      }
+      if (!p) p = authenticate(*principals, req.header("Authorization"));
+      if (!p) {
+        auto r = error_response(401, "unauthorized", "A valid bearer token is required.");
+        r.headers["WWW-Authenticate"] = "Bearer";
+        return r;
+      }
+      if (!scope.empty() && !p->has_scope(scope))
+        return error_response(403, "forbidden",
+                              fmt::format("This token lacks the {} scope.", scope));
+      return fn(req, params, *p);
+    };
   }
 
   bool attention(const pb::Operation& op) const {
     return operations::needs_attention(op, d_.clock.now_ms(), d_.attention);
   }
 
+  // With, while it is pending, the approvals it needs under the current
+  // policy.
   json::object op_json(const pb::Operation& op) const {
-    return operations::operation_json(op, attention(op));
+    auto o = operations::operation_json(op, attention(op));
+    if (operations::is(op, operations::State::pending))
+      o["approvals_needed"] = operations::approvals_needed(op.proposal(), *d_.policy.get());
+    return o;
   }
 
   // The session, if it exists and the principal may see its owner.
@@ -189,8 +204,16 @@ class Api {
     return ok_json(json::object{{"turns", json::parse(*turns, ec)}, {"item_pages", pages}});
   }
 
+  // Operations in key order, or with sort=created_at (which needs a state)
+  // oldest first; filtered by owner and tier.
   Response list_operations(const Request& req, const http::PathParams&, const Principal& p) {
     auto owner = req.query_param("owner").value_or("");
+    auto tier = req.query_param("tier").value_or("");
+    if (!tier.empty() && tier != "refund" && tier != "support" && tier != "supervisor")
+      return error_response(400, "bad_request", "tier must be refund, support or supervisor.");
+    const auto sort = req.query_param("sort").value_or("key");
+    if (sort != "key" && sort != "created_at")
+      return error_response(400, "bad_request", "sort must be key or created_at.");
     auto limit = limit_param(req, 100, 1000);
     if (!limit) return from_error(limit.error());
     store::OperationQuery q;
@@ -206,15 +229,86 @@ class Api {
     }
     q.accept = [&](const pb::Operation& op) {
       return p.may_act_for(op.proposal().owner()) &&
-             (owner.empty() || op.proposal().owner() == owner);
+             (owner.empty() || op.proposal().owner() == owner) &&
+             (tier.empty() || op.proposal().tier() == tier);
     };
+    json::object res{
+        {"operations", json::array{}}, {"next_cursor", nullptr}, {"now_ms", d_.clock.now_ms()}};
+    if (sort == "created_at") {
+      if (!q.state) return error_response(400, "bad_request", "sort=created_at needs a state.");
+      auto page = sorted_by_creation(q);
+      if (!page) return from_error(page.error());
+      res["operations"] = std::move(page->first);
+      if (!page->second.empty()) res["next_cursor"] = page->second;
+      return ok_json(res);
+    }
     auto page = d_.storage.reader().operations(q);
     if (!page) return from_error(page.error());
     json::array out;
     for (const auto& op : page->operations) out.push_back(op_json(op));
-    json::object res{{"operations", out}, {"next_cursor", nullptr}};
+    res["operations"] = std::move(out);
     if (!page->next_after.empty()) res["next_cursor"] = page->next_after;
     return ok_json(res);
+  }
+
+  // Every operation the query accepts, oldest first (then by key), from
+  // after the cursor "{created_at_ms}:{key}": one page and the next cursor.
+  // The store keeps operations in key order, so this reads them all; it is
+  // meant for the few in one state (the pending queue).
+  Result<std::pair<json::array, std::string>> sorted_by_creation(store::OperationQuery q) {
+    using Position = std::pair<int64_t, std::string>;
+    std::optional<Position> after;
+    if (!q.after.empty()) {
+      const auto colon = q.after.find(':');
+      int64_t ms = 0;
+      try {
+        size_t used = 0;
+        ms = std::stoll(q.after.substr(0, colon), &used);
+        if (colon == std::string::npos || used != colon) throw std::invalid_argument("cursor");
+      } catch (...) {
+        return make_error(errc::bad_request, "cursor is not valid.");
+      }
+      after = Position{ms, q.after.substr(colon + 1)};
+    }
+    const size_t limit = q.limit;
+    constexpr size_t kMaxSorted = 100'000;
+    std::vector<pb::Operation> all;
+    q.after.clear();
+    q.limit = 1000;
+    for (;;) {
+      OPGATE_ASSIGN_OR_RETURN(auto page, d_.storage.reader().operations(q));
+      for (auto& op : page.operations)
+        if (!after || Position{op.created_at_ms(), op.key()} > *after) all.push_back(std::move(op));
+      if (all.size() > kMaxSorted)
+        return make_error(errc::bad_request,
+                          "Too many operations to sort by creation; filter by owner or tier.");
+      if (page.next_after.empty()) break;
+      q.after = page.next_after;
+    }
+    std::sort(all.begin(), all.end(), [](const pb::Operation& a, const pb::Operation& b) {
+      return Position{a.created_at_ms(), a.key()} < Position{b.created_at_ms(), b.key()};
+    });
+    json::array out;
+    std::string next;
+    for (size_t i = 0; i < all.size() && i < limit; ++i) out.push_back(op_json(all[i]));
+    if (all.size() > limit)
+      next = fmt::format("{}:{}", all[limit - 1].created_at_ms(), all[limit - 1].key());
+    return std::pair{std::move(out), std::move(next)};
+  }
+
+  // Who the caller is: what the console shows and offers depends on it.
+  Response me(const Principal& p) {
+    json::array scopes, owners, tiers;
+    for (const auto& s : p.scopes) scopes.push_back(json::value(s));
+    for (const auto& o : p.owners) owners.push_back(json::value(o));
+    for (const auto& t : p.tiers) tiers.push_back(json::value(t));
+    json::object limits;
+    for (const auto& [currency, amount] : p.max_amount_minor) limits[currency] = amount;
+    return ok_json(json::object{{"principal", p.name},
+                                {"scopes", scopes},
+                                {"owners", owners},
+                                {"tiers", tiers},
+                                {"max_amount_minor", limits}});
   }
 
   Response get_operation(const std::string& key, const Principal& p) {
@@ -554,8 +648,11 @@ http::Router make_router(ApiDeps& deps) {
     return res;
   });
   auto route = [&](const char* method, const char* path, std::string_view scope, Handler handler) {
-    r.add(method, path, api->guarded(scope, handler));
+    r.add(method, path, api->guarded(scope, handler, false));
+    if (deps.console_auth)
+      r.add(method, std::string(kConsoleApiPrefix) + path, api->guarded(scope, handler, true));
   };
+  route("GET", "/v1/me", "", [api](auto&, auto&, auto& who) { return api->me(who); });
   route("POST", "/v1/sessions/{id}/bind", scope::bind,
         [api](auto& q, auto& p, auto& who) { return api->bind(q, p, who); });
   route("POST", "/v1/sessions/{id}/recover", scope::bind,

@@ -5,11 +5,18 @@
 // the owners its patterns match, on every route (a single object outside
 // them is 404, a listing leaves it out). Thread-safe: handlers run on the
 // operator listener's threads.
+//
+// The same routes are also served under /console/api (e.g.
+// /console/api/v1/operations) for the approval console's pages, where the
+// browser's session cookie is sent: there a request without a bearer token
+// is authenticated by ApiDeps::console_auth.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "adapters/agents/agents_client.h"
@@ -28,6 +35,20 @@ namespace opgate::operator_api {
 
 using Principals = std::vector<operations::Principal>;
 
+// Where the routes are served a second time for the console.
+inline constexpr std::string_view kConsoleApiPrefix = "/console/api";
+
+// A request authenticated by something other than a bearer token.
+struct Authentication {
+  // One of the principals passed in; none: unauthenticated (401).
+  const operations::Principal* principal = nullptr;
+  // Set when the credential is valid but the request must be refused (a
+  // state-changing request without its CSRF token, from another origin).
+  std::optional<http::Response> refusal;
+};
+using Authenticator =
+    std::function<Authentication(const http::Request&, const Principals& principals)>;
+
 struct ApiDeps {
   store::Storage& storage;
   worker::SessionSync& sessions;
@@ -43,6 +64,9 @@ struct ApiDeps {
   operations::AttentionPolicy attention;
   outbox::Notifier* notifier = nullptr;
   const Live<outbox::NotifyConfig>* notify = nullptr;
+  // If set, the routes are served under kConsoleApiPrefix too, and a
+  // request there without a bearer token is authenticated by it.
+  Authenticator console_auth = {};
 };
 
 http::Router make_router(ApiDeps& deps);

@@ -41,11 +41,10 @@ std::string console_link(const std::string& base, const std::string& key) {
 
 // What a person reads in chat: the exact proposal and where to decide. No
 // buttons: approval happens where authentication and the fingerprint are.
-std::string slack_text(const pb::Notification& n, const json::object& op,
-                       const std::string& link) {
+std::string slack_text(const pb::Notification& n, const json::object& op, const std::string& link) {
   const auto& p = op.at("proposal");
-  std::string what = fmt::format("{} {} for order {} of {} ({}): {}", field(op, "kind"),
-                                 money(op), field(op, "order_id"), field(op, "owner"),
+  std::string what = fmt::format("{} {} for order {} of {} ({}): {}", field(op, "kind"), money(op),
+                                 field(op, "order_id"), field(op, "owner"),
                                  field(p, "payment_method"), field(p, "effect"));
   std::string status = field(op, "state");
   if (!field(op, "outcome").empty()) status += "/" + field(op, "outcome");
@@ -113,8 +112,7 @@ size_t Notifier::dispatch() {
   size_t handed = 0;
   for (auto& entry : *due) {
     if (entry.item.kind() == pb::OUTBOX_NOTIFY_EVENT) {
-      if (lanes_.try_post("notify-expand:" + entry.id, [this, entry] { expand(entry); }))
-        ++handed;
+      if (lanes_.try_post("notify-expand:" + entry.id, [this, entry] { expand(entry); })) ++handed;
       continue;
     }
     const auto& name = entry.item.notification().endpoint();
@@ -228,8 +226,7 @@ void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& en
     return;
   }
   auto config = config_.get();
-  auto response =
-      send_(delivery_request(endpoint, n, config->console_url, clock_.now_ms() / 1000));
+  auto response = send_(delivery_request(endpoint, n, config->console_url, clock_.now_ms() / 1000));
   const int status = response ? response->status : 0;
   const bool ok = status >= 200 && status < 300;
   const bool gone = status == 410;
@@ -294,11 +291,10 @@ void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& en
               {{"endpoint", name}, {"operation_key", entry.item.operation_key()}});
   } else if (give_up) {
     metrics_.inc("opgate_notifications_failed_total", labels);
-    log_event(spdlog::level::err, "notify.delivery_failed",
-              fmt::format("delivery {} to {} gave up after {} attempts", n.webhook_id(), name,
-                          attempts),
-              {{"endpoint", name}, {"operation_key", entry.item.operation_key()},
-               {"reason", error}});
+    log_event(
+        spdlog::level::err, "notify.delivery_failed",
+        fmt::format("delivery {} to {} gave up after {} attempts", n.webhook_id(), name, attempts),
+        {{"endpoint", name}, {"operation_key", entry.item.operation_key()}, {"reason", error}});
   } else {
     metrics_.inc("opgate_notifications_retried_total", labels);
   }

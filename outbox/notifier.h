@@ -32,8 +32,8 @@ namespace opgate::outbox {
 struct NotifyEndpoint {
   std::string name;
   std::string url;
-  std::string raw_key;            // the decoded whsec_ secret
-  std::set<std::string> events;   // empty: every event
+  std::string raw_key;           // the decoded whsec_ secret
+  std::set<std::string> events;  // empty: every event
   enum class Format { standard, slack } format = Format::standard;
   int64_t timeout_ms = 10'000;
   int max_in_flight = 4;

@@ -48,9 +48,32 @@ def http(method, url, body=None, token=None, timeout=30):
             return e.code, raw.decode(errors="replace")
 
 
+def token_toml(principal, token, scopes, owners=("*",), max_amount_minor=None, tiers=()):
+    """An [[operator.tokens]] entry for a token (stored as its SHA-256)."""
+    q = lambda items: ", ".join(json.dumps(i) for i in items)
+    lines = ["[[operator.tokens]]", f'principal = "{principal}"',
+             f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"',
+             f"scopes = [{q(scopes)}]", f"owners = [{q(owners)}]"]
+    if max_amount_minor:
+        lines.append("max_amount_minor = { " +
+                     ", ".join(f"{c} = {a}" for c, a in max_amount_minor.items()) + " }")
+    if tiers:
+        lines.append(f"tiers = [{q(tiers)}]")
+    return "\n".join(lines) + "\n"
+
+
 class Cluster:
-    def __init__(self, bin_dir, orders, payments_timeout_ms=1000, keep=False):
+    """tokens: more [[operator.tokens]] (token_toml's output) beside admin's;
+    policy: the [policy] table's lines instead of a threshold no refund
+    reaches; extra_config: TOML appended at the end (more tables)."""
+
+    def __init__(self, bin_dir, orders, payments_timeout_ms=1000, keep=False, tokens="",
+                 policy=None, extra_config=""):
         self.bin = bin_dir
+        self.tokens = tokens
+        self.policy = policy if policy is not None else \
+            "two_person_threshold_minor = { USD = 100000000 }"
+        self.extra_config = extra_config
         self.dir = tempfile.mkdtemp(prefix="opgate-script-")
         os.chmod(self.dir, 0o700)
         self.keep = keep
@@ -98,6 +121,7 @@ token_sha256 = "{sha}"
 scopes = ["admin"]
 owners = ["*"]
 max_amount_minor = {{ USD = 100000000 }}
+{self.tokens}
 [agent]
 base_url = "http://127.0.0.1:{self.agent_port}/v1"
 api_key_env = "OPGATE_SCRIPT_AGENT_KEY"
@@ -108,7 +132,8 @@ timeout_ms = {self.payments_timeout_ms}
 [orders]
 seed_file = "orders.ndjson"
 [policy]
-two_person_threshold_minor = {{ USD = 100000000 }}
+{self.policy}
+{self.extra_config}
 ''')
 
     def start_daemon(self):

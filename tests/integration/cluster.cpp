@@ -38,6 +38,7 @@ Cluster::Cluster(ClusterOptions options) {
   o.settings.agent_timeout_ms = options.agent_timeout_ms;
   o.settings.approval_ttl_s = options.approval_ttl_s;
   o.extra_ingress = options.extra_ingress;
+  o.extra_config = options.extra_config;
   o.daemon_open_files = options.daemon_open_files;
   o.extra_operator = options.extra_operator;
   o.extra_config = options.extra_config;

@@ -91,6 +91,7 @@ class Cluster {
 
   const std::filesystem::path& dir() const { return c_->dir(); }
   uint16_t ingress_port() const { return c_->ingress_port(); }
+  uint16_t operator_port() const { return c_->operator_port(); }
   std::string webhook_secret() const { return eval::Cluster::webhook_secret(); }
   std::string daemon_log() const { return c_->daemon_log(); }
   std::filesystem::path config_file() const { return c_->dir() / "opgate.toml"; }

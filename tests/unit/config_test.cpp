@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -230,4 +231,49 @@ TEST_CASE("log level and TLS files are checked where they are read") {
   CHECK(error_of("[log]\nlevel = \"loud\"\n").find("log.level") != std::string::npos);
   CHECK(error_of("[operator]\ntls_cert_file = \"c.pem\"\n").find("tls_key_file") !=
         std::string::npos);
+}
+
+TEST_CASE("[console]: session lifetimes, size and origin, checked strictly") {
+  ConfigFile f(kSource + R"(
+[console]
+idle_timeout_s = 60
+absolute_timeout_s = 600
+max_sessions = 5
+origin = "https://ops.example.com"
+)");
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK(c->console.enabled);
+  CHECK(c->console.sessions.idle_ms == 60'000);
+  CHECK(c->console.sessions.absolute_ms == 600'000);
+  CHECK(c->console.sessions.max_sessions == 5);
+  CHECK(c->console.origin == "https://ops.example.com");
+
+  ConfigFile defaults(kSource);
+  auto d = daemon::load_config(defaults.path.string());
+  REQUIRE(d.ok());
+  CHECK(d->console.enabled);
+  CHECK(d->console.sessions.idle_ms == 30 * 60'000);
+  CHECK(d->console.sessions.absolute_ms == 12 * 3600'000);
+  CHECK(d->console.origin.empty());
+
+  auto error_of = [](const std::string& text) {
+    ConfigFile bad(kSource + "[console]\n" + text);
+    auto r = daemon::load_config(bad.path.string());
+    REQUIRE_FALSE(r.ok());
+    return r.error().message;
+  };
+  CHECK(error_of("idle_timeout = 5\n").find("console.idle_timeout") != std::string::npos);
+  CHECK(error_of("enabled = \"yes\"\n").find("'console.enabled' must be true or false") !=
+        std::string::npos);
+  CHECK(error_of("idle_timeout_s = 0\n").find("console.idle_timeout_s") != std::string::npos);
+  CHECK(error_of("idle_timeout_s = 600\nabsolute_timeout_s = 60\n")
+            .find("console.absolute_timeout_s") != std::string::npos);
+  CHECK(error_of("absolute_timeout_s = 999999999\n").find("console.absolute_timeout_s") !=
+        std::string::npos);
+  CHECK(error_of("max_sessions = 0\n").find("console.max_sessions") != std::string::npos);
+  for (const char* origin : {"ops.example.com", "https://ops.example.com/", "ftp://ops.example",
+                             "https://ops.example.com/console", "https://"})
+    CHECK(error_of(fmt::format("origin = \"{}\"\n", origin)).find("console.origin") !=
+          std::string::npos);
 }

@@ -54,10 +54,9 @@ struct World : testing::World {
       std::lock_guard lock(mu);
       json::error_code ec;
       auto v = json::parse(r.body, ec);
-      std::string type =
-          !ec && v.is_object() && v.as_object().contains("type")
-              ? std::string(v.at("type").as_string())
-              : "slack";
+      std::string type = !ec && v.is_object() && v.as_object().contains("type")
+                             ? std::string(v.at("type").as_string())
+                             : "slack";
       sent.push_back({r.url.substr(r.url.rfind('/') + 1), r.headers.at("webhook-id"),
                       r.headers.at("webhook-timestamp"), type, r.body});
       int status = answer;
@@ -127,8 +126,9 @@ struct World : testing::World {
 
 }  // namespace
 
-TEST_CASE("a notification opgate signs verifies with the ingress verifier; its body carries the "
-          "operation, the console link and the audit head") {
+TEST_CASE(
+    "a notification opgate signs verifies with the ingress verifier; its body carries the "
+    "operation, the console link and the audit head") {
   World w;
   w.propose();
   auto sent = w.sent_to("ops");
@@ -136,11 +136,11 @@ TEST_CASE("a notification opgate signs verifies with the ingress verifier; its b
   const auto& s = sent[0];
   CHECK(s.type == "operation.proposed");
   auto key = ingress::decode_secret(kSecret);
-  CHECK(ingress::verify({s.webhook_id, s.timestamp, ingress::sign(*key, s.webhook_id,
-                                                                  std::stoll(s.timestamp), s.body),
-                         s.body},
-                        {*key}, std::stoll(s.timestamp), 300)
-            .ok());
+  CHECK(
+      ingress::verify({s.webhook_id, s.timestamp,
+                       ingress::sign(*key, s.webhook_id, std::stoll(s.timestamp), s.body), s.body},
+                      {*key}, std::stoll(s.timestamp), 300)
+          .ok());
   auto body = json::parse(s.body).as_object();
   CHECK(body.at("type").as_string() == "operation.proposed");
   const auto& data = body.at("data").as_object();
@@ -174,8 +174,9 @@ TEST_CASE("the signature the notifier sends is the one the ingress accepts") {
             .code == "bad_signature");
 }
 
-TEST_CASE("retries on 500, timeout and 429 keep the webhook-id, follow the schedule and "
-          "Retry-After, with a fresh timestamp each time") {
+TEST_CASE(
+    "retries on 500, timeout and 429 keep the webhook-id, follow the schedule and "
+    "Retry-After, with a fresh timestamp each time") {
   World w;
   w.answer = 500;
   w.propose();
@@ -265,7 +266,7 @@ TEST_CASE("an operation's events reach an endpoint in order, also when the first
   w.answer = 204;
   const std::string proposed = w.sent_to("ops").at(0).webhook_id;
   w.script[proposed] = {204};  // its second attempt succeeds
-  w.approve();  // approved, executing, settled follow while the proposal waits
+  w.approve();                 // approved, executing, settled follow while the proposal waits
   w.pump();
   for (const auto& s : w.sent_to("ops")) CHECK(s.type == "operation.proposed");
   w.clock.advance_ms(5000);
@@ -327,9 +328,9 @@ TEST_CASE("a Slack endpoint gets the exact proposal and the console link, no but
   auto body = json::parse(sent[0].body).as_object();
   REQUIRE(body.size() == 1);
   const std::string text(body.at("text").as_string());
-  for (const char* part : {"operation.proposed", "25.00 USD", "ORDER-100", "demo-user",
-                           "visa ending 4242", "is returned to the customer", kKey,
-                           "https://console.test/console/operations/"})
+  for (const char* part :
+       {"operation.proposed", "25.00 USD", "ORDER-100", "demo-user", "visa ending 4242",
+        "is returned to the customer", kKey, "https://console.test/console/operations/"})
     CHECK_MESSAGE(text.find(part) != std::string::npos, part);
   w.approve();
   w.pump();

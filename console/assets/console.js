@@ -1,0 +1,704 @@
+// The approval console's pages. Every text that comes from the API (and so
+// from customers, the model or the platform) is put into the page as text:
+// textContent and text nodes only, never HTML. The session cookie is
+// HttpOnly; state-changing requests carry the page's CSRF token.
+"use strict";
+
+(function () {
+  const API = "/console/api";
+  const POLL_MS = 2500;       // the queue
+  const FOLLOW_MS = 1000;     // an operation that is not settled yet
+  const csrfMeta = document.querySelector('meta[name="csrf-token"]');
+  const csrf = csrfMeta ? csrfMeta.getAttribute("content") : "";
+  let serverOffsetMs = 0;  // server clock minus this browser's clock
+
+  // ---- DOM helpers: elements and text, never markup.
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "className") e.className = v;
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children) append(e, c);
+    return e;
+  }
+
+  function append(parent, child) {
+    if (child === undefined || child === null || child === false) return;
+    if (Array.isArray(child)) {
+      for (const c of child) append(parent, c);
+    } else if (child instanceof Node) {
+      parent.appendChild(child);
+    } else {
+      parent.appendChild(document.createTextNode(String(child)));
+    }
+  }
+
+  function $(id) { return document.getElementById(id); }
+
+  function setText(node, text) { if (node) node.textContent = text === undefined ? "" : text; }
+
+  function clear(node) { while (node && node.firstChild) node.removeChild(node.firstChild); }
+
+  function show(node, visible) { if (node) node.hidden = !visible; }
+
+  // ---- Formatting.
+
+  function money(minor, currency) {
+    if (minor === null || minor === undefined) return "—";
+    const n = Number(minor);
+    const sign = n < 0 ? "-" : "";
+    const a = Math.abs(n);
+    const cents = String(a % 100).padStart(2, "0");
+    const units = Math.floor(a / 100).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    return `${sign}${units}.${cents} ${currency || ""}`.trim();
+  }
+
+  function serverNow() { return Date.now() + serverOffsetMs; }
+
+  function duration(ms) {
+    if (ms === null || ms === undefined || isNaN(ms)) return "—";
+    const neg = ms < 0;
+    let s = Math.floor(Math.abs(ms) / 1000);
+    let out;
+    if (s < 60) out = `${s} s`;
+    else if (s < 3600) out = `${Math.floor(s / 60)} min`;
+    else if (s < 86400) out = `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+    else out = `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+    return neg ? `${out} ago` : out;
+  }
+
+  function when(ms) {
+    if (!ms) return "—";
+    return new Date(Number(ms)).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  }
+
+  function stateText(op) {
+    return op.outcome ? `${op.state} / ${op.outcome}` : op.state;
+  }
+
+  function kindText(kind) {
+    if (kind === "full-refund" || kind === "refund") return "refund";
+    if (kind === "account-credit" || kind === "credit") return "credit";
+    return kind || "";
+  }
+
+  function opLink(key, text) {
+    return el("a", { href: "/console/operations/" + encodeURIComponent(key) }, text || key);
+  }
+
+  function sessionLink(id, text) {
+    return el("a", { href: "/console/sessions/" + encodeURIComponent(id) }, text || id);
+  }
+
+  // ---- The API, with the session cookie.
+
+  class ApiError extends Error {
+    constructor(status, body) {
+      const e = body && body.error ? body.error : {};
+      super(e.message || `HTTP ${status}`);
+      this.status = status;
+      this.code = e.code || "";
+      this.body = body;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { "Accept": "application/json" };
+    const init = { method, headers, credentials: "same-origin", cache: "no-store" };
+    if (method !== "GET") {
+      headers["X-CSRF-Token"] = csrf;
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body || {});
+    }
+    const r = await fetch(API + path, init);
+    let data = null;
+    try { data = await r.json(); } catch (e) { data = null; }
+    if (r.status === 401) {
+      // The session ended: the server shows the sign-in form for this page.
+      window.location.reload();
+      throw new ApiError(401, data);
+    }
+    if (!r.ok) throw new ApiError(r.status, data);
+    if (data && typeof data.now_ms === "number") serverOffsetMs = data.now_ms - Date.now();
+    return data;
+  }
+
+  function say(text, kind) {
+    for (const m of document.querySelectorAll('[data-test="message"]')) {
+      m.textContent = text;
+      m.className = "message" + (kind ? " " + kind : "");
+    }
+  }
+
+  function refusal(what, e) {
+    if (e instanceof ApiError) {
+      return `${what} refused (${e.status}${e.code ? " " + e.code : ""}): ${e.message}`;
+    }
+    return `${what} failed: ${e.message || e}`;
+  }
+
+  async function whoAmI() {
+    const me = await api("GET", "/v1/me");
+    const scopes = $("scopes");
+    if (scopes) {
+      const limits = Object.entries(me.max_amount_minor || {}).map(([c, a]) => money(a, c));
+      let text = me.scopes.join(", ");
+      if (limits.length) text += " · limit " + limits.join(", ");
+      if (me.tiers && me.tiers.length) text += " · tiers " + me.tiers.join(", ");
+      setText(scopes, text);
+    }
+    me.may = (scope) => me.scopes.includes(scope) || me.scopes.includes("admin");
+    return me;
+  }
+
+  async function verifyAudit() {
+    const target = $("audit-verify");
+    if (!target) return;
+    try {
+      const v = await api("GET", "/v1/audit/verify");
+      if (v.ok) {
+        target.textContent = `Audit chain verified: ${v.records} records, intact.`;
+        target.className = (target.className.replace(/\b(ok|bad)\b/g, "") + " ok").trim();
+      } else {
+        target.textContent =
+          `Audit chain BROKEN at record ${v.first_bad_seq}: ${v.problem} (${v.records} records).`;
+        target.className = (target.className.replace(/\b(ok|bad)\b/g, "") + " bad").trim();
+      }
+    } catch (e) {
+      target.textContent = refusal("Verification", e);
+    }
+  }
+
+  function every(ms, fn) {
+    let running = false;
+    const tick = async () => {
+      if (running || document.hidden) return;
+      running = true;
+      try { await fn(); } finally { running = false; }
+    };
+    return setInterval(tick, ms);
+  }
+
+  // ---- The queue.
+
+  async function queuePage() {
+    try { await whoAmI(); } catch (e) { say(refusal("Loading", e), "error"); return; }
+    const tier = $("filter-tier");
+    const owner = $("filter-owner");
+    const saved = new URLSearchParams(window.location.search);
+    if (saved.get("tier")) tier.value = saved.get("tier");
+    if (saved.get("owner")) owner.value = saved.get("owner");
+    const refresh = async () => {
+      const q = new URLSearchParams({ state: "pending", sort: "created_at", limit: "500" });
+      if (tier.value) q.set("tier", tier.value);
+      if (owner.value.trim()) q.set("owner", owner.value.trim());
+      try {
+        const [pending, unknown] = await Promise.all([
+          api("GET", "/v1/operations?" + q.toString()),
+          api("GET", "/v1/operations?state=outcome_unknown&sort=created_at&limit=500"),
+        ]);
+        renderPending(pending.operations);
+        renderUnknown(unknown.operations);
+        setText($("pending-updated"), `Updated ${when(serverNow())}; refreshes every few seconds.`);
+      } catch (e) {
+        say(refusal("Loading the queue", e), "error");
+      }
+    };
+    const filtersChanged = () => {
+      const q = new URLSearchParams();
+      if (tier.value) q.set("tier", tier.value);
+      if (owner.value.trim()) q.set("owner", owner.value.trim());
+      const s = q.toString();
+      window.history.replaceState(null, "", "/console/" + (s ? "?" + s : ""));
+      refresh();
+    };
+    tier.addEventListener("change", filtersChanged);
+    owner.addEventListener("change", filtersChanged);
+    $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); filtersChanged(); });
+    await refresh();
+    verifyAudit();
+    every(POLL_MS, refresh);
+  }
+
+  function renderPending(ops) {
+    const body = $("pending");
+    clear(body);
+    const now = serverNow();
+    for (const op of ops) {
+      const needed = op.approvals_needed || 1;
+      const got = (op.approvals || []).length;
+      const row = el("tr", { "data-test": "pending-row", "data-key": op.key, className: "link" },
+        el("td", {}, op.owner),
+        el("td", {}, opLink(op.key, op.order_id)),
+        el("td", {}, kindText(op.kind)),
+        el("td", { className: "num" }, money(op.amount_minor, op.currency)),
+        el("td", {}, el("span", { className: "tier tier-" + op.proposal.tier }, op.proposal.tier)),
+        el("td", {}, duration(now - op.created_at_ms)),
+        el("td", { className: op.expires_at_ms - now < 3600 * 1000 ? "soon" : "" },
+          op.expires_at_ms ? duration(op.expires_at_ms - now) : "—"),
+        el("td", {}, `${got} of ${needed}`,
+          got ? el("span", { className: "sub" }, " (" +
+            op.approvals.map((a) => a.principal).join(", ") + ")") : null));
+      row.addEventListener("click", (ev) => {
+        if (ev.target.closest("a")) return;
+        window.location.assign("/console/operations/" + encodeURIComponent(op.key));
+      });
+      body.appendChild(row);
+    }
+    show($("pending-empty"), ops.length === 0);
+  }
+
+  function renderUnknown(ops) {
+    const body = $("unknown");
+    clear(body);
+    const now = serverNow();
+    for (const op of ops) {
+      body.appendChild(el("tr", { "data-test": "unknown-row", "data-key": op.key },
+        el("td", {}, op.owner),
+        el("td", {}, opLink(op.key, op.order_id)),
+        el("td", {}, kindText(op.kind)),
+        el("td", { className: "num" }, money(op.amount_minor, op.currency)),
+        el("td", { className: op.needs_attention ? "soon" : "" },
+          op.unknown_since_ms ? duration(now - op.unknown_since_ms) : "—"),
+        el("td", { className: "num" }, String(op.attempts)),
+        el("td", { className: "inert" }, op.last_error || "")));
+    }
+    show($("unknown-empty"), ops.length === 0);
+  }
+
+  // ---- One operation.
+
+  function dl(target, rows) {
+    clear(target);
+    for (const [label, value, field] of rows) {
+      target.appendChild(el("dt", {}, label));
+      target.appendChild(el("dd", field ? { "data-field": field } : {}, value));
+    }
+  }
+
+  function auditRow(r, withKey) {
+    const details = r.details && typeof r.details === "object" && Object.keys(r.details).length
+      ? JSON.stringify(r.details) : (typeof r.details === "string" ? r.details : "");
+    return el("tr", { "data-test": "audit-row" },
+      el("td", { className: "num" }, String(r.seq)),
+      el("td", {}, when(r.at_ms)),
+      el("td", {}, r.principal),
+      withKey ? el("td", {}, r.operation_key ? opLink(r.operation_key) : "") : null,
+      el("td", {}, r.action),
+      el("td", {}, r.from || r.to ? `${r.from || "—"} → ${r.to || "—"}` : ""),
+      el("td", { className: "inert details" }, details));
+  }
+
+  function ledgerRows(target, rows, withKey) {
+    clear(target);
+    for (const l of rows) {
+      target.appendChild(el("tr", { "data-test": "ledger-row" },
+        el("td", {}, when(l.at_ms)),
+        withKey ? el("td", {}, opLink(l.operation_key)) : el("td", {}, kindText(l.kind)),
+        el("td", { className: "num" }, money(l.amount_minor, l.currency)),
+        el("td", { className: "mono" }, l.provider_object_id),
+        el("td", {}, l.recorded_by)));
+    }
+    if (!rows.length)
+      target.appendChild(el("tr", {}, el("td", { colspan: 5, className: "empty" }, "No rows.")));
+  }
+
+  function opRows(target, ops) {
+    clear(target);
+    for (const o of ops) {
+      target.appendChild(el("tr", { "data-test": "related-row", "data-key": o.key },
+        el("td", {}, opLink(o.key)),
+        el("td", {}, stateText(o)),
+        el("td", { className: "num" }, money(o.amount_minor, o.currency)),
+        el("td", {}, when(o.created_at_ms))));
+    }
+    if (!ops.length)
+      target.appendChild(el("tr", {}, el("td", { colspan: 4, className: "empty" }, "None.")));
+  }
+
+  // The text of one transcript item.
+  function itemText(item) {
+    const content = (c) => {
+      if (typeof c === "string") return c;
+      if (Array.isArray(c)) return c.map((p) => (p && (p.text || p.output_text)) || "").join("");
+      return c === undefined ? "" : JSON.stringify(c);
+    };
+    switch (item.type) {
+      case "message": return [item.role || "message", content(item.content)];
+      case "function_call": return ["tool call", `${item.name}(${item.arguments || ""})`];
+      case "function_call_output": {
+        const out = item.success === false ? `error: ${item.error || ""}` : (item.output || "");
+        return ["tool result", out];
+      }
+      default: return [item.type || "item", JSON.stringify(item)];
+    }
+  }
+
+  function renderTranscript(target, transcript, callId, wholeButton) {
+    const items = [];
+    for (const page of transcript.item_pages || [])
+      for (const item of (page && page.data) || []) items.push(item);
+    const at = items.findIndex((i) => i.type === "function_call" && i.call_id === callId);
+    const draw = (all) => {
+      clear(target);
+      const from = all || at < 0 ? 0 : Math.max(0, at - 4);
+      const to = all || at < 0 ? items.length : Math.min(items.length, at + 5);
+      if (from > 0) target.appendChild(el("p", { className: "sub" }, `… ${from} earlier items`));
+      for (let i = from; i < to; i++) {
+        const [who, text] = itemText(items[i]);
+        const mark = items[i].call_id === callId && callId ? " this-call" : "";
+        target.appendChild(el("div", { className: "item " + (items[i].type || "") + mark },
+          el("span", { className: "who" }, who), el("div", { className: "text inert" }, text)));
+      }
+      if (to < items.length)
+        target.appendChild(el("p", { className: "sub" }, `… ${items.length - to} later items`));
+      if (!items.length) target.appendChild(el("p", { className: "sub" }, "No items."));
+      if (wholeButton) show(wholeButton, !all && (from > 0 || to < items.length));
+    };
+    draw(false);
+    if (wholeButton) wholeButton.onclick = () => draw(true);
+  }
+
+  async function operationPage() {
+    const prefix = "/console/operations/";
+    const key = decodeURIComponent(window.location.pathname.slice(prefix.length));
+    const path = "/v1/operations/" + encodeURIComponent(key);
+    setText($("key"), key);
+    let me;
+    let op;
+    let ctx;
+    try {
+      me = await whoAmI();
+      [op, ctx] = await Promise.all([api("GET", path), api("GET", path + "/context")]);
+    } catch (e) {
+      setText($("state"), "not found");
+      say(e.status === 404 ? "No operation with that key for the owners you may see."
+        : refusal("Loading", e), "error");
+      return;
+    }
+    // What the page shows, and what an approval sends: never refreshed in
+    // place, so an approval can only approve what a person read.
+    const shown = { amount_minor: op.amount_minor, currency: op.currency,
+                    fingerprint: op.fingerprint };
+    const p = op.proposal;
+    document.title = `${kindText(op.kind)} ${op.order_id} · opgate console`;
+    setText($("title"), `${kindText(op.kind) === "credit" ? "Account credit" : "Refund"} of ` +
+      `${money(op.amount_minor, op.currency)} on ${op.order_id}`);
+    dl($("proposal"), [
+      ["Owner", op.owner, "owner"],
+      ["Order", op.order_id, "order_id"],
+      ["Amount", money(op.amount_minor, op.currency), "amount"],
+      ["Currency", op.currency, "currency"],
+      [kindText(op.kind) === "credit" ? "Credited to" : "Payment method",
+        kindText(op.kind) === "credit" ? p.customer : p.payment_method, "payment_method"],
+      ["Customer-visible effect", p.effect, "effect"],
+      ["Tier", p.tier, "tier"],
+      ["Fingerprint", el("code", {}, op.fingerprint), "fingerprint"],
+      ["Created", when(op.created_at_ms)],
+      ["Approval expires", op.expires_at_ms ? when(op.expires_at_ms) : "—"],
+      ["Session", op.session_id ? sessionLink(op.session_id) : "—"],
+    ]);
+    setText($("reason"), p.reason || "(none given)");
+    renderContext(ctx);
+    if (op.session_id) $("session-link").setAttribute("href",
+      "/console/sessions/" + encodeURIComponent(op.session_id));
+    else show($("session-link"), false);
+
+    let mode = null;  // "approve" | "deny" while the confirmation shows
+    const confirmBox = $("confirm-box");
+    const openConfirm = (which) => {
+      mode = which;
+      const details = $("confirm-details");
+      if (which === "approve") {
+        setText($("confirm-title"), `Approve exactly this ${kindText(op.kind)}?`);
+        dl(details, [
+          ["Amount", money(shown.amount_minor, shown.currency)],
+          ["Effect", p.effect],
+          ["To", kindText(op.kind) === "credit" ? p.customer : p.payment_method],
+          ["Fingerprint", el("code", {}, shown.fingerprint)],
+        ]);
+        $("confirm").textContent = "Confirm approval";
+        $("confirm").className = "primary";
+      } else {
+        setText($("confirm-title"),
+          "Deny this proposal? The agent is told the reason written above.");
+        dl(details, [["Amount", money(shown.amount_minor, shown.currency)], ["Effect", p.effect]]);
+        $("confirm").textContent = "Confirm denial";
+        $("confirm").className = "danger";
+        $("deny-reason").focus();
+      }
+      show(confirmBox, true);
+    };
+    $("approve").addEventListener("click", () => openConfirm("approve"));
+    $("deny").addEventListener("click", () => openConfirm("deny"));
+    $("cancel").addEventListener("click", () => { mode = null; show(confirmBox, false); });
+    $("confirm").addEventListener("click", async () => {
+      if (!mode) return;
+      const button = $("confirm");
+      try {
+        button.disabled = true;
+        if (mode === "approve") {
+          const after = await api("POST", path + "/approve", shown);
+          update(after);
+          const got = (after.approvals || []).length;
+          if (after.state === "pending")
+            say(`Approved by ${me.principal}: ${got} of ${after.approvals_needed || 2} approvals. ` +
+              "It runs once the next approver confirms.", "ok");
+          else say(`Approved by ${me.principal}. It is ${stateText(after)}.`, "ok");
+        } else {
+          const reason = $("deny-reason").value.trim();
+          if (!reason) {
+            say("A denial needs a reason: the agent is told it.", "error");
+            $("deny-reason").focus();
+            return;
+          }
+          const after = await api("POST", path + "/deny", { reason });
+          update(after);
+          say(`Denied by ${me.principal}. The agent is told: ${reason}`, "ok");
+        }
+        mode = null;
+        show(confirmBox, false);
+      } catch (e) {
+        if (e.body && e.body.operation) update(e.body.operation);
+        say(refusal(mode === "approve" ? "Approval" : "Denial", e), "error");
+        mode = null;
+        show(confirmBox, false);
+      } finally {
+        button.disabled = false;
+      }
+    });
+
+    $("reconcile").addEventListener("click", async () => {
+      try {
+        const after = await api("POST", path + "/reconcile", {});
+        update(after);
+        say(`Reconcile asked: the operation is ${stateText(after)}.`, "ok");
+      } catch (e) {
+        say(refusal("Reconcile", e), "error");
+      }
+    });
+    $("resolve-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const outcome = $("resolve-outcome").value;
+      const evidence = $("resolve-evidence").value.trim();
+      const providerId = $("resolve-provider-id").value.trim();
+      if (!outcome) { say("Choose the outcome: succeeded or failed.", "error"); return; }
+      if (!evidence) { say("Resolving needs evidence: what you saw, and where.", "error"); return; }
+      const body = { outcome, evidence };
+      if (providerId) body.provider_object_id = providerId;
+      try {
+        const after = await api("POST", path + "/resolve", body);
+        update(after);
+        say(`Resolved by ${me.principal} as ${outcome}: the operation is ${stateText(after)}.`,
+          "ok");
+      } catch (e) {
+        say(refusal("Resolve", e), "error");
+      }
+    });
+
+    function update(next) {
+      op = next;
+      const st = $("state");
+      setText(st, stateText(op));
+      st.className = "state state-" + op.state + (op.outcome ? " outcome-" + op.outcome : "");
+      const changed = op.fingerprint !== shown.fingerprint ||
+        op.amount_minor !== shown.amount_minor || op.currency !== shown.currency;
+      show($("changed"), changed);
+      const pending = op.state === "pending";
+      show($("decide"), pending && me.may("operations:approve"));
+      if (pending) {
+        const needed = op.approvals_needed || ctx.policy.approvals_needed || 1;
+        const names = (op.approvals || []).map((a) => `${a.principal} (${when(a.at_ms)})`);
+        setText($("approvals"), `Approvals: ${(op.approvals || []).length} of ${needed}` +
+          (names.length ? ` — ${names.join(", ")}` : "") +
+          (needed > 1 ? ". Two different people must approve." : "."));
+        const limit = (me.max_amount_minor || {})[op.currency];
+        const hints = [];
+        if (op.owner === me.principal) hints.push("You cannot approve your own operation.");
+        if (limit === undefined || op.amount_minor > limit)
+          hints.push(`The amount is above your approval limit (${limit === undefined
+            ? "none for " + op.currency : money(limit, op.currency)}).`);
+        if (me.tiers && me.tiers.length && !me.tiers.includes(op.proposal.tier))
+          hints.push(`You may not decide ${op.proposal.tier}-tier proposals.`);
+        if ((op.approvals || []).some((a) => a.principal === me.principal))
+          hints.push("You have approved it already.");
+        setText($("decide-hint"), hints.join(" "));
+      }
+      const unknown = op.state === "outcome_unknown";
+      show($("oncall"), unknown && me.may("operations:resolve"));
+      if (unknown)
+        dl($("attempts"), [
+          ["Attempts", String(op.attempts)],
+          ["Last error", op.last_error || "—"],
+          ["Unknown since", when(op.unknown_since_ms)],
+          ["Idempotency key", el("code", {}, op.idempotency_key)],
+          ["Needs attention", op.needs_attention ? "yes" : "no"],
+        ]);
+      const history = $("history");
+      clear(history);
+      for (const r of op.history || []) history.appendChild(auditRow(r, false));
+    }
+
+    async function loadSide() {
+      const related = (ctx.related || []).filter((r) => r.key !== key);
+      opRows($("related-order"), related);
+      try {
+        const byOwner = await api("GET", "/v1/operations?limit=50&owner=" +
+          encodeURIComponent(op.owner));
+        const seen = new Set(related.map((r) => r.key).concat([key]));
+        opRows($("related-owner"), byOwner.operations.filter((o) => !seen.has(o.key)));
+      } catch (e) { say(refusal("Loading related operations", e), "error"); }
+      try {
+        const q = op.session_id ? "session=" + encodeURIComponent(op.session_id)
+          : "owner=" + encodeURIComponent(op.owner);
+        const ledger = await api("GET", "/v1/ledger?" + q);
+        ledgerRows($("ledger"), ledger.ledger.filter((l) => l.operation_key === key), false);
+      } catch (e) { say(refusal("Loading the ledger", e), "error"); }
+      if (op.session_id) {
+        try {
+          const t = await api("GET", "/v1/sessions/" + encodeURIComponent(op.session_id) +
+            "/transcript");
+          renderTranscript($("transcript"), t, op.call_id, $("transcript-all"));
+        } catch (e) {
+          setText($("transcript"), refusal("Loading the transcript", e));
+        }
+      } else {
+        setText($("transcript"), "No session.");
+      }
+    }
+
+    update(op);
+    loadSide();
+    verifyAudit();
+    let lastState = stateText(op);
+    every(FOLLOW_MS, async () => {
+      if (op.state === "settled") return;
+      try {
+        const next = await api("GET", path);
+        update(next);
+        if (stateText(next) !== lastState) {
+          lastState = stateText(next);
+          if (next.state === "settled") {
+            ctx = await api("GET", path + "/context");
+            renderContext(ctx);
+            loadSide();
+            verifyAudit();
+          }
+        }
+      } catch (e) {
+        say(refusal("Refreshing", e), "error");
+      }
+    });
+  }
+
+  function renderContext(ctx) {
+    const m = ctx.money;
+    const cur = m ? m.currency : "";
+    if (m) {
+      dl($("money"), [
+        ["Order amount (paid)", money(m.paid_minor, cur), "paid"],
+        ["Refunded outside opgate", money(m.refunded_outside_minor, cur)],
+        ["Refunded by opgate", money(m.refunded_minor, cur), "refunded"],
+        ["Credited by opgate", money(m.credited_minor, cur), "credited"],
+        ["Being paid out now", money(m.in_progress_minor, cur)],
+        ["Remaining", money(m.remaining_minor, cur), "remaining"],
+        ["Order status", m.status],
+      ]);
+    } else {
+      dl($("money"), [["Order", "not found"]]);
+    }
+    const pol = ctx.policy;
+    const opCur = ctx.operation.currency;
+    dl($("policy"), [
+      ["Approvals needed", String(pol.approvals_needed), "approvals_needed"],
+      ["Two-person threshold", pol.two_person_threshold_minor === null
+        ? `none for ${opCur}: always two` : money(pol.two_person_threshold_minor, opCur)],
+      ["Refund window", `${pol.refund_window_days} days`],
+      ["Approval time", duration(pol.approval_ttl_s * 1000)],
+      ["Credit cap", money(pol.credit_hard_cap_minor, opCur)],
+      ["Support tier up to", money(pol.credit_support_limit_minor, opCur)],
+    ]);
+    const o = ctx.order;
+    if (o) {
+      dl($("order"), [
+        ["Order", o.order_id],
+        ["Owner", o.owner],
+        ["Placed", o.placed_at ? when(o.placed_at * 1000) : "—"],
+        ["Payment method", o.payment_method || "—"],
+        ["Payment intent", el("code", {}, o.payment_intent || "—")],
+        ["Customer", el("code", {}, o.customer || "—")],
+        ["Note", el("span", { className: "inert", "data-test": "order-note" }, o.note || ""),
+          "note"],
+      ]);
+    } else {
+      dl($("order"), [["Order", "not found"]]);
+    }
+  }
+
+  // ---- One agent session.
+
+  async function sessionPage() {
+    const prefix = "/console/sessions/";
+    const id = decodeURIComponent(window.location.pathname.slice(prefix.length));
+    const path = "/v1/sessions/" + encodeURIComponent(id);
+    setText($("title"), "Session " + id);
+    let s;
+    try {
+      await whoAmI();
+      s = await api("GET", path);
+    } catch (e) {
+      say(e.status === 404 ? "No session with that id for the owners you may see."
+        : refusal("Loading", e), "error");
+      return;
+    }
+    dl($("session"), [
+      ["Session", s.session_id],
+      ["Owner", s.owner],
+      ["Bound by", s.bound_by],
+      ["Closed", s.closed ? "yes" : "no"],
+      ["Last sync", when(s.last_sync_ms)],
+      ["Last sync error", s.last_sync_error || "—"],
+    ]);
+    const calls = $("calls");
+    clear(calls);
+    const byTime = s.calls.slice().sort((x, y) => x.created_at_ms - y.created_at_ms);
+    for (const c of byTime) {
+      const result = c.result
+        ? (c.result.success ? c.result.output : "error: " + c.result.error) : "—";
+      calls.appendChild(el("tr", { "data-test": "call-row" },
+        el("td", { className: "mono" }, c.call_id),
+        el("td", {}, c.name),
+        el("td", { className: "inert details" }, c.arguments),
+        el("td", {}, c.operation_key ? opLink(c.operation_key) : ""),
+        el("td", { className: "inert details" }, result),
+        el("td", {}, c.delivery + (c.delivery_error ? ": " + c.delivery_error : ""))));
+    }
+    opRows($("operations"), s.operations);
+    ledgerRows($("ledger"), s.ledger, true);
+    const records = [];
+    for (const o of s.operations) {
+      try {
+        const a = await api("GET", "/v1/audit?operation=" + encodeURIComponent(o.key));
+        records.push(...a.audit);
+      } catch (e) { say(refusal("Loading the audit", e), "error"); }
+    }
+    records.sort((a, b) => a.seq - b.seq);
+    const audit = $("audit");
+    clear(audit);
+    for (const r of records) audit.appendChild(auditRow(r, true));
+    verifyAudit();
+    try {
+      const t = await api("GET", path + "/transcript");
+      renderTranscript($("transcript"), t, "", null);
+    } catch (e) {
+      setText($("transcript"), refusal("Loading the transcript", e));
+    }
+  }
+
+  const pages = { queue: queuePage, operation: operationPage, session: sessionPage };
+  const start = pages[document.body.dataset.page];
+  if (start) start();
+})();

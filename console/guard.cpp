@@ -1,0 +1,135 @@
+#include "console/guard.h"
+
+#include <fmt/format.h>
+
+#include <boost/url/parse_query.hpp>
+
+#include "common/crypto.h"
+
+namespace opgate::console {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::optional<std::string> cookie_value(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    const size_t semi = header.find(';');
+    std::string_view pair = trim(header.substr(0, semi));
+    header = semi == std::string_view::npos ? std::string_view{} : header.substr(semi + 1);
+    const size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) continue;
+    if (trim(pair.substr(0, eq)) != name) continue;
+    std::string_view value = trim(pair.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+      value = value.substr(1, value.size() - 2);
+    return std::string(value);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> cookie_value(const http::Request& request, std::string_view name) {
+  auto header = request.header("Cookie");
+  if (!header) return std::nullopt;
+  return cookie_value(*header, name);
+}
+
+std::string set_cookie(std::string_view name, std::string_view value, int64_t max_age_s,
+                       bool secure) {
+  return fmt::format("{}={}; Path={}; Max-Age={}; HttpOnly; SameSite=Strict{}", name, value,
+                     kCookiePath, max_age_s, secure ? "; Secure" : "");
+}
+
+bool changes_state(std::string_view method) {
+  return method != "GET" && method != "HEAD" && method != "OPTIONS";
+}
+
+std::string expected_origin(const http::Request& request, std::string_view configured, bool tls) {
+  if (!configured.empty()) return std::string(configured);
+  auto host = request.header("Host");
+  if (!host || host->empty()) return "";
+  return fmt::format("{}://{}", tls ? "https" : "http", *host);
+}
+
+bool from_same_origin(const http::Request& request, std::string_view expected) {
+  if (expected.empty()) return false;
+  auto origin = request.header("Origin");
+  if (origin && *origin != "null") return *origin == expected;
+  return request.header("Sec-Fetch-Site") == std::optional<std::string>("same-origin");
+}
+
+bool csrf_matches(const std::optional<std::string>& presented, std::string_view expected) {
+  if (!presented || presented->empty() || expected.empty()) return false;
+  return crypto::equal_constant_time(*presented, expected);
+}
+
+std::optional<std::map<std::string, std::string>> parse_form(std::string_view body) {
+  std::map<std::string, std::string> out;
+  if (body.empty()) return out;
+  // A form encodes a space as '+' (and a '+' as %2B).
+  std::string text(body);
+  for (size_t at = text.find('+'); at != std::string::npos; at = text.find('+', at))
+    text.replace(at, 1, "%20");
+  auto parsed = boost::urls::parse_query(text);
+  if (!parsed) return std::nullopt;
+  auto decoded = [](boost::urls::pct_string_view s) {
+    std::string out;
+    for (char c : s.decode()) out.push_back(c);
+    return out;
+  };
+  for (auto param : *parsed) out.emplace(decoded(param.key), decoded(param.value));
+  return out;
+}
+
+std::string safe_next(std::string_view path) {
+  constexpr std::string_view fallback = "/console/";
+  if (path.substr(0, fallback.size()) != fallback) return std::string(fallback);
+  if (path.find("//") != std::string_view::npos || path.find('\\') != std::string_view::npos)
+    return std::string(fallback);
+  for (char c : path)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return std::string(fallback);
+  return std::string(path);
+}
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+void add_security_headers(http::Response& response) {
+  response.headers["Content-Security-Policy"] = std::string(kContentSecurityPolicy);
+  response.headers["X-Content-Type-Options"] = "nosniff";
+  response.headers["Referrer-Policy"] = "no-referrer";
+  response.headers["X-Frame-Options"] = "DENY";
+  if (!response.headers.count("Cache-Control")) response.headers["Cache-Control"] = "no-store";
+}
+
+}  // namespace opgate::console

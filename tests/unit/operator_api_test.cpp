@@ -1,0 +1,95 @@
+// The operator API's listings and who-am-I, over a real store, through the
+// router: the tier filter, oldest first with a cursor, the approvals each
+// pending operation needs and the server's time, and /v1/me.
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include "api_stage.h"
+
+using namespace opgate;
+namespace json = boost::json;
+using testing::kLarge;
+using testing::kRefund;
+using testing::request;
+
+TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /v1/me") {
+  testing::ApiStage s;
+  s.open_api();
+  auto send = [&](http::Request r) { return s.router.dispatch(r); };
+  const http::Headers alice{{"Authorization", "Bearer tok-alice"}};
+  auto list = [&](const std::string& query) {
+    auto r = send(request("GET", "/v1/operations?" + query, alice));
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return s.body_of(r).as_object();
+  };
+  auto keys = [](const json::object& page) {
+    std::vector<std::string> out;
+    for (const auto& op : page.at("operations").as_array())
+      out.emplace_back(op.at("key").as_string());
+    return out;
+  };
+  // By key, ORDER-100 comes first; by creation, ORDER-300 does.
+  CHECK(keys(list("state=pending")) == std::vector<std::string>{kRefund, kLarge});
+  auto sorted = list("state=pending&sort=created_at");
+  CHECK(keys(sorted) == std::vector<std::string>{kLarge, kRefund});
+  CHECK(sorted.at("now_ms").as_int64() == s.clock.now_ms());
+  const auto& ops = sorted.at("operations").as_array();
+  CHECK(ops.at(0).at("approvals_needed").as_int64() == 2);
+  CHECK(ops.at(1).at("approvals_needed").as_int64() == 1);
+  // Paged: one at a time, oldest first.
+  auto page1 = list("state=pending&sort=created_at&limit=1");
+  CHECK(keys(page1) == std::vector<std::string>{kLarge});
+  REQUIRE(page1.at("next_cursor").is_string());
+  auto page2 = list("state=pending&sort=created_at&limit=1&cursor=" +
+                    std::string(page1.at("next_cursor").as_string()));
+  CHECK(keys(page2) == std::vector<std::string>{kRefund});
+  CHECK(page2.at("next_cursor").is_null());
+  // Settled operations carry no approvals_needed.
+  auto deny = send(request("POST", "/v1/operations/" + std::string(kRefund) + "/deny", alice,
+                           R"({"reason":"no"})"));
+  REQUIRE(deny.status == 200);
+  CHECK(s.body_of(deny).as_object().count("approvals_needed") == 0);
+  CHECK(keys(list("state=pending&sort=created_at")) == std::vector<std::string>{kLarge});
+  // Tiers: a small credit is "support", a refund "refund".
+  REQUIRE(s.sync->bind("sess_3", "demo-user", "admin").ok());
+  adapters::SessionView credit;
+  credit.required_actions = {
+      {"call_3", "turn_1", "issue_account_credit",
+       R"({"order_id":"ORDER-300","amount_minor":500,"currency":"USD","reason_code":"GOODWILL"})"}};
+  s.agents.views["sess_3"] = credit;
+  s.webhook("msg_sess_3", "sess_3");
+  s.pump();
+  const std::string credit_key = "demo-user:ORDER-300:account-credit:v1";
+  REQUIRE(s.state(credit_key) == "pending");
+  CHECK(keys(list("state=pending&tier=support")) == std::vector<std::string>{credit_key});
+  CHECK(keys(list("state=pending&tier=refund")) == std::vector<std::string>{kLarge});
+  CHECK(keys(list("state=pending&tier=refund&owner=someone-else")).empty());
+  CHECK(keys(list("state=pending&tier=supervisor")).empty());
+  for (const char* bad :
+       {"tier=gold", "sort=amount", "sort=created_at", "state=pending&sort=created_at&cursor=x",
+        "state=pending&sort=created_at&cursor=12"}) {
+    CAPTURE(bad);
+    CHECK(send(request("GET", std::string("/v1/operations?") + bad, alice)).status == 400);
+  }
+  // Outside its owner patterns a principal's queue is empty.
+  auto outsider = send(request("GET", "/v1/operations?state=pending&sort=created_at",
+                               {{"Authorization", "Bearer tok-outsider"}}));
+  CHECK(s.body_of(outsider).at("operations").as_array().empty());
+
+  auto me = s.body_of(send(request("GET", "/v1/me", alice))).as_object();
+  CHECK(me.at("principal").as_string() == "alice");
+  CHECK(json::serialize(me.at("scopes")) == R"(["operations:read","operations:approve"])");
+  CHECK(json::serialize(me.at("owners")) == R"(["*"])");
+  CHECK(me.at("max_amount_minor").at("USD").as_int64() == 100000);
+  CHECK(me.count("token_sha256") == 0);
+  CHECK(send(request("GET", "/v1/me")).status == 401);
+}
+
+TEST_CASE("without a console the routes are not served under /console/api") {
+  testing::ApiStage s;
+  s.open_api();
+  const http::Headers alice{{"Authorization", "Bearer tok-alice"}};
+  CHECK(s.router.dispatch(request("GET", "/v1/me", alice)).status == 200);
+  CHECK(s.router.dispatch(request("GET", "/console/api/v1/me", alice)).status == 404);
+}
