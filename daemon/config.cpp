@@ -18,6 +18,10 @@ namespace opgate::daemon {
 
 namespace {
 
+// While accepted_keys() runs: every key the parser accepts in the tables it
+// reads, dotted, with array indices dropped ("notify.endpoints.url").
+thread_local std::set<std::string>* accepted_keys_seen = nullptr;
+
 // A configuration problem; its message names the dotted key.
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -31,12 +35,25 @@ class Section {
     if (!v_.is_table()) throw ConfigError(fmt::format("'{}' must be a table", path_));
   }
 
+  static std::string without_indices(const std::string& dotted) {
+    std::string out;
+    bool in_index = false;
+    for (char c : dotted) {
+      if (c == '[') in_index = true;
+      if (!in_index) out += c;
+      if (c == ']') in_index = false;
+    }
+    return out;
+  }
+
   std::string key(std::string_view k) const {
     return path_.empty() ? std::string(k) : path_ + "." + std::string(k);
   }
   bool has(const char* k) const { return v_.contains(k); }
 
   void only(const std::set<std::string>& known) const {
+    if (accepted_keys_seen)
+      for (const auto& k : known) accepted_keys_seen->insert(without_indices(key(k)));
     for (const auto& [k, _] : v_.as_table())
       if (!known.count(k)) throw ConfigError(fmt::format("unknown key '{}'", key(k)));
   }
@@ -501,6 +518,15 @@ Result<Config> load_config(const std::string& path) {
     return make_error(errc::config,
                       fmt::format("cannot read {}: {}", path, without_quoted_lines(e.what())));
   }
+}
+
+Result<std::set<std::string>> accepted_keys(const std::string& path) {
+  std::set<std::string> seen;
+  accepted_keys_seen = &seen;
+  auto loaded = load_config(path);
+  accepted_keys_seen = nullptr;
+  if (!loaded) return loaded.error();
+  return seen;
 }
 
 }  // namespace opgate::daemon

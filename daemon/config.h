@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,10 @@ struct Config {
 
 // Reads the file and the environment variables it names.
 Result<Config> load_config(const std::string& path);
+
+// Every key the parser accepts in the tables present in the file, dotted
+// without array indices: what keeps opgate.example.toml complete.
+Result<std::set<std::string>> accepted_keys(const std::string& path);
 
 // Whether a daemon with this configuration can do its work: a webhook
 // source, an operator token, the Agents API key and the payment provider's

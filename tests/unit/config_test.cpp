@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <regex>
+#include <toml.hpp>
 
 #include "common/crypto.h"
 
@@ -114,10 +117,43 @@ secrets_env = "OPGATE_TEST_SECRETS"
 
 TEST_CASE("the example configuration in the repository loads") {
   setenv("OPGATE_AGENTS_WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+  setenv("OPGATE_NOTIFY_SUPPORT_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
   auto c = daemon::load_config(OPGATE_SOURCE_DIR "/opgate.example.toml");
   REQUIRE_MESSAGE(c.ok(), c.error().message);
   CHECK(c->principals.size() == 3);
   CHECK(c->principals.at(1).tiers == std::vector<std::string>{"support"});
+}
+
+TEST_CASE("every key the parser accepts is in opgate.example.toml, set or commented out") {
+  setenv("OPGATE_AGENTS_WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+  setenv("OPGATE_NOTIFY_SUPPORT_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+  const std::string path = OPGATE_SOURCE_DIR "/opgate.example.toml";
+  auto keys = daemon::accepted_keys(path);
+  REQUIRE_MESSAGE(keys.ok(), keys.error().message);
+  CHECK(keys->count("notify.endpoints.max_in_flight") == 1);  // the recorder reaches nested tables
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto file = toml::parse(path);
+  // Present: set in the file (in any table of an array of tables), or a
+  // commented-out line "# name = ..." documenting it.
+  std::function<bool(const toml::value&, const std::string&)> set_in =
+      [&](const toml::value& v, const std::string& rest) {
+        if (v.is_array()) {
+          for (const auto& item : v.as_array())
+            if (set_in(item, rest)) return true;
+          return false;
+        }
+        const auto dot = rest.find('.');
+        const std::string part = rest.substr(0, dot);
+        if (!v.is_table() || !v.contains(part)) return false;
+        return dot == std::string::npos || set_in(v.as_table().at(part), rest.substr(dot + 1));
+      };
+  auto present = [&](const std::string& dotted) {
+    const std::string name = dotted.substr(dotted.rfind('.') + 1);
+    return set_in(file, dotted) ||
+           std::regex_search(text, std::regex("(^|\n)#\\s*" + name + "\\s*="));
+  };
+  for (const auto& key : *keys) CHECK_MESSAGE(present(key), key);
 }
 
 TEST_CASE("currency keys must be upper-case ISO 4217 codes; the daemon names the key") {
