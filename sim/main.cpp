@@ -5,6 +5,7 @@
 //   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet]
 //   opgate-sim load --port P --secret whsec_... [--connections N] [--seconds S]
 //   opgate-sim receiver --listen 127.0.0.1:0 --port-file FILE --secret whsec_...
+//   opgate-sim history --data-dir DIR [--settled N] [--outcome-unknown M]
 // Each writes its bound port to --port-file (atomically), logs JSON lines on
 // stderr, and exits 0 on SIGTERM or SIGINT. Admin endpoints (no auth):
 //   both:     POST|GET|DELETE /_sim/faults, GET /_sim/stats, POST /_sim/reset
@@ -13,6 +14,8 @@
 //   agent:    POST /_sim/sessions, GET /_sim/sessions/{id},
 //             POST /_sim/sessions/{id}/messages, POST /_sim/sessions/{id}/notify,
 //             POST|GET /_sim/webhook_target
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -30,12 +33,14 @@
 #include "ingress/signature.h"
 #include "sim/agent_sim.h"
 #include "sim/eval/runner.h"
+#include "sim/history.h"
 #include "sim/load_generator.h"
 #include "sim/log.h"
 #include "sim/payments_sim.h"
 #include "sim/receiver_sim.h"
 #include "sim/sim_http.h"
 #include "sim/webhook_sender.h"
+#include "store/rocksdb/rocks_storage.h"
 
 namespace {
 
@@ -92,6 +97,33 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
 }
 
 }  // namespace
+
+// The history is dated so that its last operation settled a day ago.
+static int write_history(const std::string& dir, const opgate::sim::HistoryOptions& options) {
+  const int64_t span_ms =
+      static_cast<int64_t>(options.settled + options.outcome_unknown) * 1000 + 86'400'000;
+  opgate::ManualClock clock(opgate::SystemClock().now_ms() - span_ms);
+  spdlog::set_level(spdlog::level::warn);  // not a line per change of a million operations
+  auto storage = opgate::store::rocks::RocksStorage::open(dir, {}, clock);
+  if (!storage) {
+    std::cerr << "error: " << storage.error().message << "\n";
+    return 2;
+  }
+  size_t reported = 0;
+  Status s = opgate::sim::fill_history(**storage, clock, options, [&](size_t done) {
+    if (done - reported >= 100'000) {
+      std::cerr << done << " operations written\n";
+      reported = done;
+    }
+  });
+  if (!s) {
+    std::cerr << "error: " << s.error().message << "\n";
+    return 1;
+  }
+  std::cout << options.settled + options.outcome_unknown << " operations written to " << dir
+            << "\n";
+  return 0;
+}
 
 int main(int argc, char** argv) {
   const sigset_t signals = opgate::block_daemon_signals();
@@ -159,7 +191,18 @@ int main(int argc, char** argv) {
   load->add_flag("--bad-signatures", load_options.bad_signatures,
                  "sign with the wrong key (a flood of forgeries)");
 
+  std::string history_dir;
+  opgate::sim::HistoryOptions history_options;
+  auto* history = app.add_subcommand(
+      "history", "Fill a (stopped daemon's) data directory with settled refunds, for benchmarks");
+  history->add_option("--data-dir", history_dir, "the data directory (created if missing)")
+      ->required();
+  history->add_option("--settled", history_options.settled)->capture_default_str();
+  history->add_option("--outcome-unknown", history_options.outcome_unknown)->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+
+  if (history->parsed()) return write_history(history_dir, history_options);
 
   if (load->parsed()) {
     auto report = opgate::sim::run_load(load_options);

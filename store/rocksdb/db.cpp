@@ -136,6 +136,10 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   db_options.allow_concurrent_memtable_write = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.keep_log_file_num = 4;
+  // A WAL file lives until every column family has flushed what it holds;
+  // a family written rarely (meta, orders) would keep gigabytes of WAL
+  // alive. Past this total the families holding the oldest file flush.
+  db_options.max_total_wal_size = 64 << 20;
   db_options.max_open_files = o.max_open_files;
   // Tickers only (no histograms): WAL syncs for /metrics and benchmarks.
   db_options.statistics = rocksdb::CreateDBStatistics();
