@@ -116,8 +116,11 @@ size_t Engine::pass() {
       work += raise_attention();
     }
   }
-  if (options_.sweep_interval.count() > 0 && now - last_sweep_ >= options_.sweep_interval) {
-    last_sweep_ = now;
+  // A sweep cycle starts every interval and goes on over the next passes
+  // until it has looked at every session, a bounded slice each pass.
+  if (options_.sweep_interval.count() > 0 &&
+      (sessions_.sweeping() || now - last_sweep_ >= options_.sweep_interval)) {
+    if (!sessions_.sweeping()) last_sweep_ = now;
     sessions_.sweep(
         lanes_,
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.sweep_window).count());

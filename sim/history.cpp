@@ -57,8 +57,9 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
     OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(id));
     return std::optional<worker::OrderView>(worker::OrderView{*found, funds});
   };
-  OPGATE_ASSIGN_OR_RETURN(auto outcome, worker::dispatch_tool(call.name(), call.arguments_json(),
-                                                              order.owner(), lookup, policy, now_s));
+  OPGATE_ASSIGN_OR_RETURN(
+      auto outcome, worker::dispatch_tool(call.name(), call.arguments_json(), order.owner(), lookup,
+                                          policy, now_s));
   if (!outcome.proposal) return make_error(errc::internal, "the history's refund was refused");
   OPGATE_TRY(operations::propose(txn, call, *outcome.proposal, policy));
   const std::string key = call.operation_key();
@@ -66,10 +67,9 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
   if (!op) return make_error(errc::internal, "the history's proposal was not stored");
   OPGATE_ASSIGN_OR_RETURN(
       auto approved,
-      operations::approve(txn, key, approver,
-                          {op->proposal().amount_minor(), op->proposal().currency(),
-                           op->fingerprint()},
-                          policy));
+      operations::approve(
+          txn, key, approver,
+          {op->proposal().amount_minor(), op->proposal().currency(), op->fingerprint()}, policy));
   if (approved.refusal) return *approved.refusal;
   OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, policy));
   if (!claim.claimed) return make_error(errc::internal, "the history's refund was not claimed");

@@ -318,28 +318,33 @@ bool SessionSync::is_open(const std::string& session_id, int64_t now_ms, int64_t
   return now_ms - last_activity < window_ms;
 }
 
-size_t SessionSync::sweep(Lanes& lanes, int64_t window_ms, size_t max_sessions) {
+size_t SessionSync::sweep(Lanes& lanes, int64_t window_ms, size_t max_sessions, size_t scan) {
   const int64_t now = clock_.now_ms();
   size_t handed = 0;
-  std::string after;
-  for (;;) {
-    auto ids = storage_.reader().session_ids(after, 1000);
+  size_t looked = 0;
+  while (looked < scan) {
+    const size_t page = std::min<size_t>(1000, scan - looked);
+    auto ids = storage_.reader().session_ids(sweep_cursor_, page);
     if (!ids) {
       spdlog::error("cannot list sessions for the sweep: {}", ids.error().message);
       return handed;
     }
     for (const auto& id : *ids) {
-      if (handed >= max_sessions) return handed;
-      if (backing_off(id, now) || !is_open(id, now, window_ms)) continue;
+      sweep_cursor_ = id;
+      ++looked;
+      if (handed >= max_sessions || backing_off(id, now) || !is_open(id, now, window_ms)) continue;
       if (lanes.try_post(lane(id), [this, id] {
             Status r = sync(id);
             metrics_.inc("opgate_session_sweeps_total", {{"result", r ? "ok" : "error"}});
           }))
         ++handed;
     }
-    if (ids->size() < 1000) return handed;
-    after = ids->back();
+    if (ids->size() < page) {
+      sweep_cursor_.clear();  // the cycle looked at every session
+      break;
+    }
   }
+  return handed;
 }
 
 }  // namespace opgate::worker

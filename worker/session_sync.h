@@ -51,8 +51,12 @@ class SessionSync {
   Status recover(const std::string& session_id);
   // Re-syncs sessions that may still need us (a call awaiting its result or
   // its delivery, or activity within window_ms), so a lost webhook delays
-  // nothing for long. Returns the number of sessions handed to lanes.
-  size_t sweep(Lanes& lanes, int64_t window_ms, size_t max_sessions = 1000);
+  // nothing for long. One call looks at no more than `scan` sessions and
+  // resumes where the last one stopped, so the cost of a dispatcher pass
+  // stays bounded however many sessions history holds; `sweeping()` is true
+  // until a cycle has looked at them all. Returns the number handed to lanes.
+  size_t sweep(Lanes& lanes, int64_t window_ms, size_t max_sessions = 1000, size_t scan = 2000);
+  bool sweeping() const { return !sweep_cursor_.empty(); }
 
   static std::string lane(const std::string& session_id) { return "session:" + session_id; }
 
@@ -84,6 +88,8 @@ class SessionSync {
   // Where the next dispatch pass starts (dispatcher thread only).
   std::string cursor_;
   int64_t last_full_scan_ms_ = 0;
+  // The last session the sweep looked at; empty between cycles.
+  std::string sweep_cursor_;
 };
 
 }  // namespace opgate::worker

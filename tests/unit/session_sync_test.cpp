@@ -310,3 +310,27 @@ TEST_CASE("compaction removes processed inbox events past retention, and nothing
   CHECK(has("msg_waiting"));
   CHECK(has("msg_recent"));
 }
+
+TEST_CASE("a sweep looks at a bounded slice of sessions per call and resumes where it stopped") {
+  World w;
+  for (int i = 1; i <= 5; ++i) {
+    w.bind(fmt::format("sess_{}", i));
+    w.require_lookup(fmt::format("call_{}", i), fmt::format("sess_{}", i));
+  }
+  // Two sessions per call: three calls make a cycle over the five.
+  CHECK(w.sync->sweep(*w.lanes, 3600 * 1000, 1000, 2) == 2);
+  CHECK(w.sync->sweeping());
+  CHECK(w.sync->sweep(*w.lanes, 3600 * 1000, 1000, 2) == 2);
+  CHECK(w.sync->sweeping());
+  CHECK(w.sync->sweep(*w.lanes, 3600 * 1000, 1000, 2) == 1);
+  CHECK_FALSE(w.sync->sweeping());
+  w.lanes->wait_idle();
+  for (int i = 1; i <= 5; ++i)
+    CHECK(w.answered(fmt::format("call_{}", i), fmt::format("sess_{}", i)));
+  // The next cycle starts from the first session again; hours later, with
+  // nothing outstanding, it hands out none.
+  w.pump();
+  w.clock.advance_ms(2 * 3600 * 1000);
+  CHECK(w.sync->sweep(*w.lanes, 3600 * 1000, 1000, 2) == 0);
+  CHECK(w.sync->sweeping());
+}
