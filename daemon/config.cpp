@@ -215,11 +215,39 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
         "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
 }
 
+void parse_store(const Section& st, Config::Store& s) {
+  st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms"});
+  s.backend = st.string("backend", s.backend);
+  if (s.backend != "rocksdb" && s.backend != "postgres")
+    throw ConfigError("key 'store.backend' must be \"rocksdb\" or \"postgres\"");
+  s.url_env = st.string("url_env", s.url_env);
+  s.pool_size = st.integer("pool_size", s.pool_size);
+  s.connect_timeout_s = st.integer("connect_timeout_s", s.connect_timeout_s);
+  s.statement_timeout_ms = st.integer("statement_timeout_ms", s.statement_timeout_ms);
+  if (s.pool_size < 1 || s.pool_size > 1000)
+    throw ConfigError("key 'store.pool_size' must be between 1 and 1000");
+  if (s.connect_timeout_s < 1 || s.connect_timeout_s > 3600)
+    throw ConfigError("key 'store.connect_timeout_s' must be between 1 and 3600");
+  if (s.statement_timeout_ms < 0)
+    throw ConfigError("key 'store.statement_timeout_ms' must not be negative");
+  if (s.backend == "postgres") {
+    if (s.url_env.empty()) throw ConfigError("key 'store.url_env' must name a variable");
+    s.url = env_or_empty(s.url_env);
+    if (s.url.empty())
+      throw ConfigError(
+          fmt::format("store.url_env: the variable {} is not set (it must hold "
+                      "the PostgreSQL connection string)",
+                      s.url_env));
+  }
+}
+
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
-  root.only({"data_dir", "ingress", "operator", "agent", "payments", "orders", "policy", "outbox"});
+  root.only({"data_dir", "store", "ingress", "operator", "agent", "payments", "orders", "policy",
+             "outbox"});
   c.data_dir = root.string("data_dir", c.data_dir);
+  if (root.has("store")) parse_store(root.table("store"), c.store);
   if (root.has("ingress")) parse_ingress(root.table("ingress"), c);
   if (root.has("operator")) parse_operator(root.table("operator"), c);
 

@@ -22,6 +22,20 @@ struct Config {
   // others can read. Every acknowledgement follows a synced write here.
   std::string data_dir = "./data";
 
+  // [store] where the records live: "rocksdb" (embedded, in data_dir, one
+  // node) or "postgres" (a database any number of nodes share).
+  struct Store {
+    std::string backend = "rocksdb";
+    // postgres: the libpq connection string, read from the variable named
+    // by url_env (it may hold a password); TLS by its sslmode and sslrootcert.
+    std::string url_env = "OPGATE_DATABASE_URL";
+    std::string url;
+    int64_t pool_size = 16;
+    int64_t connect_timeout_s = 10;
+    int64_t statement_timeout_ms = 30'000;
+  };
+  Store store;
+
   // Public webhook listener.
   std::string ingress_listen = "127.0.0.1:8080";
   size_t max_body_bytes = 262144;

@@ -21,6 +21,7 @@
 #include "common/version.h"
 #include "daemon/engine.h"
 #include "daemon/service_manager.h"
+#include "daemon/store_factory.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
@@ -44,8 +45,9 @@ Status write_ports_file(const std::string& path, uint16_t ingress, uint16_t op) 
 
 // Gauges read when /metrics is scraped: each is a counter kept in step with
 // the writes or an in-memory value, never a scan of history.
-void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingress::Inbox& inbox,
-                     const Clock& clock, operations::AttentionPolicy attention) {
+void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::RocksStorage* rocks,
+                     ingress::Inbox& inbox, const Clock& clock,
+                     operations::AttentionPolicy attention) {
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
   // Group commit: synced writes of new webhook events, and the events in them.
   metrics.gauge("opgate_inbox_group_commits_total",
@@ -56,10 +58,12 @@ void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingr
     const auto commits = inbox.group_commits();
     return commits == 0 ? 0.0 : static_cast<double>(inbox.committed_events()) / commits;
   });
-  metrics.gauge("opgate_journal_commits_total",
-                [&] { return static_cast<double>(storage.journal().commits()); });
-  metrics.gauge("opgate_journal_transactions_total",
-                [&] { return static_cast<double>(storage.journal().transactions()); });
+  if (rocks) {  // the embedded backend's own group commit
+    metrics.gauge("opgate_journal_commits_total",
+                  [rocks] { return static_cast<double>(rocks->journal().commits()); });
+    metrics.gauge("opgate_journal_transactions_total",
+                  [rocks] { return static_cast<double>(rocks->journal().transactions()); });
+  }
   metrics.gauge("opgate_synced_writes_total",
                 [&] { return static_cast<double>(storage.stats().synced_writes); });
   metrics.gauge("opgate_wal_fsyncs_total",
@@ -115,16 +119,12 @@ int serve(const Config& config, const ServeOptions& options) {
         "only {} file descriptors are available: connections are capped at {} (webhooks) and {} "
         "(operator); raise LimitNOFILE to allow more",
         open_files, fds.ingress_connections, fds.operator_connections);
-  store::rocks::OpenOptions store_options;
-  store_options.max_open_files = fds.rocksdb_max_open_files;
-  store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
-  store_options.clock = &clock;
-  auto opened = store::rocks::RocksStorage::open(config.data_dir, store_options, clock);
+  auto opened = open_store(config, clock, fds.rocksdb_max_open_files);
   if (!opened) {
     spdlog::critical("cannot start: {}", opened.error().message);
     return 2;
   }
-  store::rocks::RocksStorage& storage = **opened;
+  store::Storage& storage = *opened->storage;
   if (!config.orders_seed_file.empty()) {
     auto orders = operations::read_orders_file(config.orders_seed_file);
     auto n = orders ? operations::import_orders(storage, std::move(*orders),
@@ -178,10 +178,16 @@ int serve(const Config& config, const ServeOptions& options) {
                  std::chrono::seconds(config.sweep_window_s)});
   lanes.on_done([&engine] { engine.wake(); });
 
-  register_gauges(metrics, storage, **inbox, clock, config.attention);
+  register_gauges(metrics, storage, opened->rocks, **inbox, clock, config.attention);
 
-  // Work queued by a group commit wakes the dispatcher at once.
+  // Work queued by a group commit wakes the dispatcher at once; so does work
+  // another node committed to a shared store.
   (*inbox)->on_queued([&engine] { engine.wake(); });
+  if (opened->listen) opened->listen([&engine] { engine.wake(); });
+  // Before the engine goes, on every way out.
+  std::shared_ptr<void> unlisten(nullptr, [&](void*) {
+    if (opened->stop_listening) opened->stop_listening();
+  });
   ingress::IngressConfig ingress_config{config.sources, config.timestamp_tolerance_s,
                                         config.max_backlog,
                                         std::chrono::milliseconds(config.reject_cooldown_ms)};
@@ -241,7 +247,7 @@ int serve(const Config& config, const ServeOptions& options) {
     }
   }
   spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", *ingress_port,
-               *operator_port, config.data_dir);
+               *operator_port, opened->description);
   notify_ready(
       fmt::format("webhooks on port {}, operator API on port {}", *ingress_port, *operator_port));
   Watchdog watchdog(
@@ -258,6 +264,7 @@ int serve(const Config& config, const ServeOptions& options) {
   // it answers to can still be written.
   (*inbox)->stop();
   operator_server.drain(std::chrono::seconds(10));
+  unlisten.reset();
   engine.stop();
   lanes.stop();
   lanes.wait_idle();

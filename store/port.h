@@ -142,6 +142,11 @@ class Reader {
   virtual Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) = 0;
   // The earliest not_before_ms of any item, if there is one.
   virtual Result<std::optional<int64_t>> next_due_ms() = 0;
+  // The item with that id as stored now; none if it is gone. A transaction
+  // that reads it and then updates or removes it does so before any other
+  // transaction can: the claim of a piece of work (is it still as I saw it?
+  // then it is mine, with my lease token) is exclusive across processes.
+  virtual Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) = 0;
 };
 
 class Transaction : public virtual Reader {

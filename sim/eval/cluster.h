@@ -30,6 +30,12 @@ struct ClusterOptions {
   // If set, the daemon runs with this hard and soft limit on open files.
   int daemon_open_files = 0;
   bool keep_dir = false;  // leave the directory (logs, data) for inspection
+  // The daemon's store: "rocksdb", or "postgres" with a database of the
+  // cluster's own on the server pg_url names (a libpq connection string),
+  // created at start and dropped at the end. Empty: from the environment,
+  // OPGATE_EVAL_STORE and OPGATE_EVAL_PG_URL (rocksdb if unset).
+  std::string store;
+  std::string pg_url;
 };
 
 struct Reply {
@@ -77,6 +83,8 @@ class Cluster {
   uint16_t ingress_port() const { return ingress_port_; }
   uint16_t operator_port() const { return operator_port_; }
   uint16_t agent_port() const { return agent_port_; }
+  // "rocksdb" or "postgres".
+  const std::string& store() const { return options_.store; }
   static std::string webhook_secret();
 
  private:
@@ -86,8 +94,12 @@ class Cluster {
   Result<std::string> wait_port_file(const std::filesystem::path& file,
                                      boost::process::child& child);
 
+  Status create_database();
+  void drop_database();
+
   ClusterOptions options_;
   std::filesystem::path dir_;
+  std::string database_url_;  // postgres: the cluster's own database
   boost::process::child payments_, agent_, daemon_;
   uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
   int daemon_starts_ = 0;
