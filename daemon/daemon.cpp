@@ -167,6 +167,7 @@ int serve(const Config& config, const ServeOptions& options) {
   worker::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random);
   outbox::DrainerOptions drainer_options;
   drainer_options.claim_lease_ms = config.payments.timeout_ms + 10'000;
+  drainer_options.shared_store = opened->rocks == nullptr;
   outbox::Drainer drainer(storage, lanes, *provider, *agents, policy, metrics, clock, random,
                           drainer_options);
   if (Status s = drainer.recover_after_restart(); !s) {
