@@ -136,7 +136,9 @@ int serve(const Config& config, const ServeOptions& options) {
     }
     spdlog::info("seeded {} order(s) from {}", *n, config.orders_seed_file);
   }
-  auto inbox = ingress::Inbox::open(storage, clock);
+  ingress::InboxOptions inbox_options;
+  inbox_options.shared_store = opened->rocks == nullptr;
+  auto inbox = ingress::Inbox::open(storage, clock, inbox_options);
   if (!inbox) {
     spdlog::critical("cannot start: {}", inbox.error().message);
     return 2;

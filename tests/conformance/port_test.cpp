@@ -368,3 +368,51 @@ TEST_CASE("concurrent transactions that read and write the same record lose no u
   CHECK(failures == 0);
   CHECK(f.s->reader().funds("O1")->reserved_minor() == kThreads * kEach);
 }
+
+TEST_CASE("processes sharing a store lose no update, store a webhook once, keep one chain") {
+  if (!conformance::backend().shared()) return;  // one process per store (RocksDB)
+  Fixture f;
+  auto other = conformance::backend().reopen(f.clock);
+  constexpr int kThreads = 2, kEach = 40;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (Storage* s : {f.s.get(), other.get()})
+    for (int i = 0; i < kThreads; ++i)
+      threads.emplace_back([&, s] {
+        for (int n = 0; n < kEach; ++n) {
+          Status st = s->transact([&](Transaction& t) -> Status {
+            OPGATE_ASSIGN_OR_RETURN(auto funds, t.funds("O1"));
+            funds.set_reserved_minor(funds.reserved_minor() + 1);
+            t.put_funds(funds);
+            pb::AuditRecord a;
+            a.set_operation_key("k1");
+            a.set_action("step");
+            t.append_audit(a);
+            return Status::Ok();
+          });
+          if (!st) failures++;
+        }
+      });
+  // The same webhook at both at once: stored once, the other a duplicate.
+  std::vector<store::NewEvent> one = {event("same", "{1}", true)};
+  std::vector<store::NewEvent> two = {event("same", "{1}", true)};
+  Result<std::vector<store::Appended>> a = std::vector<store::Appended>{};
+  Result<std::vector<store::Appended>> b = std::vector<store::Appended>{};
+  std::thread ta([&] { a = f.s->append_events(one); });
+  std::thread tb([&] { b = other->append_events(two); });
+  ta.join();
+  tb.join();
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  constexpr int kTotal = 2 * kThreads * kEach;
+  CHECK(f.s->reader().funds("O1")->reserved_minor() == kTotal);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(((*a)[0] == store::Appended::stored) != ((*b)[0] == store::Appended::stored));
+  CHECK(*f.s->reader().queued_count() == 1);
+  auto v = other->verify_audit();
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  CHECK(v->records == kTotal);
+  CHECK(f.s->reader().audit_head()->seq == kTotal);
+}

@@ -23,6 +23,7 @@ class PostgresBackend final : public Backend {
   explicit PostgresBackend(std::string url) : url_(std::move(url)) {}
   ~PostgresBackend() override { drop(); }
   std::string name() const override { return "postgres"; }
+  bool shared() const override { return true; }
 
   std::unique_ptr<store::Storage> open_empty(const Clock& clock) override {
     drop();

@@ -87,6 +87,8 @@ class Cluster {
   uint16_t ingress_port() const { return c_->ingress_port(); }
   std::string webhook_secret() const { return eval::Cluster::webhook_secret(); }
   std::string daemon_log() const { return c_->daemon_log(); }
+  // "rocksdb" or "postgres" (OPGATE_EVAL_STORE).
+  const std::string& store() const { return c_->store(); }
 
  private:
   std::unique_ptr<eval::Cluster> c_;
