@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/descriptors.h"
 #include "common/files.h"
 #include "common/lanes.h"
@@ -100,6 +102,48 @@ void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::Ro
       "state");
 }
 
+// Of the processes sharing a store, the one holding the "duties" lease
+// expires pending operations and sweeps sessions for all (the others
+// would only repeat it: both are safe twice, being transactions over
+// locked records). It acts for two thirds of the lease after each renewal,
+// so it stops before another can take the lease over. Dispatcher thread.
+class Leadership {
+ public:
+  using Hold = std::function<Result<std::optional<int64_t>>(const std::string&, const std::string&,
+                                                            int64_t)>;
+  Leadership(Hold hold, int64_t ttl_ms)
+      : hold_(std::move(hold)),
+        holder_(fmt::format("{}-{}", ::getpid(), crypto::random_hex(6))),
+        ttl_ms_(ttl_ms) {}
+
+  bool leads() {
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (now - last_try_ms_ >= ttl_ms_ / 3) {
+      last_try_ms_ = now;
+      auto token = hold_("duties", holder_, ttl_ms_);
+      const bool held = token && token->has_value();
+      if (held && **token != token_)
+        spdlog::info("this node performs the shared duties (expiry, sweeps); lease token {}",
+                     **token);
+      if (!held && until_ms_ > now) spdlog::info("another node performs the shared duties now");
+      if (!token) spdlog::warn("cannot renew the duties lease: {}", token.error().message);
+      token_ = held ? **token : 0;
+      until_ms_ = held ? now + ttl_ms_ * 2 / 3 : 0;
+    }
+    return now < until_ms_;
+  }
+
+ private:
+  Hold hold_;
+  std::string holder_;
+  int64_t ttl_ms_;
+  int64_t last_try_ms_ = INT64_MIN / 2;
+  int64_t until_ms_ = 0;
+  int64_t token_ = 0;
+};
+
 }  // namespace
 
 int serve(const Config& config, const ServeOptions& options) {
@@ -176,9 +220,13 @@ int serve(const Config& config, const ServeOptions& options) {
     spdlog::critical("cannot start: {}", s.error().message);
     return 2;
   }
+  std::optional<Leadership> leadership;
+  if (opened->hold_lease) leadership.emplace(opened->hold_lease, 10'000);
   Engine engine(storage, sessions, drainer, lanes, clock,
                 {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
-                 std::chrono::seconds(config.sweep_window_s)});
+                 std::chrono::seconds(config.sweep_window_s),
+                 leadership ? std::function<bool()>([&leadership] { return leadership->leads(); })
+                            : std::function<bool()>()});
   lanes.on_done([&engine] { engine.wake(); });
 
   register_gauges(metrics, storage, opened->rocks, **inbox, clock, config.attention);

@@ -65,11 +65,13 @@ size_t Engine::expire_pending() {
 }
 
 size_t Engine::pass() {
-  size_t work = expire_pending();
+  const bool leads = !options_.leads || options_.leads();
+  size_t work = leads ? expire_pending() : 0;
   work += sessions_.dispatch(lanes_);
   work += drainer_.dispatch();
   const auto now = std::chrono::steady_clock::now();
-  if (options_.sweep_interval.count() > 0 && now - last_sweep_ >= options_.sweep_interval) {
+  if (leads && options_.sweep_interval.count() > 0 &&
+      now - last_sweep_ >= options_.sweep_interval) {
     last_sweep_ = now;
     sessions_.sweep(
         lanes_,

@@ -44,6 +44,9 @@ Result<OpenedStore> open_store(const Config& config, const Clock& clock,
     auto* raw = pg.get();
     out.listen = [raw](std::function<void()> wake) { raw->listen(std::move(wake)); };
     out.stop_listening = [raw] { raw->stop_listening(); };
+    out.hold_lease = [raw](const std::string& name, const std::string& holder, int64_t ttl_ms) {
+      return raw->hold_lease(name, holder, ttl_ms);
+    };
     out.storage = std::move(pg);
     out.description = "PostgreSQL";
     return out;

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -27,6 +28,10 @@ struct OpenedStore {
   // stop_listening() (both empty for RocksDB).
   std::function<void(std::function<void()>)> listen;
   std::function<void()> stop_listening;
+  // Shared stores: a lease on a named duty (see PgStorage::hold_lease);
+  // empty for RocksDB, whose one node performs every duty.
+  std::function<Result<std::optional<int64_t>>(const std::string&, const std::string&, int64_t)>
+      hold_lease;
 };
 
 // `rocksdb_max_open_files`: the table files RocksDB may keep open.

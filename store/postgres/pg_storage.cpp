@@ -119,6 +119,14 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"ob_ins", "INSERT INTO outbox (not_before_ms, data) VALUES ($1, $2)"},
     {"ob_upd", "UPDATE outbox SET not_before_ms = $2, data = $3 WHERE id = $1"},
     {"ob_del", "DELETE FROM outbox WHERE id = $1"},
+    {"lease",
+     "INSERT INTO leases AS l (name, holder, token, expires_at) "
+     "VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond') "
+     "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
+     "token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp() "
+     "THEN l.token ELSE l.token + 1 END, expires_at = EXCLUDED.expires_at "
+     "WHERE l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp() "
+     "RETURNING token"},
     // Wakes every listening process once the transaction commits.
     {"notify", "SELECT pg_notify('opgate_work', '')"},
     // Meta.
@@ -802,6 +810,14 @@ Status PgStorage::check_writable() {
     static_cast<PgTransaction&>(t).probe();
     return Status::Ok();
   });
+}
+
+Result<std::optional<int64_t>> PgStorage::hold_lease(const std::string& name,
+                                                     const std::string& holder, int64_t ttl_ms) {
+  OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+  OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("lease", {text(name), text(holder), int8(ttl_ms)}));
+  if (rows.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(rows.int8(0, 0));
 }
 
 void PgStorage::listen(std::function<void()> wake) {

@@ -64,6 +64,13 @@ class PgStorage final : public Storage {
   // Stops the listener; `wake` is not called after this returns.
   void stop_listening();
 
+  // A lease on a named duty, by the database's clock: its fencing token
+  // while `holder` holds it (taken, or renewed for another ttl_ms); none
+  // while another holder's lease runs. The token grows whenever the lease
+  // changes hands.
+  Result<std::optional<int64_t>> hold_lease(const std::string& name, const std::string& holder,
+                                            int64_t ttl_ms);
+
   Pool& pool() { return *pool_; }
   const PgOptions& options() const { return options_; }
   // Transactions run again after a deadlock or serialisation failure.

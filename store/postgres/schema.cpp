@@ -115,6 +115,18 @@ CREATE TABLE meta (
 );
 )SQL";
 
+// Leases on duties that one node performs for all (expiry, sweeps): the
+// holder, until when (the database's clock), and the fencing token that
+// grows each time the lease changes hands.
+constexpr const char* kV2 = R"SQL(
+CREATE TABLE leases (
+  name text COLLATE "C" PRIMARY KEY,
+  holder text NOT NULL,
+  token bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+)SQL";
+
 constexpr int64_t kMigrationLock = 0x6f70676174654d31;  // "opgateM1"
 
 std::string quote_ident(const std::string& s) {
@@ -131,6 +143,7 @@ std::string quote_ident(const std::string& s) {
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> all = {
       {1, "records, indexes, the audit chain's head and the state counts", kV1},
+      {2, "leases on the duties one node performs for all", kV2},
   };
   return all;
 }

@@ -69,3 +69,25 @@ std::unique_ptr<Backend> make_postgres_backend() {
 }
 
 }  // namespace opgate::conformance
+
+// PostgreSQL only (not a port contract): the lease that elects the node
+// performing the shared duties.
+TEST_CASE("postgres: a duty's lease has one holder at a time; its token grows at each handover") {
+  using opgate::conformance::backend;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto s = backend().open_empty(clock);
+  auto* pg = dynamic_cast<opgate::store::pg::PgStorage*>(s.get());
+  REQUIRE(pg);
+  auto hold = [&](const char* holder, int64_t ttl_ms) {
+    auto token = pg->hold_lease("duties", holder, ttl_ms);
+    REQUIRE_MESSAGE(token.ok(), token.error().message);
+    return *token;
+  };
+  CHECK(hold("A", 60'000) == std::optional<int64_t>(1));
+  CHECK(hold("B", 60'000) == std::nullopt);               // A's lease runs
+  CHECK(hold("A", 60'000) == std::optional<int64_t>(1));  // renewed, same token
+  CHECK(hold("A", 0) == std::optional<int64_t>(1));       // renewed to end at once
+  CHECK(hold("B", 60'000) == std::optional<int64_t>(2));  // lapsed: B takes it over
+  CHECK(hold("A", 60'000) == std::nullopt);
+}

@@ -170,10 +170,12 @@ struct World {
     d.claim_lease_ms = 30'000;
     drainer = std::make_unique<outbox::Drainer>(
         *storage, *lanes, provider, agents, policy, metrics, clock, [] { return 0.0; }, d);
-    engine = std::make_unique<daemon::Engine>(
-        *storage, *sync, *drainer, *lanes, clock,
-        daemon::Engine::Options{std::chrono::milliseconds(200), std::chrono::seconds(0),
-                                std::chrono::seconds(3600)});
+    engine =
+        std::make_unique<daemon::Engine>(*storage, *sync, *drainer, *lanes, clock,
+                                         daemon::Engine::Options{std::chrono::milliseconds(200),
+                                                                 std::chrono::seconds(0),
+                                                                 std::chrono::seconds(3600),
+                                                                 {}});
   }
 
   void close() {
