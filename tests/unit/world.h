@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,8 +101,11 @@ class FakeProvider final : public adapters::PaymentProvider {
   std::vector<adapters::PaymentRequest> executed;
   std::vector<adapters::PaymentRequest> looked_up;
   bool throw_on_execute = false;
+  // Runs while the provider is being called (another process acting then).
+  std::function<void()> during_execute;
 
   adapters::PaymentResult execute(const adapters::PaymentRequest& r) override {
+    if (during_execute) during_execute();
     std::lock_guard lock(mu);
     executed.push_back(r);
     if (throw_on_execute) throw std::runtime_error("the provider client blew up");
