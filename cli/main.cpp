@@ -15,12 +15,16 @@ int main(int argc, char** argv) {
   using namespace opgate;
   CLI::App app{"opgate: agents propose refunds and credits; people approve; the ledger proves."};
   app.require_subcommand(1);
+  // --json and --page-size may also follow the subcommand.
+  app.fallthrough();
   app.set_version_flag("--version", std::string(kVersionLine));
   cli::Context ctx;
   const char* url = std::getenv("OPGATE_URL");
   const char* token = std::getenv("OPGATE_TOKEN");
   ctx.url = url ? url : "http://127.0.0.1:8081";
   ctx.token = token ? token : "";
+  const char* ca_file = std::getenv("OPGATE_CA_FILE");
+  ctx.ca_file = ca_file ? ca_file : "";
   app.add_flag("--json", ctx.json, "print JSON instead of text");
   app.add_option("--page-size", ctx.page_size,
                  "operations per page when listing (every page is read)")
@@ -39,7 +43,7 @@ int main(int argc, char** argv) {
       rc = 2;
       return;
     }
-    rc = daemon::serve(*config, {ports_file});
+    rc = daemon::serve(*config, {config_path, ports_file});
   });
 
   auto* migrate =
@@ -65,7 +69,7 @@ int main(int argc, char** argv) {
     std::cout << worker::tool_definitions_json() << "\n";
   });
 
-  std::string session, owner, key, reason, state, outcome, evidence, data_dir, file;
+  std::string session, owner, key, reason, state, outcome, evidence, data_dir, file, dir;
   bool attention = false;
 
   auto* sessions = app.add_subcommand("sessions", "bind, recover and inspect sessions");
@@ -120,16 +124,28 @@ int main(int argc, char** argv) {
   auto* res = ops->add_subcommand("resolve", "settle an outcome_unknown operation by hand");
   res->add_option("key", key)->required();
   res->add_option("--outcome", outcome)->required()->check(CLI::IsMember({"succeeded", "failed"}));
-  res->add_option("--evidence", evidence, "what proves it")->required();
-  res->callback([&] { rc = cli::resolve(ctx, key, outcome, evidence); });
+  res->add_option("--evidence", evidence, "what proves it (audited, never sent to the session)")
+      ->required();
+  std::string provider_object_id;
+  res->add_option("--provider-object-id", provider_object_id,
+                  "the provider's object (re_..., cbtxn_...) the ledger row names");
+  res->callback([&] { rc = cli::resolve(ctx, key, outcome, evidence, provider_object_id); });
+
+  auto* ledger = app.add_subcommand("ledger", "the ledger: one row per succeeded operation");
+  ledger->add_option("--session", session, "only this session's rows");
+  ledger->add_option("--owner", owner, "only this owner's rows");
+  ledger->callback([&] { rc = cli::ledger(ctx, session, owner); });
 
   auto* audit = app.add_subcommand("audit", "the audit chain");
   audit->require_subcommand(1);
   auto* verify = audit->add_subcommand("verify", "verify the hash chain");
   verify->add_option("--data-dir", data_dir, "verify a stopped daemon's data directory offline");
+  std::string expect_head;
+  verify->add_option("--expect-head", expect_head,
+                     "SEQ:HASH a notification receiver saw: fail if the chain no longer holds it");
   verify->callback([&] {
-    rc = data_dir.empty() ? cli::audit_verify_online(ctx)
-                          : cli::audit_verify_offline(data_dir, ctx.json);
+    rc = data_dir.empty() ? cli::audit_verify_online(ctx, expect_head)
+                          : cli::audit_verify_offline(data_dir, ctx.json, expect_head);
   });
 
   auto* orders = app.add_subcommand("orders", "server-owned orders");
@@ -138,6 +154,31 @@ int main(int argc, char** argv) {
   import->add_option("file", file)->required();
   import->callback([&] { rc = cli::import_orders(ctx, file);
 });
+
+auto* backup = app.add_subcommand("backup", "back up the store, or restore a copy");
+backup->require_subcommand(1);
+auto* bcreate = backup->add_subcommand("create", "write an online copy (on the daemon's host)");
+bcreate->add_option("--to", dir, "a directory that does not exist yet")->required();
+bcreate->callback([&] { rc = cli::backup_create(ctx, dir); });
+auto* brestore =
+    backup->add_subcommand("restore", "make a new data directory from a copy (daemon stopped)");
+brestore->add_option("--from", file, "the backup directory")->required();
+brestore->add_option("--data-dir", data_dir, "the new data directory")->required();
+brestore->callback([&] { rc = cli::backup_restore(file, data_dir, ctx.json); });
+
+auto* notify = app.add_subcommand("notify", "outbound notification endpoints");
+notify->require_subcommand(1);
+notify->add_subcommand("list", "endpoints, their state, last error and backlog")->callback([&] {
+  rc = cli::notify_list(ctx);
+});
+std::string endpoint, since;
+auto* nreplay = notify->add_subcommand("replay", "queue kept events again for one endpoint");
+nreplay->add_option("--endpoint", endpoint)->required();
+nreplay->add_option("--since", since, "Unix seconds, or 90m, 2h, 1d back from now")->required();
+nreplay->callback([&] { rc = cli::notify_replay(ctx, endpoint, since); });
+auto* nenable = notify->add_subcommand("enable", "re-enable an endpoint disabled by a 410");
+nenable->add_option("endpoint", endpoint)->required();
+nenable->callback([&] { rc = cli::notify_enable(ctx, endpoint); });
 
 CLI11_PARSE(app, argc, argv);
 return rc;

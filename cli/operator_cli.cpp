@@ -7,11 +7,14 @@
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "common/crypto.h"
 #include "common/text.h"
 #include "http/client.h"
+#include "operations/audit.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
 #include "store/rocksdb/rocks_storage.h"
@@ -42,6 +45,7 @@ std::optional<Reply> call(const Context& c, const std::string& method, const std
   req.method = method;
   req.url = c.url + path;
   req.headers["Authorization"] = "Bearer " + c.token;
+  req.ca_file = c.ca_file;
   if (!body.empty()) {
     req.headers["Content-Type"] = "application/json";
     req.body = body;
@@ -114,20 +118,38 @@ std::string money(const json::value& op) {
   return operations::format_money(n(op, "amount_minor"), s(op, "currency"));
 }
 
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "3d4h", "5h12m", "7m3s", "12s"; negative durations as "-".
+std::string duration(int64_t ms) {
+  if (ms < 0) return "-";
+  const int64_t s = ms / 1000;
+  if (s >= 86400) return fmt::format("{}d{}h", s / 86400, s % 86400 / 3600);
+  if (s >= 3600) return fmt::format("{}h{}m", s / 3600, s % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+void print_operation_header() {
+  std::cout << fmt::format("{:<48} {:<22} {:>14} {:>8} {:>8}  {}\n", "OPERATION", "STATE", "AMOUNT",
+                           "AGE", "ATTEMPTS", "NOTES");
+}
+
 void print_operation_line(const json::value& op) {
   std::string state = s(op, "state");
   if (!s(op, "outcome").empty()) state += "/" + s(op, "outcome");
-  std::string age;
-  if (s(op, "state") == "outcome_unknown") {
-    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-    age = fmt::format(" age={}s", (now_ms - n(op, "unknown_since_ms")) / 1000);
-  }
-  std::cout << fmt::format("{:<48} {:<22} {:>14}  attempts={}{}{}{}\n", s(op, "key"), state,
-                           money(op), n(op, "attempts"), age,
-                           s(op, "needs_attention") == "true" ? " NEEDS-ATTENTION" : "",
-                           s(op, "last_error").empty() ? "" : " last_error=" + s(op, "last_error"));
+  // Age in the state that matters: unknown since, or since proposed.
+  const int64_t since =
+      s(op, "state") == "outcome_unknown" ? n(op, "unknown_since_ms") : n(op, "created_at_ms");
+  std::string notes;
+  if (s(op, "needs_attention") == "true") notes += "NEEDS-ATTENTION ";
+  if (!s(op, "last_error").empty()) notes += "last_error=" + s(op, "last_error");
+  std::cout << fmt::format("{:<48} {:<22} {:>14} {:>8} {:>8}  {}\n", s(op, "key"), state, money(op),
+                           duration(now_ms() - since), n(op, "attempts"), notes);
 }
 
 void print_proposal(const json::value& op) {
@@ -138,6 +160,10 @@ void print_proposal(const json::value& op) {
       s(op, "key"), s(op, "state"), s(op, "outcome").empty() ? "" : "/" + s(op, "outcome"),
       s(op, "owner"), s(op, "order_id"), s(op, "kind"), money(op), s(p, "payment_method"),
       s(p, "effect"), s(p, "tier"), s(op, "fingerprint"));
+  if (s(op, "state") == "pending")
+    std::cout << fmt::format("age         {} (expires in {})\n",
+                             duration(now_ms() - n(op, "created_at_ms")),
+                             duration(n(op, "expires_at_ms") - now_ms()));
   if (const auto& a = op.as_object().at("approvals").as_array(); !a.empty()) {
     std::cout << "approvals  ";
     for (const auto& x : a) std::cout << " " << s(x, "principal");
@@ -319,7 +345,11 @@ int list_operations(const Context& c, const std::string& state, bool attention) 
     std::cout << json::serialize(json::object{{"operations", ops}}) << "\n";
     return 0;
   }
-  if (ops.empty()) std::cout << "no operations\n";
+  if (ops.empty()) {
+    std::cout << "no operations\n";
+    return 0;
+  }
+  print_operation_header();
   for (const auto& op : ops) print_operation_line(op);
   return 0;
 }
@@ -348,21 +378,57 @@ int reconcile(const Context& c, const std::string& key) {
 }
 
 int resolve(const Context& c, const std::string& key, const std::string& outcome,
-            const std::string& evidence) {
-  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/resolve",
-                json::serialize(json::object{{"outcome", outcome}, {"evidence", evidence}}));
+            const std::string& evidence, const std::string& provider_object_id) {
+  json::object body{{"outcome", outcome}, {"evidence", evidence}};
+  if (!provider_object_id.empty()) body["provider_object_id"] = provider_object_id;
+  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/resolve", json::serialize(body));
   if (!r) return 1;
   return print_json_or(
       c, *r, [&] { std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome); });
 }
 
-int audit_verify_online(const Context& c) {
-  auto r = call(c, "GET", "/v1/audit/verify");
+int ledger(const Context& c, const std::string& session, const std::string& owner) {
+  std::string path = "/v1/ledger";
+  std::string sep = "?";
+  if (!session.empty()) {
+    path += sep + "session=" + seg(session);
+    sep = "&";
+  }
+  if (!owner.empty()) path += sep + "owner=" + seg(owner);
+  auto r = call(c, "GET", path);
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    const auto& rows = r->body.as_object().at("ledger").as_array();
+    std::cout << fmt::format("{:<48} {:<16} {:>14}  {:<28} {}\n", "OPERATION", "KIND", "AMOUNT",
+                             "PROVIDER OBJECT", "RECORDED BY");
+    for (const auto& row : rows)
+      std::cout << fmt::format("{:<48} {:<16} {:>14}  {:<28} {}\n", s(row, "operation_key"),
+                               s(row, "kind"), money(row), s(row, "provider_object_id"),
+                               s(row, "recorded_by"));
+    if (rows.empty()) std::cout << "(no rows)\n";
+  });
+}
+
+// "; the witnessed head #N is in it", when the caller gave one to check.
+static std::string witnessed_note(const std::string& expect_head) {
+  if (expect_head.empty()) return "";
+  return fmt::format("; the witnessed head #{} is in it",
+                     expect_head.substr(0, expect_head.find(':')));
+}
+
+int audit_verify_online(const Context& c, const std::string& expect_head) {
+  std::string path = "/v1/audit/verify";
+  if (!expect_head.empty()) path += "?expect_head=" + seg(expect_head);
+  auto r = call(c, "GET", path);
   if (!r) return 1;
   bool ok = r->body.as_object().at("ok").as_bool();
   print_json_or(c, *r, [&] {
     if (ok)
-      std::cout << fmt::format("audit chain verifies: {} records\n", s(r->body, "records"));
+      std::cout << fmt::format(
+          "audit chain verifies: {} records, head #{} {}; {} operations agree "
+          "with their records{}\n",
+          s(r->body, "records"), s(r->body.at("head"), "seq"), s(r->body.at("head"), "hash"),
+          s(r->body, "operations_checked"), witnessed_note(expect_head));
     else
       std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", s(r->body, "first_bad_seq"),
                                s(r->body, "problem"));
@@ -370,7 +436,17 @@ int audit_verify_online(const Context& c) {
   return ok ? 0 : 3;
 }
 
-int audit_verify_offline(const std::string& data_dir, bool as_json) {
+int audit_verify_offline(const std::string& data_dir, bool as_json,
+                         const std::string& expect_head) {
+  std::optional<operations::WitnessedHead> expect;
+  if (!expect_head.empty()) {
+    auto parsed = operations::parse_head(expect_head);
+    if (!parsed) {
+      std::cerr << "error: " << parsed.error().message << "\n";
+      return 2;
+    }
+    expect = *parsed;
+  }
   store::rocks::OpenOptions o;
   o.read_only = true;
   o.create_if_missing = false;
@@ -380,24 +456,23 @@ int audit_verify_offline(const std::string& data_dir, bool as_json) {
     std::cerr << "error: " << st.error().message << "\n";
     return 1;
   }
-  auto v = (*st)->verify_audit();
-  if (!v) {
-    std::cerr << "error: " << v.error().message << "\n";
+  auto report = operations::verify_audit(**st, expect);
+  if (!report) {
+    std::cerr << "error: " << report.error().message << "\n";
     return 1;
   }
+  const auto& v = report->chain;
   if (as_json) {
-    json::object o{{"ok", v->ok}, {"records", v->records}};
-    if (!v->ok) {
-      o["first_bad_seq"] = v->first_bad_seq;
-      o["problem"] = v->problem;
-    }
-    std::cout << json::serialize(o) << "\n";
-  } else if (v->ok) {
-    std::cout << fmt::format("audit chain verifies: {} records\n", v->records);
+    std::cout << json::serialize(operations::to_json(*report)) << "\n";
+  } else if (v.ok) {
+    std::cout << fmt::format(
+        "audit chain verifies: {} records, head #{} {}; {} operations agree with their records{}\n",
+        v.records, v.head.seq, crypto::to_hex(v.head.hash), report->operations_checked,
+        witnessed_note(expect_head));
   } else {
-    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v->first_bad_seq, v->problem);
+    std::cout << fmt::format("AUDIT CHAIN BROKEN at record {}: {}\n", v.first_bad_seq, v.problem);
   }
-  return v->ok ? 0 : 3;
+  return v.ok ? 0 : 3;
 }
 
 int import_orders(const Context& c, const std::string& file) {
@@ -411,6 +486,87 @@ int import_orders(const Context& c, const std::string& file) {
   for (const auto& o : orders)
     if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), operations::order_to_json(o))) return 1;
   std::cout << fmt::format("imported {} order(s)\n", orders.size());
+  return 0;
+}
+
+int notify_list(const Context& c) {
+  auto r = call(c, "GET", "/v1/notify/endpoints");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    const auto& endpoints = r->body.as_object().at("endpoints").as_array();
+    if (endpoints.empty()) {
+      std::cout << "no notification endpoints configured\n";
+      return;
+    }
+    std::cout << fmt::format("{:<16} {:<9} {:<9} {:>7}  {:<36} {}\n", "ENDPOINT", "FORMAT", "STATE",
+                             "BACKLOG", "URL", "LAST ERROR");
+    for (const auto& e : endpoints)
+      std::cout << fmt::format("{:<16} {:<9} {:<9} {:>7}  {:<36} {}\n", s(e, "name"),
+                               s(e, "format"), s(e, "state"), s(e, "backlog"), s(e, "url"),
+                               s(e, "last_error"));
+  });
+}
+
+int notify_replay(const Context& c, const std::string& endpoint, const std::string& since) {
+  int64_t since_ms = 0;
+  try {
+    size_t used = 0;
+    const int64_t n = std::stoll(since, &used);
+    const std::string unit = since.substr(used);
+    const int64_t scale = unit.empty()  ? 0
+                          : unit == "s" ? 1000
+                          : unit == "m" ? 60'000
+                          : unit == "h" ? 3'600'000
+                          : unit == "d" ? 86'400'000
+                                        : -1;
+    if (n < 0 || scale < 0) throw std::invalid_argument(since);
+    since_ms = scale == 0 ? n * 1000 : now_ms() - n * scale;
+  } catch (...) {
+    std::cerr << "error: --since takes Unix seconds or a duration such as 90m, 2h or 1d\n";
+    return 2;
+  }
+  auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/replay",
+                json::serialize(json::object{{"since_ms", since_ms}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("{} notification(s) queued again for {}\n", s(r->body, "queued"),
+                             endpoint);
+  });
+}
+
+int notify_enable(const Context& c, const std::string& endpoint) {
+  auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/enable");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] { std::cout << fmt::format("{} enabled\n", endpoint); });
+}
+
+int backup_create(const Context& c, const std::string& dir) {
+  std::error_code ec;
+  const std::string absolute = std::filesystem::absolute(dir, ec).lexically_normal().string();
+  auto r = call(c, "POST", "/v1/backups", json::serialize(json::object{{"dir", absolute}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("backup written to {} (audit chain head #{})\n", s(r->body, "dir"),
+                             s(r->body.at("audit_head"), "seq"));
+  });
+}
+
+int backup_restore(const std::string& backup_dir, const std::string& data_dir, bool as_json) {
+  SystemClock clock;
+  auto info = store::rocks::RocksStorage::restore(backup_dir, data_dir, clock);
+  if (!info) {
+    std::cerr << "error: " << info.error().message << "\n";
+    return 1;
+  }
+  if (as_json)
+    std::cout << json::serialize(
+                     json::object{{"data_dir", info->dir}, {"audit_seq", info->audit_head.seq}})
+              << "\n";
+  else
+    std::cout << fmt::format(
+        "restored into {}: format {}, audit chain verifies to record #{}\n"
+        "start the daemon with data_dir = \"{}\"\n",
+        info->dir, info->format_version, info->audit_head.seq, info->dir);
   return 0;
 }
 

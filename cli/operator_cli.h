@@ -11,6 +11,9 @@ namespace opgate::cli {
 struct Context {
   std::string url;    // OPGATE_URL, default http://127.0.0.1:8081
   std::string token;  // OPGATE_TOKEN
+  // OPGATE_CA_FILE: the CA that signed the operator listener's certificate
+  // (https URLs); empty trusts the system store.
+  std::string ca_file;
   bool json = false;
   bool assume_yes = false;
   int page_size = 1000;  // operations per page of a listing; every page is read
@@ -28,9 +31,19 @@ int list_operations(const Context& c, const std::string& state, bool attention);
 int show_operation(const Context& c, const std::string& key);
 int reconcile(const Context& c, const std::string& key);
 int resolve(const Context& c, const std::string& key, const std::string& outcome,
-            const std::string& evidence);
-int audit_verify_online(const Context& c);
-int audit_verify_offline(const std::string& data_dir, bool json);
+            const std::string& evidence, const std::string& provider_object_id);
+int ledger(const Context& c, const std::string& session, const std::string& owner);
+// expect_head "SEQ:HASH" (a witness's record of the chain) or "".
+int audit_verify_online(const Context& c, const std::string& expect_head);
+int audit_verify_offline(const std::string& data_dir, bool json, const std::string& expect_head);
 int import_orders(const Context& c, const std::string& file);
+// Online: the daemon writes the copy on its host. Offline: a stopped
+// daemon's new data directory from a copy.
+int backup_create(const Context& c, const std::string& dir);
+int notify_list(const Context& c);
+// `since`: Unix seconds, or a duration back from now ("90m", "2h", "1d").
+int notify_replay(const Context& c, const std::string& endpoint, const std::string& since);
+int notify_enable(const Context& c, const std::string& endpoint);
+int backup_restore(const std::string& backup_dir, const std::string& data_dir, bool json);
 
 }  // namespace opgate::cli

@@ -11,6 +11,9 @@ std::string sha256(std::string_view data);  // raw 32 bytes
 std::string sha256_hex(std::string_view data);
 std::string hmac_sha256(std::string_view key, std::string_view data);  // raw
 std::string to_hex(std::string_view raw);
+// The bytes of a hex string; nothing if it is not one (odd length, a non-hex
+// digit).
+std::optional<std::string> from_hex(std::string_view hex);
 std::string base64_encode(std::string_view raw);
 // Strict standard base64 (with padding); nullopt on any invalid input.
 std::optional<std::string> base64_decode(std::string_view text);

@@ -29,7 +29,9 @@ std::string Histogram::render(const std::string& name, const std::string& labels
   }
   cumulative += buckets_[bounds_.size()].load();
   out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, cumulative);
-  out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_.load(), name, count_.load());
+  const std::string braces = labels.empty() ? "" : "{" + labels + "}";
+  out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, braces, sum_.load(), name, braces,
+                     count_.load());
   return out;
 }
 
@@ -80,12 +82,20 @@ uint64_t Metrics::counter_value(const std::string& name,
 }
 
 Histogram& Metrics::histogram(const std::string& name, const std::vector<double>& bounds) {
+  return histogram(name, {}, bounds);
+}
+
+Histogram& Metrics::histogram(const std::string& name,
+                              const std::map<std::string, std::string>& labels,
+                              const std::vector<double>& bounds) {
+  const std::string k = key(labels);
   {
     std::shared_lock lock(mu_);
-    if (auto it = histograms_.find(name); it != histograms_.end()) return *it->second;
+    if (auto it = histograms_.find(name); it != histograms_.end())
+      if (auto h = it->second.find(k); h != it->second.end()) return *h->second;
   }
   std::unique_lock lock(mu_);
-  auto& slot = histograms_[name];
+  auto& slot = histograms_[name][k];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
   return *slot;
 }
@@ -110,39 +120,56 @@ void Metrics::info(const std::string& name, const std::string& help,
   infos_[name] = {help, std::move(k)};
 }
 
+void Metrics::describe(const std::string& name, const std::string& help) {
+  std::unique_lock lock(mu_);
+  help_[name] = help;
+}
+
 std::string Metrics::render() const {
   std::string out;
   decltype(gauges_) gauges;
   decltype(families_) families;
+  decltype(infos_) infos;
+  decltype(help_) help;
+  auto header = [&](const std::string& name, std::string_view type) {
+    auto h = help.find(name);
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name,
+                       h == help.end() ? "An opgate metric." : h->second, name, type);
+  };
   {
     // Atomic loads only under the (shared) lock; the gauges, which may read
     // the store, are evaluated after it is released.
     std::shared_lock lock(mu_);
+    help = help_;
     for (const auto& [name, series] : counters_) {
-      out += fmt::format("# TYPE {} counter\n", name);
+      header(name, "counter");
       for (const auto& [labels, value] : series)
         out += labels.empty() ? fmt::format("{} {}\n", name, value->load())
                               : fmt::format("{}{{{}}} {}\n", name, labels, value->load());
     }
-    for (const auto& [name, h] : histograms_) {
-      out += fmt::format("# TYPE {} histogram\n", name);
-      out += h->render(name, "");
+    for (const auto& [name, series] : histograms_) {
+      header(name, "histogram");
+      for (const auto& [labels, h] : series) out += h->render(name, labels);
     }
     gauges = gauges_;
     families = families_;
+    infos = infos_;
   }
-  for (const auto& [name, read] : gauges)
+  for (const auto& [name, read] : gauges) {
     // A value read on demand may be a counter kept elsewhere (…_total).
-    out += fmt::format("# TYPE {} {}\n{} {}\n", name,
-                       name.ends_with("_total") ? "counter" : "gauge", name, read());
+    header(name, name.ends_with("_total") ? "counter" : "gauge");
+    out += fmt::format("{} {}\n", name, read());
+  }
   for (const auto& [name, fam] : families) {
-    out += fmt::format("# TYPE {} gauge\n", name);
+    header(name, "gauge");
     for (const auto& [value_label, v] : fam.second())
       out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, fam.first, value_label, v);
   }
-  for (const auto& [name, info] : infos_)
-    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} 1\n", name, info.first, name, name,
-                       info.second);
+  for (const auto& [name, info] : infos) {
+    help[name] = info.first;
+    header(name, "gauge");
+    out += fmt::format("{}{{{}}} 1\n", name, info.second);
+  }
   return out;
 }
 

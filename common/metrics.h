@@ -35,6 +35,9 @@ class Metrics {
   void inc(const std::string& name, const std::map<std::string, std::string>& labels = {},
            uint64_t by = 1);
   Histogram& histogram(const std::string& name, const std::vector<double>& bounds);
+  // One histogram per label set, e.g. per endpoint.
+  Histogram& histogram(const std::string& name, const std::map<std::string, std::string>& labels,
+                       const std::vector<double>& bounds);
   // A gauge computed when /metrics is read.
   void gauge(const std::string& name, std::function<double()> read);
   // Gauges with labels, e.g. operations by state.
@@ -44,6 +47,8 @@ class Metrics {
   // facts, with its # HELP line: opgate_build_info{version="0.2.0",revision="80cc074"} 1.
   void info(const std::string& name, const std::string& help,
             const std::vector<std::pair<std::string, std::string>>& labels);
+  // The # HELP text of a family (every family the daemon exports has one).
+  void describe(const std::string& name, const std::string& help);
   std::string render() const;
   uint64_t counter_value(const std::string& name,
                          const std::map<std::string, std::string>& labels = {}) const;
@@ -52,11 +57,12 @@ class Metrics {
   static std::string key(const std::map<std::string, std::string>& labels);
   mutable std::shared_mutex mu_;  // exclusive only to add a series
   std::map<std::string, std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>>> counters_;
-  std::map<std::string, std::unique_ptr<Histogram>> histograms_;
+  std::map<std::string, std::map<std::string, std::unique_ptr<Histogram>>> histograms_;
   std::map<std::string, std::function<double()>> gauges_;
   std::map<std::string, std::pair<std::string, std::function<std::map<std::string, double>()>>>
       families_;
   std::map<std::string, std::pair<std::string, std::string>> infos_;  // name → {help, labels}
+  std::map<std::string, std::string> help_;
 };
 
 }  // namespace opgate

@@ -4,16 +4,17 @@
 
 namespace opgate {
 
-sigset_t block_stop_signals() {
+sigset_t block_daemon_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
 }
 
-int wait_for_stop_signal(const sigset_t& set) {
+int wait_for_signal(const sigset_t& set) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }

@@ -1,14 +1,16 @@
-// Stop signals (SIGTERM, SIGINT) taken synchronously: block them before any
-// thread starts, so every thread inherits the mask, then wait in one place.
+// The signals the daemon acts on, taken synchronously: blocked before any
+// thread starts, so every thread inherits the mask, then waited for in one
+// place. SIGTERM and SIGINT drain and stop; SIGHUP reloads the
+// configuration.
 #pragma once
 
 #include <signal.h>
 
 namespace opgate {
 
-// Blocks SIGTERM and SIGINT in the calling thread and returns the set.
-sigset_t block_stop_signals();
+// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and returns the set.
+sigset_t block_daemon_signals();
 // Waits until one of `set` arrives; returns its number.
-int wait_for_stop_signal(const sigset_t& set);
+int wait_for_signal(const sigset_t& set);
 
 }  // namespace opgate

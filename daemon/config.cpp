@@ -8,7 +8,10 @@
 #include <toml.hpp>
 #include <tuple>
 
+#include "common/identifiers.h"
+#include "common/logging.h"
 #include "ingress/signature.h"
+#include "operations/notifications.h"
 
 namespace opgate::daemon {
 
@@ -88,6 +91,7 @@ class Section {
   }
 
   Section table(const char* k) const { return Section(v_.at(k), key(k)); }
+  const toml::value& raw() const { return v_; }
 
   std::vector<Section> tables(const char* k) const {
     std::vector<Section> out;
@@ -128,11 +132,22 @@ std::string env_or_empty(const std::string& name) {
   return v ? v : "";
 }
 
-void parse_ingress(const Section& in, Config& c) {
+TlsFiles parse_tls(const Section& s, const std::filesystem::path& base_dir) {
+  TlsFiles tls{s.string("tls_cert_file", ""), s.string("tls_key_file", "")};
+  if (tls.cert_file.empty() != tls.key_file.empty())
+    throw ConfigError(fmt::format("'{}' and '{}' go together: set both or neither",
+                                  s.key("tls_cert_file"), s.key("tls_key_file")));
+  for (auto* f : {&tls.cert_file, &tls.key_file})
+    if (!f->empty() && std::filesystem::path(*f).is_relative()) *f = (base_dir / *f).string();
+  return tls;
+}
+
+void parse_ingress(const Section& in, Config& c, const std::filesystem::path& base_dir) {
   in.only({"listen", "max_body_bytes", "timestamp_tolerance_s", "max_backlog", "retention_s",
            "sources", "header_timeout_ms", "body_timeout_ms", "max_connections",
-           "reject_cooldown_ms"});
+           "reject_cooldown_ms", "tls_cert_file", "tls_key_file"});
   c.ingress_listen = in.string("listen", c.ingress_listen);
+  c.ingress_tls = parse_tls(in, base_dir);
   c.max_body_bytes = in.integer("max_body_bytes", c.max_body_bytes);
   c.timestamp_tolerance_s = in.integer("timestamp_tolerance_s", c.timestamp_tolerance_s);
   c.max_backlog = in.integer("max_backlog", c.max_backlog);
@@ -167,9 +182,10 @@ void parse_ingress(const Section& in, Config& c) {
   }
 }
 
-void parse_operator(const Section& op, Config& c) {
-  op.only({"listen", "tokens"});
+void parse_operator(const Section& op, Config& c, const std::filesystem::path& base_dir) {
+  op.only({"listen", "tokens", "tls_cert_file", "tls_key_file"});
   c.operator_listen = op.string("listen", c.operator_listen);
+  c.operator_tls = parse_tls(op, base_dir);
   for (const auto& t : op.tables("tokens")) {
     t.only({"principal", "token_sha256", "scopes", "owners", "max_amount_minor", "tiers"});
     operations::Principal p;
@@ -241,15 +257,86 @@ void parse_store(const Section& st, Config::Store& s) {
   }
 }
 
+std::vector<int64_t> integers(const Section& s, const char* k) {
+  std::vector<int64_t> out;
+  // Read through strings() would refuse integers: one pass of our own.
+  for (const auto& item : toml::find(s.raw(), k).as_array()) {
+    if (!item.is_integer() || item.as_integer() <= 0)
+      throw ConfigError(fmt::format("key '{}' must be a list of positive integers", s.key(k)));
+    out.push_back(item.as_integer());
+  }
+  return out;
+}
+
+void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
+  n.only({"retry_schedule_s", "console_url", "endpoints"});
+  if (n.has("retry_schedule_s")) {
+    notify.retry_schedule_s = integers(n, "retry_schedule_s");
+    if (notify.retry_schedule_s.empty())
+      throw ConfigError("notify.retry_schedule_s must list at least one wait");
+  }
+  notify.console_url = n.string("console_url", "");
+  std::set<std::string> names;
+  for (const auto& e : n.tables("endpoints")) {
+    e.only(
+        {"name", "url", "secret", "secret_env", "events", "format", "timeout_ms", "max_in_flight"});
+    outbox::NotifyEndpoint endpoint;
+    endpoint.name = e.required_string("name");
+    if (!valid_identifier(endpoint.name) || !names.insert(endpoint.name).second)
+      throw ConfigError(
+          fmt::format("'{}' must be a unique name of 1-64 characters from "
+                      "A-Z, a-z, 0-9, '.', '_' and '-'",
+                      e.key("name")));
+    endpoint.url = e.required_string("url");
+    if (!endpoint.url.starts_with("http://") && !endpoint.url.starts_with("https://"))
+      throw ConfigError(fmt::format("'{}' must be an http:// or https:// URL", e.key("url")));
+    std::string secret = e.string("secret", "");
+    if (e.has("secret_env")) secret = env_or_empty(e.string("secret_env", ""));
+    auto key = ingress::decode_secret(secret);
+    if (!key)
+      throw ConfigError(
+          fmt::format("notification endpoint '{}': secret (or the variable in "
+                      "secret_env) must be a whsec_ secret",
+                      endpoint.name));
+    endpoint.raw_key = *key;
+    for (const auto& type : e.strings("events")) {
+      const auto& all = operations::notify::all_events();
+      if (std::find(all.begin(), all.end(), type) == all.end())
+        throw ConfigError(fmt::format("'{}': unknown event '{}'", e.key("events"), type));
+      endpoint.events.insert(type);
+    }
+    const std::string format = e.string("format", "standard");
+    if (format == "slack")
+      endpoint.format = outbox::NotifyEndpoint::Format::slack;
+    else if (format != "standard")
+      throw ConfigError(fmt::format("'{}' must be \"standard\" or \"slack\"", e.key("format")));
+    endpoint.timeout_ms = e.integer("timeout_ms", endpoint.timeout_ms);
+    endpoint.max_in_flight = static_cast<int>(e.integer("max_in_flight", endpoint.max_in_flight));
+    if (endpoint.timeout_ms <= 0 || endpoint.max_in_flight <= 0 || endpoint.max_in_flight > 64)
+      throw ConfigError(
+          fmt::format("notification endpoint '{}': timeout_ms must be positive and "
+                      "max_in_flight between 1 and 64",
+                      endpoint.name));
+    notify.endpoints.push_back(std::move(endpoint));
+  }
+}
+
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
-  root.only({"data_dir", "store", "ingress", "operator", "agent", "payments", "orders", "policy",
-             "outbox"});
+  root.only({"data_dir", "log", "store", "ingress", "operator", "agent", "payments", "orders",
+             "policy", "outbox", "notify"});
   c.data_dir = root.string("data_dir", c.data_dir);
+  if (root.has("log")) {
+    const Section log = root.table("log");
+    log.only({"level"});
+    c.log_level = log.string("level", c.log_level);
+    if (!valid_log_level(c.log_level))
+      throw ConfigError("log.level must be one of trace, debug, info, warn, error, critical, off");
+  }
   if (root.has("store")) parse_store(root.table("store"), c.store);
-  if (root.has("ingress")) parse_ingress(root.table("ingress"), c);
-  if (root.has("operator")) parse_operator(root.table("operator"), c);
+  if (root.has("ingress")) parse_ingress(root.table("ingress"), c, base_dir);
+  if (root.has("operator")) parse_operator(root.table("operator"), c, base_dir);
 
   for (auto [section, key_env, default_env, upstream] :
        {std::tuple{"agent", "api_key_env", "OPENAI_API_KEY", &c.agent},
@@ -283,6 +370,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
       c.orders_seed_file = (base_dir / c.orders_seed_file).string();
   }
   if (root.has("policy")) parse_policy(root.table("policy"), c.policy);
+  if (root.has("notify")) parse_notify(root.table("notify"), c.notify);
   if (root.has("outbox")) {
     const Section o = root.table("outbox");
     o.only({"attention_after_attempts", "attention_after_s"});
@@ -295,8 +383,14 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   if (c.timestamp_tolerance_s <= 0)
     throw ConfigError("ingress.timestamp_tolerance_s must be positive");
   if (c.data_dir.empty()) throw ConfigError("data_dir must not be empty");
-  if (std::filesystem::path(c.data_dir).is_relative())
-    c.data_dir = (base_dir / c.data_dir).string();
+  if (std::filesystem::path(c.data_dir).is_relative()) {
+    c.data_dir_was_relative = true;
+    c.data_dir = (base_dir / c.data_dir).lexically_normal().string();
+  }
+  std::set<std::string> names;
+  for (const auto& p : c.principals)
+    if (!names.insert(p.name).second)
+      throw ConfigError(fmt::format("operator token principal '{}' appears twice", p.name));
   return c;
 }
 
@@ -323,6 +417,51 @@ std::string without_quoted_lines(const std::string& what) {
 }
 
 }  // namespace
+
+Status check_serviceable(const Config& c) {
+  if (c.sources.empty())
+    return make_error(errc::config,
+                      "no webhook source: add an [[ingress.sources]] with its secrets, or the "
+                      "agent platform's webhooks have nowhere to go");
+  if (c.principals.empty())
+    return make_error(errc::config,
+                      "no operator token: add an [[operator.tokens]] entry, or nobody can "
+                      "approve anything");
+  if (c.agent.secret.empty())
+    return make_error(errc::config,
+                      "the Agents API key is empty: set the variable named by agent.api_key_env");
+  if (c.payments.secret.empty())
+    return make_error(errc::config,
+                      "the payment provider's secret key is empty: set the variable named by "
+                      "payments.secret_key_env");
+  return Status::Ok();
+}
+
+std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) {
+  std::vector<std::string> keys;
+  auto check = [&](bool same, const char* key) {
+    if (!same) keys.push_back(key);
+  };
+  check(a.data_dir == b.data_dir, "data_dir");
+  check(a.ingress_listen == b.ingress_listen, "ingress.listen");
+  check(a.operator_listen == b.operator_listen, "operator.listen");
+  check(a.ingress_tls.enabled() == b.ingress_tls.enabled(), "ingress.tls_cert_file (on or off)");
+  check(a.operator_tls.enabled() == b.operator_tls.enabled(), "operator.tls_cert_file (on or off)");
+  check(a.max_body_bytes == b.max_body_bytes, "ingress.max_body_bytes");
+  check(a.max_connections == b.max_connections, "ingress.max_connections");
+  check(a.header_timeout_ms == b.header_timeout_ms, "ingress.header_timeout_ms");
+  check(a.body_timeout_ms == b.body_timeout_ms, "ingress.body_timeout_ms");
+  check(a.inbox_retention_s == b.inbox_retention_s, "ingress.retention_s");
+  check(a.agent.base_url == b.agent.base_url && a.agent.secret == b.agent.secret &&
+            a.agent.timeout_ms == b.agent.timeout_ms && a.agent.ca_file == b.agent.ca_file,
+        "agent");
+  check(a.payments.base_url == b.payments.base_url && a.payments.secret == b.payments.secret &&
+            a.payments.timeout_ms == b.payments.timeout_ms &&
+            a.payments.ca_file == b.payments.ca_file,
+        "payments");
+  check(a.orders_source == b.orders_source && a.orders_seed_file == b.orders_seed_file, "orders");
+  return keys;
+}
 
 Result<Config> load_config(const std::string& path) {
   try {

@@ -10,17 +10,24 @@
 #include <vector>
 
 #include "common/result.h"
+#include "http/server.h"
 #include "ingress/webhook_handler.h"
 #include "operations/attention.h"
 #include "operations/authority.h"
 #include "operations/policy.h"
+#include "outbox/notifier.h"
 
 namespace opgate::daemon {
 
+// A listener's certificate and key (PEM). Both empty: plain HTTP.
+using http::TlsFiles;
+
 struct Config {
   // RocksDB directory; created 0700. The daemon refuses one that group or
-  // others can read. Every acknowledgement follows a synced write here.
+  // others can read. Every acknowledgement follows a synced write here. A
+  // relative path is relative to the config file's directory.
   std::string data_dir = "./data";
+  bool data_dir_was_relative = false;
 
   // [store] where the records live: "rocksdb" (embedded, in data_dir, one
   // node) or "postgres" (a database any number of nodes share).
@@ -36,8 +43,12 @@ struct Config {
   };
   Store store;
 
-  // Public webhook listener.
+  // [log] level: trace, debug, info, warn, error, critical, off.
+  std::string log_level = "info";
+
+  // Public webhook listener, with TLS if a certificate is configured.
   std::string ingress_listen = "127.0.0.1:8080";
+  TlsFiles ingress_tls;
   size_t max_body_bytes = 262144;
   int64_t timestamp_tolerance_s = 300;
   // Over this many unprocessed events, new ones get 503 + Retry-After.
@@ -58,6 +69,7 @@ struct Config {
 
   // Private operator listener (also /healthz, /readyz, /metrics).
   std::string operator_listen = "127.0.0.1:8081";
+  TlsFiles operator_tls;
   std::vector<operations::Principal> principals;
 
   // An HTTP service opgate calls: [agent] (the Agents API) and [payments].
@@ -82,9 +94,22 @@ struct Config {
 
   // [outbox] when an outcome_unknown operation is flagged for a person.
   operations::AttentionPolicy attention;
+
+  // [notify] and [[notify.endpoints]]: who is told about proposals,
+  // decisions and operations that need a person.
+  outbox::NotifyConfig notify;
 };
 
 // Reads the file and the environment variables it names.
 Result<Config> load_config(const std::string& path);
+
+// Whether a daemon with this configuration can do its work: a webhook
+// source, an operator token, the Agents API key and the payment provider's
+// secret. An error names what is missing.
+Status check_serviceable(const Config& config);
+
+// The keys whose change a reload cannot apply (listen addresses, data_dir,
+// limits of the listeners): a restart is needed for them.
+std::vector<std::string> keys_needing_restart(const Config& running, const Config& next);
 
 }  // namespace opgate::daemon

@@ -18,10 +18,12 @@
 #include "common/files.h"
 #include "common/lanes.h"
 #include "common/live.h"
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "common/signals.h"
 #include "common/version.h"
 #include "daemon/engine.h"
+#include "daemon/metrics_catalogue.h"
 #include "daemon/service_manager.h"
 #include "daemon/store_factory.h"
 #include "http/router.h"
@@ -100,6 +102,110 @@ void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::Ro
         return out;
       },
       "state");
+  metrics.gauge_family(
+      "opgate_operations_settled",
+      [&storage] {
+        std::map<std::string, double> out;
+        auto counts = storage.reader().counts();
+        if (!counts) return out;
+        for (const auto& [outcome, n] : counts->settled)
+          out[std::string(operations::to_string(static_cast<operations::Outcome>(outcome)))] =
+              static_cast<double>(n);
+        return out;
+      },
+      "outcome");
+  // The pending proposal that expires first is the oldest one: read through
+  // the expiry index, one entry.
+  metrics.gauge("opgate_oldest_pending_seconds", [&storage, &clock] {
+    auto first = storage.reader().expired_by(INT64_MAX, 1);
+    if (!first || first->empty()) return 0.0;
+    auto op = storage.reader().operation(first->front());
+    if (!op || !*op) return 0.0;
+    return std::max<double>(0, (clock.now_ms() - (*op)->created_at_ms()) / 1000.0);
+  });
+}
+
+// Per configured endpoint (as reloaded): its backlog and whether it is healthy.
+void register_notify_gauges(Metrics& metrics, store::Storage& storage,
+                            Live<outbox::NotifyConfig>& notify) {
+  auto read = [&storage, &notify](bool backlog) {
+    std::map<std::string, double> out;
+    for (const auto& e : notify.get()->endpoints) {
+      auto state = storage.reader().endpoint_state(e.name);
+      if (!state) continue;
+      out[e.name] = backlog ? static_cast<double>(state->backlog())
+                            : (state->failing() || state->disabled() ? 0.0 : 1.0);
+    }
+    return out;
+  };
+  metrics.gauge_family(
+      "opgate_notification_backlog", [read] { return read(true); }, "endpoint");
+  metrics.gauge_family(
+      "opgate_notification_endpoint_healthy", [read] { return read(false); }, "endpoint");
+}
+
+// What SIGHUP can change without a restart, applied together.
+struct Reloadable {
+  Live<operations::PolicyConfig>& policy;
+  Live<outbox::NotifyConfig>& notify;
+  Live<operator_api::Principals>& principals;
+  ingress::WebhookHandler& webhooks;
+  http::Server& ingress_server;
+  http::Server& operator_server;
+};
+
+ingress::IngressConfig ingress_config_of(const Config& c) {
+  return {c.sources, c.timestamp_tolerance_s, c.max_backlog,
+          std::chrono::milliseconds(c.reject_cooldown_ms)};
+}
+
+// Reads the configuration file again and applies what may change live:
+// tokens, webhook secrets, policy, TLS certificates, log level. An invalid
+// file changes nothing; keys that need a restart are named and kept.
+void reload(const std::string& path, Config& running, Reloadable& r) {
+  auto fail = [](const std::string& why) {
+    log_event(spdlog::level::err, "config.reload_failed",
+              "the new configuration was not applied; the old one stays", {{"reason", why}});
+  };
+  auto next = load_config(path);
+  if (!next) return fail(next.error().message);
+  if (Status s = check_serviceable(*next); !s) return fail(s.error().message);
+  for (const auto* tls : {&next->ingress_tls, &next->operator_tls})
+    if (tls->enabled())
+      if (Status s = http::check_tls_files(*tls); !s) return fail(s.error().message);
+  const auto restart = keys_needing_restart(running, *next);
+  if (running.ingress_tls.enabled() && next->ingress_tls.enabled())
+    if (Status s = r.ingress_server.load_tls(next->ingress_tls); !s) return fail(s.error().message);
+  if (running.operator_tls.enabled() && next->operator_tls.enabled())
+    if (Status s = r.operator_server.load_tls(next->operator_tls); !s)
+      return fail(s.error().message);
+  r.principals.set(next->principals);
+  r.policy.set(next->policy);
+  r.notify.set(next->notify);
+  r.webhooks.set_config(ingress_config_of(*next));
+  set_log_level(next->log_level);
+  // What was applied becomes the running configuration; what needs a
+  // restart keeps its running value, so a later reload still names it.
+  running.principals = next->principals;
+  running.policy = next->policy;
+  running.notify = next->notify;
+  running.sources = next->sources;
+  running.timestamp_tolerance_s = next->timestamp_tolerance_s;
+  running.max_backlog = next->max_backlog;
+  running.reject_cooldown_ms = next->reject_cooldown_ms;
+  running.log_level = next->log_level;
+  if (running.ingress_tls.enabled() && next->ingress_tls.enabled())
+    running.ingress_tls = next->ingress_tls;
+  if (running.operator_tls.enabled() && next->operator_tls.enabled())
+    running.operator_tls = next->operator_tls;
+  std::string needs_restart;
+  for (const auto& k : restart) needs_restart += (needs_restart.empty() ? "" : ", ") + k;
+  log_event(
+      spdlog::level::info, "config.reloaded",
+      fmt::format("configuration reloaded: {} token(s), {} webhook source(s), {} "
+                  "notification endpoint(s)",
+                  next->principals.size(), next->sources.size(), next->notify.endpoints.size()),
+      {{"needs_restart", needs_restart}});
 }
 
 // Of the processes sharing a store, the one holding the "duties" lease
@@ -146,9 +252,18 @@ class Leadership {
 
 }  // namespace
 
-int serve(const Config& config, const ServeOptions& options) {
-  // Taken by wait_for_stop_signal below; blocked before any thread starts.
-  const sigset_t signals = block_stop_signals();
+int serve(const Config& initial, const ServeOptions& options) {
+  // Taken by wait_for_signal below; blocked before any thread starts.
+  const sigset_t signals = block_daemon_signals();
+  Config config = initial;
+  set_log_level(config.log_level);
+  if (Status s = check_serviceable(config); !s) {
+    spdlog::critical("cannot start: {}", s.error().message);
+    return 2;
+  }
+  if (config.data_dir_was_relative)
+    spdlog::info("data_dir is relative: it resolves to {}, next to the config file",
+                 config.data_dir);
 
   SystemClock clock;
   Metrics metrics;
@@ -228,8 +343,22 @@ int serve(const Config& config, const ServeOptions& options) {
                  leadership ? std::function<bool()>([&leadership] { return leadership->leads(); })
                             : std::function<bool()>()});
   lanes.on_done([&engine] { engine.wake(); });
+  // Notifications run on lanes of their own: a slow endpoint never holds
+  // up executions or tool results.
+  Live<outbox::NotifyConfig> notify(config.notify);
+  Lanes notify_lanes("notify", 8, 1024);
+  outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
+  notify_lanes.on_done([&engine] { engine.wake(); });
+  engine.notify_with(notifier, config.attention);
 
   register_gauges(metrics, storage, opened->rocks, **inbox, clock, config.attention);
+  std::vector<std::string> source_names;
+  for (const auto& s : config.sources) source_names.push_back(s.name);
+  std::vector<std::string> endpoint_names;
+  for (const auto& e : config.notify.endpoints) endpoint_names.push_back(e.name);
+  describe_metrics(metrics, source_names, endpoint_names);
+  register_notify_gauges(metrics, storage, notify);
+  register_process_metrics(metrics);
 
   // Work queued by a group commit wakes the dispatcher at once; so does work
   // another node committed to a shared store.
@@ -239,10 +368,7 @@ int serve(const Config& config, const ServeOptions& options) {
   std::shared_ptr<void> unlisten(nullptr, [&](void*) {
     if (opened->stop_listening) opened->stop_listening();
   });
-  ingress::IngressConfig ingress_config{config.sources, config.timestamp_tolerance_s,
-                                        config.max_backlog,
-                                        std::chrono::milliseconds(config.reject_cooldown_ms)};
-  ingress::WebhookHandler webhooks(ingress_config, **inbox, clock, metrics);
+  ingress::WebhookHandler webhooks(ingress_config_of(config), **inbox, clock, metrics);
   http::Router ingress_router;
   ingress_router.add_async(
       "POST", "/v1/webhooks/{source}",
@@ -256,6 +382,7 @@ int serve(const Config& config, const ServeOptions& options) {
   ingress_options.header_timeout = std::chrono::milliseconds(config.header_timeout_ms);
   ingress_options.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
   ingress_options.max_connections = fds.ingress_connections;
+  ingress_options.tls = config.ingress_tls;
   // Handlers never block: an accepted event is answered by the inbox's
   // committer after its group commit, so one thread per core suffices.
   ingress_options.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
@@ -264,16 +391,22 @@ int serve(const Config& config, const ServeOptions& options) {
   });
 
   std::atomic<bool> ready{false};
-  operator_api::ApiDeps deps{storage,    sessions,        drainer,
-                             *agents,    metrics,         clock,
-                             principals, policy,          [&] { engine.wake(); },
-                             ready,      config.attention};
+  store::rocks::RocksStorage* rocks = opened->rocks;
+  metrics.gauge("opgate_ready", [&ready, rocks] {
+    return ready.load() && !(rocks && rocks->journal().failing()) ? 1.0 : 0.0;
+  });
+  operator_api::ApiDeps deps{storage,    sessions,         drainer,
+                             *agents,    metrics,          clock,
+                             principals, policy,           [&] { engine.wake(); },
+                             ready,      config.attention, &notifier,
+                             &notify};
   http::Router operator_router = operator_api::make_router(deps);
   http::ServerOptions operator_options;
   operator_options.name = "operator";
   operator_options.listen = config.operator_listen;
   operator_options.threads = 8;
   operator_options.max_connections = fds.operator_connections;
+  operator_options.tls = config.operator_tls;
   http::Server operator_server(operator_options,
                                [&](http::Request&& r) { return operator_router.dispatch(r); });
 
@@ -301,10 +434,21 @@ int serve(const Config& config, const ServeOptions& options) {
                *operator_port, opened->description);
   notify_ready(
       fmt::format("webhooks on port {}, operator API on port {}", *ingress_port, *operator_port));
-  Watchdog watchdog(
-      operator_health_check(config.operator_listen, *operator_port, std::chrono::seconds(2)));
+  // Healthy: the dispatcher keeps passing, the store can be written and,
+  // over plain HTTP, the operator listener answers.
+  auto listener_answers =
+      config.operator_tls.enabled()
+          ? std::function<bool()>([] { return true; })
+          : operator_health_check(config.operator_listen, *operator_port, std::chrono::seconds(2));
+  Watchdog watchdog([&, listener_answers] {
+    return engine.alive(std::chrono::seconds(5)) && storage.check_writable().ok() &&
+           listener_answers();
+  });
 
-  const int sig = wait_for_stop_signal(signals);
+  Reloadable reloadable{policy, notify, principals, webhooks, ingress_server, operator_server};
+  int sig = 0;
+  while ((sig = wait_for_signal(signals)) == SIGHUP)
+    reload(options.config_path, config, reloadable);
   spdlog::info("signal {} received; draining", sig);
   notify_stopping("draining");
   watchdog.stop();
@@ -319,6 +463,8 @@ int serve(const Config& config, const ServeOptions& options) {
   engine.stop();
   lanes.stop();
   lanes.wait_idle();
+  notify_lanes.stop();
+  notify_lanes.wait_idle();
   ingress_server.stop();
   operator_server.stop();
   spdlog::info("drained; exiting");

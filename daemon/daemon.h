@@ -11,6 +11,8 @@
 namespace opgate::daemon {
 
 struct ServeOptions {
+  // The file the configuration came from: SIGHUP reads it again.
+  std::string config_path;
   // If set, {"ingress":port,"operator":port} is written here once listening
   // (tests and scripts use port 0 and read the real ports back).
   std::string ports_file;

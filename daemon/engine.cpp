@@ -64,12 +64,60 @@ size_t Engine::expire_pending() {
   return expired;
 }
 
+bool Engine::alive(std::chrono::milliseconds within) const {
+  const auto last = std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(last_pass_ns_.load()));
+  return std::chrono::steady_clock::now() - last <= within;
+}
+
+void Engine::notify_with(outbox::Notifier& notifier, operations::AttentionPolicy attention) {
+  notifier_ = &notifier;
+  attention_ = attention;
+}
+
+size_t Engine::raise_attention() {
+  store::OperationQuery q;
+  q.state = pb::STATE_OUTCOME_UNKNOWN;
+  q.limit = 1000;
+  const int64_t now = clock_.now_ms();
+  q.accept = [&](const pb::Operation& op) {
+    return !op.attention_notified() && operations::needs_attention(op, now, attention_);
+  };
+  auto page = storage_.reader().operations(q);
+  if (!page) {
+    spdlog::error("cannot list outcome_unknown operations: {}", page.error().message);
+    return 0;
+  }
+  size_t raised = 0;
+  for (const auto& op : page->operations) {
+    bool done = false;
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(done, operations::raise_attention(txn, op.key(), attention_));
+      return Status::Ok();
+    });
+    if (!s)
+      spdlog::error("cannot flag {} for attention: {}", op.key(), s.error().message);
+    else if (done)
+      ++raised;
+  }
+  return raised;
+}
+
 size_t Engine::pass() {
   const bool leads = !options_.leads || options_.leads();
   size_t work = leads ? expire_pending() : 0;
   work += sessions_.dispatch(lanes_);
   work += drainer_.dispatch();
   const auto now = std::chrono::steady_clock::now();
+  if (notifier_) {
+    work += notifier_->dispatch();
+    // outcome_unknown operations are few; looked at once a second, by the
+    // node that leads (any node would do: the flag is set in a transaction).
+    if (leads && now - last_attention_scan_ >= std::chrono::seconds(1)) {
+      last_attention_scan_ = now;
+      work += raise_attention();
+    }
+  }
   if (leads && options_.sweep_interval.count() > 0 &&
       now - last_sweep_ >= options_.sweep_interval) {
     last_sweep_ = now;
@@ -93,6 +141,7 @@ void Engine::loop() {
     } catch (const std::exception& e) {
       spdlog::error("dispatcher pass failed: {}", e.what());
     }
+    last_pass_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
     MutexLock lock(mu_);
     if (stopping_) return;
     // More may be waiting: go again at once; otherwise sleep until woken or

@@ -7,6 +7,7 @@
 // Thread-safe: wake() and stop() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -14,7 +15,9 @@
 #include "common/clock.h"
 #include "common/lanes.h"
 #include "common/mutex.h"
+#include "operations/attention.h"
 #include "outbox/drainer.h"
+#include "outbox/notifier.h"
 #include "store/port.h"
 #include "worker/session_sync.h"
 
@@ -40,8 +43,16 @@ class Engine {
 
   // One pass (tests drive the engine by hand): returns the work handed out.
   size_t pass();
+  // True if a pass finished within `within` (the dispatcher is not stuck).
+  bool alive(std::chrono::milliseconds within) const;
   // Pending operations past their approval time become settled/expired.
   size_t expire_pending();
+  // Notifications: delivered by `notifier`; operations that come to need a
+  // person raise operation.needs_attention. Call before start().
+  void notify_with(outbox::Notifier& notifier, operations::AttentionPolicy attention);
+  // outcome_unknown operations that need a person and were not flagged yet
+  // raise operation.needs_attention; returns how many.
+  size_t raise_attention();
 
  private:
   void loop();
@@ -56,6 +67,10 @@ class Engine {
   bool woken_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point last_sweep_;
+  outbox::Notifier* notifier_ = nullptr;
+  operations::AttentionPolicy attention_;
+  std::chrono::steady_clock::time_point last_attention_scan_;
+  std::atomic<int64_t> last_pass_ns_{0};  // steady clock
   std::thread thread_;
 };
 

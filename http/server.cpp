@@ -6,6 +6,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -20,8 +21,13 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
+namespace ssl = net::ssl;
 
-class Connection;
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  virtual void close_if_idle() = 0;
+};
 
 // Connections refer to the Impl by plain pointer: the Impl outlives them,
 // because the io_context (declared last, destroyed first) owns every handler
@@ -33,7 +39,10 @@ struct Server::Impl {
   std::atomic<size_t> connections{0};
   uint16_t port = 0;
   Mutex mu;
-  std::unordered_map<uint64_t, std::weak_ptr<Connection>> live GUARDED_BY(mu);
+  std::unordered_map<uint64_t, std::weak_ptr<ConnectionBase>> live GUARDED_BY(mu);
+  // The TLS context new connections use (none: plain HTTP); replaced as a
+  // whole when the certificate is reloaded.
+  std::shared_ptr<ssl::context> tls GUARDED_BY(mu);
   uint64_t next_id GUARDED_BY(mu) = 0;
   bool stopped GUARDED_BY(mu) = false;
   std::vector<std::thread> threads;
@@ -47,10 +56,19 @@ struct Server::Impl {
   void accept();
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// Plain TCP (beast::tcp_stream) or TLS over it (beast::ssl_stream).
+template <typename Stream>
+class Connection final : public ConnectionBase,
+                         public std::enable_shared_from_this<Connection<Stream>> {
  public:
-  Connection(tcp::socket socket, Server::Impl* server, uint64_t id)
+  using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
+
+  Connection(tcp::socket socket, Server::Impl* server,
+             uint64_t id) requires std::is_same_v<Stream, beast::tcp_stream>
       : stream_(std::move(socket)), server_(server), id_(id) {}
+  Connection(tcp::socket socket, std::shared_ptr<ssl::context> tls, Server::Impl* server,
+             uint64_t id) requires(!std::is_same_v<Stream, beast::tcp_stream>)
+      : tls_(std::move(tls)), stream_(std::move(socket), *tls_), server_(server), id_(id) {}
 
   ~Connection() {
     server_->connections--;
@@ -59,8 +77,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void run() {
-    net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&Connection::read_header, shared_from_this()));
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      net::dispatch(stream_.get_executor(),
+                    beast::bind_front_handler(&Connection::read_header, shared_from_this()));
+    } else {
+      // The handshake counts against the header deadline.
+      tcp_layer().expires_after(server_->options.header_timeout);
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = shared_from_this()](beast::error_code ec) {
+                                if (ec) return self->close();
+                                self->read_header();
+                              });
+    }
   }
 
   void refuse_overloaded() {
@@ -71,24 +99,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Called on drain from any thread: close if waiting for a new request.
-  void close_if_idle() {
+  void close_if_idle() override {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
       // A connection cooling down after a refused request is not waited for.
       if ((self->idle_ && !self->has_pending_bytes()) || self->cooling_) {
         self->cooldown_.cancel();
         beast::error_code ec;
-        self->stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-        self->stream_.socket().close(ec);
+        self->tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ec);
+        self->tcp_layer().socket().close(ec);
       }
     });
   }
 
  private:
+  beast::tcp_stream& tcp_layer() { return beast::get_lowest_layer(stream_); }
+
   // Bytes received but not yet parsed, here or still in the kernel: a request
   // in flight, to be read and answered (with Connection: close) on drain.
   bool has_pending_bytes() {
     beast::error_code ec;
-    const size_t in_kernel = stream_.socket().available(ec);
+    const size_t in_kernel = tcp_layer().socket().available(ec);
     return buffer_.size() > 0 || (!ec && in_kernel > 0);
   }
 
@@ -100,7 +130,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (server_->draining && !has_pending_bytes()) return close();
     // One deadline for the whole header, idle keep-alive time included: a
     // sender that trickles bytes cannot extend it.
-    stream_.expires_after(server_->options.header_timeout);
+    tcp_layer().expires_after(server_->options.header_timeout);
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              beast::bind_front_handler(&Connection::on_header, shared_from_this()));
   }
@@ -110,7 +140,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) return fail_read(ec);
     auto length = parser_->content_length();
     if (length && *length > server_->options.max_body_bytes) return too_large();
-    stream_.expires_after(server_->options.body_timeout);
+    tcp_layer().expires_after(server_->options.body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&Connection::on_body, shared_from_this()));
   }
@@ -118,7 +148,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void fail_read(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) return too_large();
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
-        ec == net::error::operation_aborted || ec == net::error::connection_reset)
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == ssl::error::stream_truncated)
       return close();
     // Anything else is a malformed request: say so once, then close.
     Response r = error_response(400, "bad_request", "The HTTP request is malformed.");
@@ -175,7 +206,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     msg->body() = std::move(r.body);
     msg->keep_alive(!r.close);
     msg->prepare_payload();
-    stream_.expires_after(server_->options.write_timeout);
+    tcp_layer().expires_after(server_->options.write_timeout);
     bhttp::async_write(stream_, *msg,
                        [self = shared_from_this(), msg, close = r.close, cooldown = r.cooldown](
                            beast::error_code ec, size_t) {
@@ -193,11 +224,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.socket().close(ec);
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_send, ec);
+    tcp_layer().socket().close(ec);
   }
 
-  beast::tcp_stream stream_;
+  std::shared_ptr<ssl::context> tls_;  // kept alive for the connection (TLS only)
+  Stream stream_;
   net::steady_timer cooldown_{stream_.get_executor()};
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -224,17 +256,29 @@ void Server::Impl::accept() {
     if (self->draining) return;
     const bool over = self->connections.load() >= self->options.max_connections;
     self->connections++;
-    std::shared_ptr<Connection> conn;
+    auto start = [&](auto conn, uint64_t id) {
+      {
+        MutexLock lock(self->mu);
+        self->live[id] = conn;
+      }
+      if (over)
+        conn->refuse_overloaded();
+      else
+        conn->run();
+    };
+    std::shared_ptr<ssl::context> tls;
+    uint64_t id = 0;
     {
       MutexLock lock(self->mu);
-      uint64_t id = self->next_id++;
-      conn = std::make_shared<Connection>(std::move(s), self, id);
-      self->live[id] = conn;
+      tls = self->tls;
+      id = self->next_id++;
     }
-    if (over)
-      conn->refuse_overloaded();
+    if (tls)
+      start(std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(std::move(s), tls,
+                                                                               self, id),
+            id);
     else
-      conn->run();
+      start(std::make_shared<Connection<beast::tcp_stream>>(std::move(s), self, id), id);
     self->accept();
   });
 }
@@ -252,8 +296,43 @@ Server::Server(ServerOptions options, AsyncHandler handler) : impl_(std::make_un
 
 Server::~Server() { stop(); }
 
+namespace {
+Result<std::shared_ptr<ssl::context>> server_context(const TlsFiles& files) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(files.cert_file, ec);
+  if (ec)
+    return make_error(errc::tls_setup,
+                      "cannot load the certificate " + files.cert_file + ": " + ec.message());
+  ctx->use_private_key_file(files.key_file, ssl::context::pem, ec);
+  if (ec)
+    return make_error(errc::tls_setup,
+                      "cannot load the private key " + files.key_file + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1)
+    return make_error(errc::tls_setup, "the private key " + files.key_file +
+                                           " does not match the certificate " + files.cert_file);
+  return ctx;
+}
+}  // namespace
+
+Status check_tls_files(const TlsFiles& files) {
+  OPGATE_TRY(server_context(files));
+  return Status::Ok();
+}
+
+Status Server::load_tls(const TlsFiles& files) {
+  OPGATE_ASSIGN_OR_RETURN(auto ctx, server_context(files));
+  MutexLock lock(impl_->mu);
+  impl_->tls = std::move(ctx);
+  return Status::Ok();
+}
+
 Result<uint16_t> Server::start() {
   auto& o = impl_->options;
+  if (!o.tls.cert_file.empty()) OPGATE_TRY(load_tls(o.tls));
   auto colon = o.listen.rfind(':');
   if (colon == std::string::npos)
     return make_error(errc::bad_listen, "listen address must be host:port: " + o.listen);
@@ -294,7 +373,7 @@ void Server::drain(std::chrono::milliseconds deadline) {
   });
   auto until = std::chrono::steady_clock::now() + deadline;
   while (impl_->connections.load() > 0 && std::chrono::steady_clock::now() < until) {
-    std::vector<std::shared_ptr<Connection>> conns;
+    std::vector<std::shared_ptr<ConnectionBase>> conns;
     {
       MutexLock lock(impl_->mu);
       for (auto& [id, weak] : impl_->live)

@@ -1,4 +1,4 @@
-// An HTTP/1.1 server on Beast: keep-alive and pipelined requests, a header
+// An HTTP/1.1 server on Beast, plain or over TLS: keep-alive requests, a header
 // and a body timeout per request, a body limit, a connection limit, and a
 // graceful drain. The handler is either a plain function from Request to
 // Response, run on one of the server's threads, or an asynchronous one that
@@ -20,6 +20,14 @@
 
 namespace opgate::http {
 
+// A certificate chain and its private key (PEM files).
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
+  bool enabled() const { return !cert_file.empty(); }
+  bool operator==(const TlsFiles&) const = default;
+};
+
 struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   std::string name = "http";           // its threads' name
@@ -34,10 +42,15 @@ struct ServerOptions {
   std::chrono::milliseconds header_timeout{10'000};
   std::chrono::milliseconds body_timeout{30'000};
   std::chrono::milliseconds write_timeout{10'000};
+  // TLS on every connection when cert_file is set.
+  TlsFiles tls;
 };
 
 using Handler = std::function<Response(Request&&)>;
 using AsyncHandler = std::function<void(Request&&, Respond)>;
+
+// Ok if the certificate and key load and match (nothing is changed).
+Status check_tls_files(const TlsFiles& files);
 
 class Server {
  public:
@@ -49,6 +62,10 @@ class Server {
 
   // Binds and starts serving; returns the bound port.
   Result<uint16_t> start();
+  // Loads a certificate and key for the connections accepted from now on
+  // (a reload); connections already open keep theirs. An error changes
+  // nothing.
+  Status load_tls(const TlsFiles& files);
   // Stops accepting; idle connections close; requests in flight are answered
   // with "Connection: close". Returns when all connections are gone or the
   // deadline passes.

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <future>
 
+#include "common/logging.h"
+#include "common/text.h"
 #include "ingress/signature.h"
 
 namespace opgate::ingress {
@@ -17,20 +19,28 @@ WebhookHandler::WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& 
                                  {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})) {}
 
 http::Response WebhookHandler::reject(const std::string& source, int status,
-                                      std::string_view reason, std::string_view message) {
+                                      std::string_view reason, std::string_view message,
+                                      std::string_view webhook_id) {
   metrics_.inc("opgate_webhooks_rejected_total",
                {{"source", source}, {"reason", std::string(reason)}});
+  log_event(spdlog::level::warn, "webhook.rejected",
+            fmt::format("webhook from {} refused: {} {}", source, status, reason),
+            {{"source", source},
+             {"reason", reason},
+             {"status", std::to_string(status)},
+             {"webhook_id", printable(webhook_id.substr(0, 64))}});
   auto r = http::error_response(status, reason, message);
   if (status == 503) r.headers["Retry-After"] = "5";
-  if (status == 400 || status == 401) r.cooldown = config_.reject_cooldown;
+  if (status == 400 || status == 401) r.cooldown = config_.get()->reject_cooldown;
   return r;
 }
 
 std::optional<http::Response> WebhookHandler::check(const http::Request& req,
                                                     const std::string& source_name,
                                                     Submission& submission) {
+  const auto config = config_.get();  // one configuration for the whole check
   const Source* source = nullptr;
-  for (const auto& s : config_.sources)
+  for (const auto& s : config->sources)
     if (s.name == source_name) source = &s;
   if (!source) return reject("unknown", 404, "unknown_source", "No webhook source by that name.");
   metrics_.inc("opgate_webhooks_received_total", {{"source", source->name}});
@@ -56,16 +66,17 @@ std::optional<http::Response> WebhookHandler::check(const http::Request& req,
       return reject(source->name, 400, "bad_headers", "webhook-id has invalid characters.");
 
   Status verified = verify({*id, *ts, *sig, req.body}, source->raw_keys, clock_.now_s(),
-                           config_.timestamp_tolerance_s);
+                           config->timestamp_tolerance_s);
   if (!verified) {
     if (verified.error().code == "bad_timestamp")
-      return reject(source->name, 400, "bad_headers", verified.error().message);
-    return reject(source->name, 401, verified.error().code, verified.error().message);
+      return reject(source->name, 400, "bad_headers", verified.error().message, *id);
+    return reject(source->name, 401, verified.error().code, verified.error().message, *id);
   }
   auto envelope = parse_envelope(req.body);
-  if (!envelope) return reject(source->name, 400, "bad_envelope", envelope.error().message);
-  if (inbox_.backlog() >= config_.max_backlog)
-    return reject(source->name, 503, "backlog_full", "The inbox backlog is full; retry later.");
+  if (!envelope) return reject(source->name, 400, "bad_envelope", envelope.error().message, *id);
+  if (inbox_.backlog() >= config->max_backlog)
+    return reject(source->name, 503, "backlog_full", "The inbox backlog is full; retry later.",
+                  *id);
 
   submission.source = source->name;
   submission.webhook_id = *id;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/live.h"
 #include "common/metrics.h"
 #include "http/message.h"
 #include "ingress/inbox.h"
@@ -41,6 +42,10 @@ class WebhookHandler {
   http::Response handle(const http::Request& request, const std::string& source);
   // While draining, new events get 503 so the sender retries elsewhere/later.
   void set_draining(bool draining) { draining_ = draining; }
+  // A reload: sources and their secrets, tolerance, backlog bound, cooldown.
+  // Requests already being checked finish with the configuration they began
+  // with.
+  void set_config(IngressConfig config) { config_.set(std::move(config)); }
 
  private:
   // The rejection for a request that may not be stored, or nothing (and
@@ -48,11 +53,11 @@ class WebhookHandler {
   std::optional<http::Response> check(const http::Request& request, const std::string& source,
                                       Submission& submission);
   http::Response reject(const std::string& source, int status, std::string_view reason,
-                        std::string_view message);
+                        std::string_view message, std::string_view webhook_id = "");
   http::Response answer(const std::string& source, const Result<Accepted>& accepted,
                         std::chrono::steady_clock::time_point started);
 
-  IngressConfig config_;
+  Live<IngressConfig> config_;
   Inbox& inbox_;
   const Clock& clock_;
   Metrics& metrics_;

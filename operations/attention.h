@@ -1,11 +1,14 @@
 // When an operation whose outcome is unknown needs a person: after this
-// many provider attempts, or this long in outcome_unknown. Pure;
-// thread-safe.
+// many provider attempts, or this long in outcome_unknown; and telling
+// people once when it does. needs_attention is pure; thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "common/result.h"
 #include "opgate.pb.h"
+#include "store/port.h"
 
 namespace opgate::operations {
 
@@ -15,5 +18,11 @@ struct AttentionPolicy {
 };
 
 bool needs_attention(const pb::Operation& operation, int64_t now_ms, const AttentionPolicy& policy);
+
+// If the operation has come to need a person and nobody was told yet, marks
+// it told and raises operation.needs_attention (once per operation). Call
+// inside Storage::transact; returns whether it raised the event.
+Result<bool> raise_attention(store::Transaction& txn, const std::string& key,
+                             const AttentionPolicy& policy);
 
 }  // namespace opgate::operations

@@ -1,6 +1,11 @@
 #include "operations/transitions.h"
 
+#include <fmt/format.h>
+
 #include <boost/json.hpp>
+
+#include "common/logging.h"
+#include "operations/notifications.h"
 
 namespace opgate::operations {
 
@@ -17,6 +22,27 @@ pb::AuditRecord audit_for(const pb::Operation& op, std::string_view action, std:
   r.set_details_json(details);
   return r;
 }
+// One log line per change, written once the change is durable.
+void log_after_commit(store::Transaction& txn, const pb::Operation& op, std::string_view action,
+                      std::string_view from, const std::string& principal) {
+  txn.after_commit([key = op.key(), session = op.session_id(), action = std::string(action),
+                    from = std::string(from), state = std::string(state_text(op)),
+                    outcome = std::string(outcome_text(op)), principal,
+                    reason = op.decision_reason(), error = op.last_error()] {
+    log_event(spdlog::level::info, "operation." + action,
+              outcome.empty() ? fmt::format("{}: {} -> {}", key, from.empty() ? "new" : from, state)
+                              : fmt::format("{}: {} -> {}/{}", key, from, state, outcome),
+              {{"operation_key", key},
+               {"session_id", session},
+               {"principal", principal},
+               {"from", from},
+               {"state", state},
+               {"outcome", outcome},
+               {"reason", reason},
+               {"error", error}});
+  });
+}
+
 }  // namespace
 
 std::string details(std::initializer_list<std::pair<std::string_view, std::string>> fields) {
@@ -30,12 +56,23 @@ Status save(store::Transaction& txn, pb::Operation& op) {
   return txn.put_operation(op);
 }
 
+// Appends the audit record of a change and records the chain's head on the
+// operation, which is then saved: verification checks one against the other.
+static Status save_audited(store::Transaction& txn, pb::Operation& op, pb::AuditRecord record) {
+  txn.append_audit(std::move(record));
+  OPGATE_ASSIGN_OR_RETURN(auto head, txn.audit_head());
+  op.set_audit_seq(head.seq);
+  op.set_audit_hash(head.hash);
+  return save(txn, op);
+}
+
 Status create(store::Transaction& txn, pb::Operation& op, const std::string& principal,
               const std::string& details_json) {
   set_target(op, {State::pending, Outcome::none});
   op.set_created_at_ms(txn.now_ms());
-  OPGATE_TRY(save(txn, op));
-  txn.append_audit(audit_for(op, "propose", "", principal, details_json));
+  OPGATE_TRY(save_audited(txn, op, audit_for(op, "propose", "", principal, details_json)));
+  emit(txn, op, notify::proposed);
+  log_after_commit(txn, op, "propose", "", principal);
   return Status::Ok();
 }
 
@@ -46,15 +83,17 @@ Status apply(store::Transaction& txn, pb::Operation& op, Event event, const std:
   set_target(op, target);
   if (target.state == State::outcome_unknown && from != State::outcome_unknown)
     op.set_unknown_since_ms(txn.now_ms());
-  OPGATE_TRY(save(txn, op));
-  txn.append_audit(audit_for(op, to_string(event), to_string(from), principal, details_json));
+  OPGATE_TRY(save_audited(
+      txn, op, audit_for(op, to_string(event), to_string(from), principal, details_json)));
+  for (auto type : events_of(from, event, target)) emit(txn, op, type);
+  log_after_commit(txn, op, to_string(event), to_string(from), principal);
   return Status::Ok();
 }
 
 Status save_with_audit(store::Transaction& txn, pb::Operation& op, const std::string& action,
                        const std::string& principal, const std::string& details_json) {
-  OPGATE_TRY(save(txn, op));
-  txn.append_audit(audit_for(op, action, state_text(op), principal, details_json));
+  OPGATE_TRY(save_audited(txn, op, audit_for(op, action, state_text(op), principal, details_json)));
+  log_after_commit(txn, op, action, state_text(op), principal);
   return Status::Ok();
 }
 

@@ -6,6 +6,9 @@
 #include <map>
 #include <set>
 
+#include "common/crypto.h"
+#include "common/logging.h"
+#include "operations/audit.h"
 #include "operations/decisions.h"
 #include "operations/orders.h"
 #include "operations/proposal.h"
@@ -416,15 +419,16 @@ class Api {
     return ok_json(res);
   }
 
-  Response verify() {
-    auto v = d_.storage.verify_audit();
-    if (!v) return from_error(v.error());
-    json::object o{{"ok", v->ok}, {"records", v->records}};
-    if (!v->ok) {
-      o["first_bad_seq"] = v->first_bad_seq;
-      o["problem"] = v->problem;
+  Response verify(const Request& req) {
+    std::optional<operations::WitnessedHead> expect;
+    if (auto head = req.query_param("expect_head")) {
+      auto parsed = operations::parse_head(*head);
+      if (!parsed) return from_error(parsed.error());
+      expect = *parsed;
     }
-    return ok_json(o);
+    auto report = operations::verify_audit(d_.storage, expect);
+    if (!report) return from_error(report.error());
+    return ok_json(operations::to_json(*report));
   }
 
   Response put_order(const Request& req, const http::PathParams& params, const Principal& p) {
@@ -442,6 +446,79 @@ class Api {
     });
     if (!s) return from_error(s.error());
     return get_order(order->order_id(), p);
+  }
+
+  // An online copy of the store, written by the daemon into `dir` on its
+  // own host (admin only: the copy holds every owner's records).
+  Response backup(const Request& req) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto dir = string_field(*body, "dir", 4096);
+    if (!dir) return error_response(400, "bad_request", "dir (an absolute path) is required.");
+    auto info = d_.storage.backup_to(*dir);
+    if (!info) {
+      if (info.error().is(errc::storage_error)) return from_error(info.error());
+      return error_response(info.error().http_status, info.error().code, info.error().message);
+    }
+    log_event(spdlog::level::info, "backup.created", "backup written to " + info->dir,
+              {{"dir", info->dir}, {"audit_seq", std::to_string(info->audit_head.seq)}});
+    return ok_json(json::object{
+        {"dir", info->dir},
+        {"created_at_ms", info->created_at_ms},
+        {"format_version", info->format_version},
+        {"audit_head", json::object{{"seq", info->audit_head.seq},
+                                    {"hash", crypto::to_hex(info->audit_head.hash)}}}});
+  }
+
+  // The notification endpoints and how they stand. URLs are shown as scheme
+  // and host only: a Slack webhook URL is itself a secret.
+  Response notify_endpoints() {
+    if (!d_.notify) return ok_json(json::object{{"endpoints", json::array{}}});
+    json::array out;
+    for (const auto& e : d_.notify->get()->endpoints) {
+      auto state = d_.storage.reader().endpoint_state(e.name);
+      if (!state) return from_error(state.error());
+      const auto scheme_end = e.url.find("://");
+      const auto host_end = e.url.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
+      json::array events;
+      for (const auto& t : e.events) events.push_back(json::value(t));
+      out.push_back(json::object{
+          {"name", e.name},
+          {"url", e.url.substr(0, host_end)},
+          {"format", e.format == outbox::NotifyEndpoint::Format::slack ? "slack" : "standard"},
+          {"events", events},
+          {"state", state->disabled()  ? "disabled"
+                    : state->failing() ? "failing"
+                                       : "ok"},
+          {"disabled_at_ms", state->disabled_at_ms()},
+          {"failing_since_ms", state->failing_since_ms()},
+          {"last_error", state->last_error()},
+          {"last_success_ms", state->last_success_ms()},
+          {"backlog", state->backlog()}});
+    }
+    return ok_json(json::object{{"endpoints", out}});
+  }
+
+  Response notify_replay(const Request& req, const std::string& name) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto* since = body->if_contains("since_ms");
+    if (!since || !since->is_int64() || since->as_int64() < 0)
+      return error_response(400, "bad_request", "since_ms (Unix milliseconds) is required.");
+    if (!d_.notifier) return error_response(404, "not_found", "No notification endpoints.");
+    auto queued = d_.notifier->replay(name, since->as_int64());
+    if (!queued) return from_error(queued.error());
+    d_.wake_worker();
+    return ok_json(json::object{{"endpoint", name}, {"queued", *queued}});
+  }
+
+  Response notify_enable(const std::string& name) {
+    if (!d_.notifier) return error_response(404, "not_found", "No notification endpoints.");
+    bool known = false;
+    for (const auto& e : d_.notify->get()->endpoints) known = known || e.name == name;
+    if (!known) return error_response(404, "not_found", "No notification endpoint by that name.");
+    if (Status s = d_.notifier->enable(name); !s) return from_error(s.error());
+    return notify_endpoints();
   }
 
   Response get_order(const std::string& id, const Principal& p) {
@@ -506,9 +583,17 @@ http::Router make_router(ApiDeps& deps) {
   route("GET", "/v1/audit", scope::read,
         [api](auto& q, auto&, auto& who) { return api->audit(q, who); });
   route("GET", "/v1/audit/verify", scope::read,
-        [api](auto&, auto&, auto&) { return api->verify(); });
+        [api](auto& q, auto&, auto&) { return api->verify(q); });
   route("PUT", "/v1/orders/{order_id}", scope::admin,
         [api](auto& q, auto& p, auto& who) { return api->put_order(q, p, who); });
+  route("GET", "/v1/notify/endpoints", scope::admin,
+        [api](auto&, auto&, auto&) { return api->notify_endpoints(); });
+  route("POST", "/v1/notify/endpoints/{name}/replay", scope::admin,
+        [api](auto& q, auto& p, auto&) { return api->notify_replay(q, p.at("name")); });
+  route("POST", "/v1/notify/endpoints/{name}/enable", scope::admin,
+        [api](auto&, auto& p, auto&) { return api->notify_enable(p.at("name")); });
+  route("POST", "/v1/backups", scope::admin,
+        [api](auto& q, auto&, auto&) { return api->backup(q); });
   route("GET", "/v1/orders/{order_id}", scope::admin,
         [api](auto&, auto& p, auto& who) { return api->get_order(p.at("order_id"), who); });
   return r;

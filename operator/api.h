@@ -20,6 +20,7 @@
 #include "operations/authority.h"
 #include "operations/policy.h"
 #include "outbox/drainer.h"
+#include "outbox/notifier.h"
 #include "store/port.h"
 #include "worker/session_sync.h"
 
@@ -40,6 +41,8 @@ struct ApiDeps {
   std::function<void()> wake_worker;
   std::atomic<bool>& ready;
   operations::AttentionPolicy attention;
+  outbox::Notifier* notifier = nullptr;
+  const Live<outbox::NotifyConfig>* notify = nullptr;
 };
 
 http::Router make_router(ApiDeps& deps);

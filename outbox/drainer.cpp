@@ -157,7 +157,7 @@ size_t Drainer::dispatch() {
         "the process calling the provider stopped before recording its answer");
     if (!n) spdlog::error("cannot look for stale executing operations: {}", n.error().message);
   }
-  auto items = storage_.reader().due(clock_.now_ms(), options_.batch);
+  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), options_.batch);
   if (!items) {
     spdlog::error("outbox scan failed: {}", items.error().message);
     return 0;

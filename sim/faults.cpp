@@ -9,7 +9,7 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr std::array<std::pair<FaultAction, std::string_view>, 8> kActionNames{{
+constexpr std::array<std::pair<FaultAction, std::string_view>, 9> kActionNames{{
     {FaultAction::kDelay, "delay"},
     {FaultAction::kDropBeforeCommit, "drop_before_commit"},
     {FaultAction::kDropAfterCommit, "drop_after_commit"},
@@ -18,6 +18,7 @@ constexpr std::array<std::pair<FaultAction, std::string_view>, 8> kActionNames{{
     {FaultAction::kRateLimit, "rate_limit"},
     {FaultAction::kDecline, "decline"},
     {FaultAction::kPending, "pending"},
+    {FaultAction::kGone, "gone"},
 }};
 
 constexpr int64_t kMaxDelayMs = 600'000;

@@ -27,6 +27,7 @@ enum class FaultAction {
   kRateLimit,             // answer 429 with Retry-After; nothing happens
   kDecline,               // answer 402 card_declined (payments)
   kPending,               // create the refund as "pending" (payments, refunds)
+  kGone,                  // answer 410 Gone (notification receiver)
 };
 
 std::string_view to_string(FaultAction action);

@@ -4,6 +4,7 @@
 //                    --webhook-secret whsec_... [--api-key K]
 //   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet]
 //   opgate-sim load --port P --secret whsec_... [--connections N] [--seconds S]
+//   opgate-sim receiver --listen 127.0.0.1:0 --port-file FILE --secret whsec_...
 // Each writes its bound port to --port-file (atomically), logs JSON lines on
 // stderr, and exits 0 on SIGTERM or SIGINT. Admin endpoints (no auth):
 //   both:     POST|GET|DELETE /_sim/faults, GET /_sim/stats, POST /_sim/reset
@@ -32,6 +33,7 @@
 #include "sim/load_generator.h"
 #include "sim/log.h"
 #include "sim/payments_sim.h"
+#include "sim/receiver_sim.h"
 #include "sim/sim_http.h"
 #include "sim/webhook_sender.h"
 
@@ -81,7 +83,7 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
     return 1;
   }
   log_info("listening", {{"port", *port}, {"sim", name}});
-  int sig = opgate::wait_for_stop_signal(signals);
+  int sig = opgate::wait_for_signal(signals);
   log_info("stopping", {{"signal", sig}});
   opgate::sim::interrupt_delays();
   server.drain(std::chrono::milliseconds(2000));
@@ -92,7 +94,7 @@ int serve(const CommonFlags& flags, const sigset_t& signals, opgate::http::Handl
 }  // namespace
 
 int main(int argc, char** argv) {
-  const sigset_t signals = opgate::block_stop_signals();
+  const sigset_t signals = opgate::block_daemon_signals();
 
   CLI::App app{"opgate-sim: simulators of the agent platform and the payment provider"};
   app.require_subcommand(1);
@@ -118,6 +120,14 @@ int main(int argc, char** argv) {
                     "POST /_sim/webhook_target; until then webhooks wait)");
   agent->add_option("--webhook-secret", webhook_secret, "whsec_... signing secret")->required();
   agent->add_option("--api-key", api_key, "the only accepted API key (default: any)");
+
+  CommonFlags receiver_flags;
+  std::string receiver_secret;
+  auto* receiver = app.add_subcommand(
+      "receiver", "a notification endpoint that verifies and keeps every delivery");
+  add_common(receiver, receiver_flags);
+  receiver->add_option("--secret", receiver_secret, "whsec_... the deliveries are signed with")
+      ->required();
 
   std::string scenarios_dir;
   std::string only;
@@ -172,6 +182,17 @@ int main(int argc, char** argv) {
   }
 
   opgate::SystemClock clock;
+  if (receiver->parsed()) {
+    auto key = opgate::ingress::decode_secret(receiver_secret);
+    if (!key) {
+      log_warn("bad --secret", {{"error", key.error().message}});
+      return 2;
+    }
+    opgate::sim::ReceiverSim sim(*key, clock);
+    return serve(
+        receiver_flags, signals,
+        [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "receiver");
+  }
   if (payments->parsed()) {
     opgate::sim::PaymentsOptions options;
     if (!secret_key.empty()) options.secret_key = secret_key;

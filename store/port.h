@@ -48,6 +48,15 @@ struct OutboxEntry {
   pb::OutboxItem item;
 };
 
+// Outbox items wait in two queues, so that notifications (to endpoints that
+// may be slow or down) never hold up executions and tool results.
+enum class Queue { work, notifications };
+inline Queue queue_of(pb::OutboxKind kind) {
+  return kind == pb::OUTBOX_NOTIFY_EVENT || kind == pb::OUTBOX_NOTIFY_DELIVERY
+             ? Queue::notifications
+             : Queue::work;
+}
+
 struct OperationQuery {
   std::optional<pb::OperationState> state;  // none: every state
   std::string after;                        // operation key; "" from the start
@@ -80,10 +89,17 @@ struct AuditVerification {
   AuditHead head;
 };
 
+struct BackupInfo {
+  std::string dir;
+  int64_t created_at_ms = 0;
+  AuditHead audit_head;  // the chain's head in the copy
+  int format_version = 0;
+};
+
 // Counts kept in step with the writes, so reading them costs nothing.
 struct StateCounts {
   std::map<pb::OperationState, int64_t> operations;
-  int64_t queued_events = 0;
+  std::map<pb::Outcome, int64_t> settled;  // settled operations by outcome
 };
 
 class Reader {
@@ -137,22 +153,38 @@ class Reader {
   virtual Result<AuditHead> audit_head() = 0;
 
   // --- Outbox
-  // Items whose not_before_ms is at or before now_ms, earliest first, at
-  // most `limit`.
-  virtual Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) = 0;
-  // The earliest not_before_ms of any item, if there is one.
-  virtual Result<std::optional<int64_t>> next_due_ms() = 0;
+  // Items of the queue whose not_before_ms is at or before now_ms, earliest
+  // first, at most `limit`.
+  virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) = 0;
+  // The earliest not_before_ms of any item of the queue, if there is one.
+  virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;
   // The item with that id as stored now; none if it is gone. A transaction
   // that reads it and then updates or removes it does so before any other
   // transaction can: the claim of a piece of work (is it still as I saw it?
   // then it is mine, with my lease token) is exclusive across processes.
   virtual Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) = 0;
+  // Every item for the operation, in id order.
+  virtual Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) = 0;
+
+  // --- Notifications
+  // The endpoint's standing; a fresh state (name set) if none was kept.
+  virtual Result<pb::EndpointState> endpoint_state(const std::string& name) = 0;
+  // Notification events created at or after since_ms, oldest first, at most
+  // `limit` (kept for replay).
+  virtual Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
+                                                                    size_t limit) = 0;
 };
 
 class Transaction : public virtual Reader {
  public:
   // The transaction's time: every record it writes carries it.
   virtual int64_t now_ms() const = 0;
+
+  // Runs `fn` once the transaction is durable, and never if it fails: log
+  // lines and wake-ups about what it did.
+  void after_commit(std::function<void()> fn) { after_commit_.push_back(std::move(fn)); }
+  // For backends: what to run after the commit.
+  std::vector<std::function<void()>> take_after_commit() { return std::move(after_commit_); }
 
   // --- Inbox
   // Removes the event's queue entry and marks it processed.
@@ -187,6 +219,14 @@ class Transaction : public virtual Reader {
   virtual void update_outbox(const OutboxEntry& entry) = 0;
   // It is not an error if the item is gone.
   virtual void remove_outbox(const std::string& id) = 0;
+
+  // --- Notifications
+  virtual void put_endpoint_state(const pb::EndpointState& state) = 0;
+  // Keeps an event for replay (`opgate notify replay`).
+  virtual void keep_notification(const pb::Notification& event) = 0;
+
+ private:
+  std::vector<std::function<void()>> after_commit_;
 };
 
 struct StorageStats {
@@ -199,10 +239,11 @@ class Storage {
   virtual ~Storage() = default;
 
   // Runs fn in a transaction. If fn returns Ok, its writes are committed
-  // atomically and durably before transact returns Ok; if fn fails, nothing
-  // is written and its error is returned. A commit that fails leaves nothing
-  // of the transaction visible. fn may run again (a backend may retry a
-  // serialisation failure), so it must not act outside the transaction.
+  // atomically and durably before transact returns Ok, and then what fn
+  // passed to after_commit() runs; if fn fails, nothing is written and its
+  // error is returned. A commit that fails leaves nothing of the transaction
+  // visible. fn may run again (a backend may retry a serialisation failure),
+  // so it must not act outside the transaction.
   virtual Status transact(const std::function<Status(Transaction&)>& fn) = 0;
 
   // Durable state only.
@@ -218,6 +259,14 @@ class Storage {
 
   // Ok when a durable write succeeds now (for /readyz).
   virtual Status check_writable() = 0;
+
+  // Writes a consistent copy of everything committed so far into `dir`
+  // (absolute; it must not exist) while the daemon serves. A backend whose
+  // copies are made by its own tools says so.
+  virtual Result<BackupInfo> backup_to(const std::string& dir) {
+    return make_error(errc::bad_request,
+                      "This storage backend is backed up with its own tools, not by opgate.");
+  }
 
   virtual StorageStats stats() const = 0;
 };

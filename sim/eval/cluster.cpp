@@ -38,10 +38,12 @@ Error failed(std::string message) { return make_error(errc::cluster_failed, std:
 }  // namespace
 
 Result<Reply> send_request(const std::string& method, const std::string& url,
-                           const std::string& body, http::Headers headers) {
+                           const std::string& body, http::Headers headers,
+                           const std::string& ca_file) {
   http::ClientRequest req;
   req.method = method;
   req.url = url;
+  req.ca_file = ca_file;
   req.headers = std::move(headers);
   req.body = body;
   if (!body.empty() && !req.headers.count("Content-Type"))
@@ -202,11 +204,54 @@ Status Cluster::start_processes() {
   auto agent_port = wait_port_file(dir_ / "agent.port", agent_);
   if (!agent_port) return agent_port.error();
   agent_port_ = static_cast<uint16_t>(std::stoi(*agent_port));
+  if (options_.notifications) {
+    auto receiver_child =
+        start_child("opgate-sim receiver", sim, "receiver", "--listen", "127.0.0.1:0",
+                    "--port-file", (dir_ / "receiver.port").string(), "--secret", notify_secret(),
+                    bp::std_out > (dir_ / "receiver.out").string(),
+                    bp::std_err > (dir_ / "receiver.log").string());
+    if (!receiver_child) return receiver_child.error();
+    receiver_ = std::move(*receiver_child);
+    auto receiver_port = wait_port_file(dir_ / "receiver.port", receiver_);
+    if (!receiver_port) return receiver_port.error();
+    receiver_port_ = static_cast<uint16_t>(std::stoi(*receiver_port));
+  }
   return start_daemon();
 }
 
+std::string Cluster::notify_secret() { return "whsec_bm90aWZpY2F0aW9ucyBmb3IgdGhlIGdhdGUh"; }
+
+Result<Reply> Cluster::receiver_admin(const std::string& method, const std::string& path,
+                                      const std::string& body) {
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", receiver_port_, path), body, {});
+}
+
+std::string Cluster::notify_config() const {
+  if (!options_.notifications) return "";
+  // Two endpoints on the receiver: the team's webhook receiver (every event)
+  // and a chat channel (proposals and attention only). Retries come quickly.
+  return fmt::format(R"(
+[notify]
+console_url = "https://opgate.example/console"
+retry_schedule_s = [1, 1, 2]
+[[notify.endpoints]]
+name = "ops"
+url = "http://127.0.0.1:{port}/hooks/ops"
+secret = "{secret}"
+timeout_ms = 2000
+[[notify.endpoints]]
+name = "chat"
+url = "http://127.0.0.1:{port}/hooks/chat"
+secret = "{secret}"
+format = "slack"
+events = ["operation.proposed", "operation.needs_attention"]
+timeout_ms = 2000
+)",
+                     fmt::arg("port", receiver_port_), fmt::arg("secret", notify_secret()));
+}
+
 Cluster::~Cluster() {
-  for (auto* c : {&daemon_, &agent_, &payments_}) stop_child(*c);
+  for (auto* c : {&daemon_, &agent_, &payments_, &receiver_}) stop_child(*c);
   drop_database();
   if (!options_.keep_dir && !dir_.empty()) {
     std::error_code ec;
@@ -259,6 +304,7 @@ secrets = ["{}"]
 
 [operator]
 listen = "{}"
+{}
 {}{}{}{}{}{}{}
 [agent]
 base_url = "http://127.0.0.1:{}/v1"
@@ -279,9 +325,10 @@ refund_window_days = 30
 approval_ttl_s = {}
 two_person_threshold_minor = {{ USD = {}, GBP = {} }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
+{}
 )",
       listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
-      token("admin", R"("admin")", 1000000),
+      options_.extra_operator, token("admin", R"("admin")", 1000000),
       token("alice", R"("operations:read", "operations:approve")", 100000),
       token("bob", R"("operations:read", "operations:approve")", 100000),
       token("reader", R"("operations:read")", 0),
@@ -292,7 +339,8 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
             1000000, "", R"("outsider-*")"),
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
-      s.two_person_threshold_minor, s.two_person_threshold_minor);
+      s.two_person_threshold_minor, s.two_person_threshold_minor,
+      notify_config() + options_.extra_config);
   if (options_.store == "postgres")
     out << R"(
 [store]
@@ -369,12 +417,17 @@ Status Cluster::restart_daemon(bool kill) {
   return start_daemon();
 }
 
+std::string Cluster::operator_url() const {
+  return fmt::format("{}://127.0.0.1:{}", options_.operator_ca_file.empty() ? "http" : "https",
+                     operator_port_);
+}
+
 Result<Reply> Cluster::op(const std::string& method, const std::string& path,
                           const std::string& body, const std::string& token) {
   http::Headers headers;
   if (!token.empty()) headers["Authorization"] = "Bearer " + token;
-  return send_request(method, fmt::format("http://127.0.0.1:{}{}", operator_port_, path), body,
-                      std::move(headers));
+  return send_request(method, operator_url() + path, body, std::move(headers),
+                      options_.operator_ca_file);
 }
 
 Result<Reply> Cluster::agent_admin(const std::string& method, const std::string& path,

@@ -29,6 +29,14 @@ struct ClusterOptions {
   std::string extra_ingress;  // TOML lines appended to [ingress]
   // If set, the daemon runs with this hard and soft limit on open files.
   int daemon_open_files = 0;
+  std::string extra_operator;  // TOML lines appended to [operator]
+  std::string extra_config;    // TOML appended at the end (whole tables)
+  // If set, the operator listener is reached over https, trusting this CA.
+  std::string operator_ca_file;
+  // A notification receiver (opgate-sim receiver) with two endpoints on it:
+  // "ops" (standard, every event) and "chat" (slack, proposals and
+  // attention).
+  bool notifications = true;
   bool keep_dir = false;  // leave the directory (logs, data) for inspection
   // The daemon's store: "rocksdb", or "postgres" with a database of the
   // cluster's own on the server pg_url names (a libpq connection string),
@@ -65,6 +73,9 @@ class Cluster {
                             const std::string& body = "");
   Result<Reply> payments_admin(const std::string& method, const std::string& path,
                                const std::string& body = "");
+  Result<Reply> receiver_admin(const std::string& method, const std::string& path,
+                               const std::string& body = "");
+  static std::string notify_secret();
   // A raw POST to the daemon's webhook ingress for the "agents" source.
   Result<http::Response> webhook(const http::Headers& headers, const std::string& body);
 
@@ -85,6 +96,8 @@ class Cluster {
   uint16_t agent_port() const { return agent_port_; }
   // "rocksdb" or "postgres".
   const std::string& store() const { return options_.store; }
+  // "http://127.0.0.1:PORT" or https when the operator listener has TLS.
+  std::string operator_url() const;
   static std::string webhook_secret();
 
  private:
@@ -100,14 +113,17 @@ class Cluster {
   ClusterOptions options_;
   std::filesystem::path dir_;
   std::string database_url_;  // postgres: the cluster's own database
-  boost::process::child payments_, agent_, daemon_;
-  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0;
+  std::string notify_config() const;
+  boost::process::child payments_, agent_, daemon_, receiver_;
+  uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0,
+           receiver_port_ = 0;
   int daemon_starts_ = 0;
 };
 
 // One HTTP request with a 20 s timeout; a JSON content type if there is a body.
 Result<Reply> send_request(const std::string& method, const std::string& url,
-                           const std::string& body, http::Headers headers);
+                           const std::string& body, http::Headers headers,
+                           const std::string& ca_file = "");
 
 // Polls `done` every 20 ms until it returns true or `deadline` passes.
 bool poll_until(const std::function<bool()>& done,

@@ -470,6 +470,41 @@ PropertyResult order_pays_out_at_most_once(const Scenario& sc, const Trace& t) {
   return c.done("nothing was paid out");
 }
 
+PropertyResult proposals_notified(const Trace& t) {
+  Checker c("every proposal was notified once per endpoint, signed, in order");
+  size_t unsigned_deliveries = 0;
+  for (const auto& d : t.notifications)
+    if (!d.at("verified").as_bool()) ++unsigned_deliveries;
+  c.check(unsigned_deliveries == 0,
+          fmt::format("{} of {} deliveries carried a valid signature",
+                      t.notifications.size() - unsigned_deliveries, t.notifications.size()));
+  for (const auto& op : t.operations) {
+    const auto key = str(op, "key");
+    std::set<std::string> ops_ids, chat_ids;
+    int64_t last_seq = 0;
+    bool in_order = true;
+    std::set<std::string> seen;
+    for (const auto& d : t.notifications) {
+      const auto id = str(d, "webhook_id");
+      if (str(d, "path") == "/hooks/ops" && str(d, "key") == key) {
+        if (str(d, "type") == "operation.proposed") ops_ids.insert(id);
+        if (!seen.insert(id).second) continue;  // a repeat of a delivery seen
+        const int64_t seq = d.at("audit_head").at("seq").to_number<int64_t>();
+        if (seq < last_seq) in_order = false;
+        last_seq = std::max(last_seq, seq);
+      }
+      if (str(d, "path") == "/hooks/chat" && str(d, "text").find(key) != std::string::npos &&
+          str(d, "text").find("operation.proposed") != std::string::npos)
+        chat_ids.insert(id);
+    }
+    c.check(ops_ids.size() == 1 && chat_ids.size() == 1,
+            fmt::format("{}: proposal notified {} time(s) to ops, {} to chat", key, ops_ids.size(),
+                        chat_ids.size()));
+    c.check(in_order, fmt::format("{}: notifications arrived in the order of its changes", key));
+  }
+  return c.done("no proposal to notify");
+}
+
 // Compares one expected field with the actual value, if the scenario set it.
 void expect_field(Checker& c, const std::string& what, const json::object& expected,
                   const char* field, const json::value& actual_owner) {
@@ -504,7 +539,8 @@ std::vector<PropertyResult> check_properties(const Scenario& scenario, const Tra
           success_after_confirmation(trace, calls),
           every_call_answered_once(trace, calls),
           nothing_outside_owner_patterns(trace),
-          order_pays_out_at_most_once(scenario, trace)};
+          order_pays_out_at_most_once(scenario, trace),
+          proposals_notified(trace)};
 }
 
 PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& trace) {

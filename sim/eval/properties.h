@@ -42,6 +42,9 @@ struct Trace {
   // What a principal whose owner patterns match no owner of the scenario
   // could read: {"probes": n, "seen": ["what it saw", ...]}.
   boost::json::object outsider;
+  // What the notification receiver got, in arrival order: path (/hooks/ops:
+  // standard, /hooks/chat: slack), webhook_id, verified, type, key, ...
+  boost::json::array notifications;
 };
 
 struct PropertyResult {
@@ -53,7 +56,8 @@ struct PropertyResult {
 // The properties of every trace: the release gate's seven, then the
 // design's invariants 8 (every linked call answered exactly once), 9
 // (nothing outside a principal's owner patterns) and 10 (an order pays out
-// at most what was paid).
+// at most what was paid), and 11: every proposal was notified once per
+// endpoint, signed, and each operation's notifications arrived in order.
 std::vector<PropertyResult> check_properties(const Scenario& scenario, const Trace& trace);
 // The scenario's "expect" section against the trace.
 PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& trace);

@@ -116,7 +116,40 @@ class Run {
     if (!agent) return agent.error();
     trace_.agent_stats = agent->body.as_object();
     OPGATE_TRY(probe_as_outsider());
+    OPGATE_TRY(collect_notifications());
     return trace_;
+  }
+
+  // The receiver's deliveries, once every operation's proposal (and, for a
+  // settled one, its settlement) has arrived or 20 s have passed: they are
+  // sent asynchronously, after the changes that raise them.
+  Status collect_notifications() {
+    auto arrived = [&](const json::array& deliveries) {
+      for (const auto& op : trace_.operations) {
+        bool proposed = false, settled = str(op, "state") != "settled";
+        for (const auto& d : deliveries) {
+          if (str(d, "path") != "/hooks/ops" || str(d, "key") != str(op, "key")) continue;
+          proposed = proposed || str(d, "type") == "operation.proposed";
+          settled = settled || str(d, "type") == "operation.settled";
+        }
+        if (!proposed || !settled) return false;
+      }
+      return true;
+    };
+    json::array deliveries;
+    std::optional<Error> failed;
+    poll_until([&] {
+      auto r = c_.receiver_admin("GET", "/_sim/received");
+      if (!r) {
+        failed = r.error();
+        return true;
+      }
+      deliveries = r->body.at("deliveries").as_array();
+      return arrived(deliveries);
+    });
+    if (failed) return *failed;
+    trace_.notifications = std::move(deliveries);
+    return Status::Ok();
   }
 
   // Asks for everything this run left behind as a principal whose owner

@@ -68,7 +68,7 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "ON CONFLICT (session_id, turn_id, call_id) DO UPDATE SET data = EXCLUDED.data"},
     // Operations.
     {"o_get", "SELECT data FROM operations WHERE key = $1"},
-    {"o_state", "SELECT state FROM operations WHERE key = $1"},
+    {"o_state", "SELECT state, outcome FROM operations WHERE key = $1"},
     {"o_page_all", "SELECT data FROM operations WHERE key > $1 ORDER BY key LIMIT $2"},
     {"o_page_state",
      "SELECT data FROM operations WHERE state = $1 AND key > $2 ORDER BY key LIMIT $3"},
@@ -78,13 +78,15 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "SELECT key FROM operations WHERE state = 1 AND expires_at_ms <= $1 "
      "ORDER BY expires_at_ms, key LIMIT $2"},
     {"o_put",
-     "INSERT INTO operations (key, state, expires_at_ms, order_id, session_id, owner, data) "
-     "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (key) DO UPDATE SET "
-     "state = EXCLUDED.state, expires_at_ms = EXCLUDED.expires_at_ms, "
+     "INSERT INTO operations (key, state, expires_at_ms, order_id, session_id, owner, data, "
+     "outcome) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (key) DO UPDATE SET "
+     "state = EXCLUDED.state, outcome = EXCLUDED.outcome, expires_at_ms = EXCLUDED.expires_at_ms, "
      "order_id = EXCLUDED.order_id, session_id = EXCLUDED.session_id, owner = EXCLUDED.owner, "
      "data = EXCLUDED.data"},
     {"counts", "SELECT state, n FROM state_counts ORDER BY state"},
     {"count_add", "UPDATE state_counts SET n = GREATEST(0, n + $2) WHERE state = $1"},
+    {"outcomes", "SELECT outcome, n FROM outcome_counts ORDER BY outcome"},
+    {"outcome_add", "UPDATE outcome_counts SET n = GREATEST(0, n + $2) WHERE outcome = $1"},
     // Orders and funds.
     {"r_get", "SELECT data FROM orders WHERE order_id = $1"},
     {"r_put",
@@ -113,10 +115,14 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"a_ins", "INSERT INTO audit (seq, operation_key, data) VALUES ($1, $2, $3)"},
     // Outbox.
     {"ob_due",
-     "SELECT id, data FROM outbox WHERE not_before_ms <= $1 ORDER BY not_before_ms, id LIMIT $2"},
-    {"ob_next", "SELECT min(not_before_ms)::bigint FROM outbox"},
+     "SELECT id, data FROM outbox WHERE queue = $1::bigint AND not_before_ms <= $2 "
+     "ORDER BY not_before_ms, id LIMIT $3"},
+    {"ob_next", "SELECT min(not_before_ms)::bigint FROM outbox WHERE queue = $1::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
-    {"ob_ins", "INSERT INTO outbox (not_before_ms, data) VALUES ($1, $2)"},
+    {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
+    {"ob_ins",
+     "INSERT INTO outbox (not_before_ms, data, queue, operation_key) "
+     "VALUES ($1, $2, $3::bigint, $4)"},
     {"ob_upd", "UPDATE outbox SET not_before_ms = $2, data = $3 WHERE id = $1"},
     {"ob_del", "DELETE FROM outbox WHERE id = $1"},
     {"lease",
@@ -127,6 +133,17 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "THEN l.token ELSE l.token + 1 END, expires_at = EXCLUDED.expires_at "
      "WHERE l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp() "
      "RETURNING token"},
+    // Notifications.
+    {"ep_get", "SELECT data FROM endpoint_states WHERE name = $1"},
+    {"ep_put",
+     "INSERT INTO endpoint_states (name, data) VALUES ($1, $2) "
+     "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data"},
+    {"n_keep",
+     "INSERT INTO notifications (created_at_ms, event_id, data) VALUES ($1, $2, $3) "
+     "ON CONFLICT (created_at_ms, event_id) DO UPDATE SET data = EXCLUDED.data"},
+    {"n_since",
+     "SELECT data FROM notifications WHERE created_at_ms >= $1 "
+     "ORDER BY created_at_ms, event_id LIMIT $2"},
     // Wakes every listening process once the transaction commits.
     {"notify", "SELECT pg_notify('opgate_work', '')"},
     // Meta.
@@ -294,6 +311,11 @@ class PgReads : public virtual Reader {
       c.operations[static_cast<pb::OperationState>(i)] = 0;
     for (int i = 0; i < rows.size(); ++i)
       c.operations[static_cast<pb::OperationState>(rows.int8(i, 0))] = rows.int8(i, 1);
+    OPGATE_ASSIGN_OR_RETURN(auto outcomes, query({}, {"outcomes", {}}));
+    for (int i = pb::OUTCOME_SUCCEEDED; i <= pb::OUTCOME_CANCELLED; ++i)
+      c.settled[static_cast<pb::Outcome>(i)] = 0;
+    for (int i = 0; i < outcomes.size(); ++i)
+      c.settled[static_cast<pb::Outcome>(outcomes.int8(i, 0))] = outcomes.int8(i, 1);
     return c;
   }
 
@@ -343,9 +365,38 @@ class PgReads : public virtual Reader {
     return head;
   }
 
-  Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) override {
+  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({}, {"ob_due", {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit))}}));
+    return entries(rows);
+  }
+
+  Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ob_of", {text(operation_key)}}));
+    return entries(rows);
+  }
+
+  Result<pb::EndpointState> endpoint_state(const std::string& name) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('p', {name})}, {"ep_get", {text(name)}}));
+    OPGATE_ASSIGN_OR_RETURN(auto state, first<pb::EndpointState>(rows, "endpoint state"));
+    if (state) return std::move(*state);
+    pb::EndpointState fresh;
+    fresh.set_name(name);
+    return fresh;
+  }
+
+  Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
+                                                            size_t limit) override {
     OPGATE_ASSIGN_OR_RETURN(auto rows,
-                            query({}, {"ob_due", {int8(now_ms), int8(limit_param(limit))}}));
+                            query({}, {"n_since", {int8(since_ms), int8(limit_param(limit))}}));
+    return every<pb::Notification>(rows, "notification");
+  }
+
+  static int64_t queue_number(Queue queue) { return queue == Queue::notifications ? 1 : 0; }
+
+ private:
+  static Result<std::vector<OutboxEntry>> entries(const Rows& rows) {
     std::vector<OutboxEntry> out;
     for (int i = 0; i < rows.size(); ++i) {
       OutboxEntry e{fixed_id(rows.int8(i, 0)), {}};
@@ -357,6 +408,7 @@ class PgReads : public virtual Reader {
     return out;
   }
 
+ public:
   Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {
     auto n = parse_fixed_id(id);
     if (!n) return std::optional<pb::OutboxItem>();
@@ -364,8 +416,8 @@ class PgReads : public virtual Reader {
     return first<pb::OutboxItem>(rows, "outbox item");
   }
 
-  Result<std::optional<int64_t>> next_due_ms() override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ob_next", {}}));
+  Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ob_next", {int8(queue_number(queue))}}));
     if (rows.empty() || rows.null(0, 0)) return std::optional<int64_t>();
     return std::optional<int64_t>(rows.int8(0, 0));
   }
@@ -405,7 +457,7 @@ class PgTransaction final : public Transaction, public PgReads {
   // --- Reads that remember or extend what they lock.
   Result<std::optional<pb::Operation>> operation(const std::string& key) override {
     auto op = PgReads::operation(key);
-    if (op) known_[key] = op->has_value() ? (*op)->state() : pb::STATE_UNSPECIFIED;
+    if (op) known_[key] = op->has_value() ? Known{(*op)->state(), (*op)->outcome()} : Known{};
     return op;
   }
 
@@ -418,7 +470,7 @@ class PgTransaction final : public Transaction, public PgReads {
     for (int i = 0; i < keys.size(); ++i) locks.push_back(lock_name('o', {keys.bytes(i, 0)}));
     OPGATE_ASSIGN_OR_RETURN(auto rows, query(locks, {"o_of_order", {text(order_id)}}));
     OPGATE_ASSIGN_OR_RETURN(auto ops, every<pb::Operation>(rows, "operation"));
-    for (const auto& op : ops) known_[op.key()] = op.state();
+    for (const auto& op : ops) known_[op.key()] = {op.state(), op.outcome()};
     return ops;
   }
 
@@ -478,25 +530,36 @@ class PgTransaction final : public Transaction, public PgReads {
     if (failed_) return *failed_;
     const std::string& key = op.key();
     auto known = known_.find(key);
-    pb::OperationState old = pb::STATE_UNSPECIFIED;
+    Known was;
     if (known != known_.end()) {
-      old = known->second;
+      was = known->second;
     } else {
       OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('o', {key})}, {"o_state", {text(key)}}));
-      if (!rows.empty()) old = static_cast<pb::OperationState>(rows.int8(0, 0));
+      if (!rows.empty())
+        was = {static_cast<pb::OperationState>(rows.int8(0, 0)),
+               static_cast<pb::Outcome>(rows.int8(0, 1))};
     }
+    const pb::OperationState old = was.state;
     std::vector<std::string> locks = {lock_name('o', {key})};
     // A new member of the order's set: under the set's lock.
     if (old == pb::STATE_UNSPECIFIED) locks.push_back(lock_name('R', {op.proposal().order_id()}));
     write(std::move(locks),
           {"o_put",
            {text(key), int8(op.state()), int8(op.expires_at_ms()), text(op.proposal().order_id()),
-            text(op.session_id()), text(op.proposal().owner()), bytea(op.SerializeAsString())}});
+            text(op.session_id()), text(op.proposal().owner()), bytea(op.SerializeAsString()),
+            int8(op.outcome())}});
     if (old != op.state()) {
       if (old != pb::STATE_UNSPECIFIED) counts_[old] -= 1;
       counts_[op.state()] += 1;
     }
-    known_[key] = op.state();
+    // Settled operations by outcome.
+    const auto old_outcome = old == pb::STATE_SETTLED ? was.outcome : pb::OUTCOME_NONE;
+    const auto new_outcome = op.state() == pb::STATE_SETTLED ? op.outcome() : pb::OUTCOME_NONE;
+    if (old_outcome != new_outcome) {
+      if (old_outcome != pb::OUTCOME_NONE) outcome_counts_[old_outcome] -= 1;
+      if (new_outcome != pb::OUTCOME_NONE) outcome_counts_[new_outcome] += 1;
+    }
+    known_[key] = {op.state(), op.outcome()};
     return failed_ ? Status(*failed_) : Status::Ok();
   }
 
@@ -527,7 +590,9 @@ class PgTransaction final : public Transaction, public PgReads {
   void enqueue(pb::OutboxItem item) override {
     item.set_created_at_ms(now_ms_);
     notify_ = true;
-    write({}, {"ob_ins", {int8(item.not_before_ms()), bytea(item.SerializeAsString())}});
+    write({}, {"ob_ins",
+               {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
+                int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}});
   }
 
   void update_outbox(const OutboxEntry& e) override {
@@ -543,6 +608,17 @@ class PgTransaction final : public Transaction, public PgReads {
     write({lock_name('i', {id})}, {"ob_del", {int8(*n)}});
   }
 
+  void put_endpoint_state(const pb::EndpointState& state) override {
+    write({lock_name('p', {state.name()})},
+          {"ep_put", {text(state.name()), bytea(state.SerializeAsString())}});
+  }
+
+  void keep_notification(const pb::Notification& event) override {
+    write({}, {"n_keep",
+               {int8(event.created_at_ms()), text(event.event_id()),
+                bytea(event.SerializeAsString())}});
+  }
+
   void probe() { write({}, {"probe", {text(std::to_string(now_ms_))}}); }
 
   // Chains the audit records, writes the counts, and commits.
@@ -553,6 +629,8 @@ class PgTransaction final : public Transaction, public PgReads {
       write({}, {"a_head_set", {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash)}});
     for (const auto& [state, delta] : counts_)
       if (delta != 0) write({}, {"count_add", {int8(state), int8(delta)}});
+    for (const auto& [outcome, delta] : outcome_counts_)
+      if (delta != 0) write({}, {"outcome_add", {int8(outcome), int8(delta)}});
     if (notify_) write({}, {"notify", {}});
     if (!begun_ && batch_.size() == 1) return Status::Ok();  // nothing was ever sent
     batch_.push_back({"commit", {}});
@@ -642,11 +720,17 @@ class PgTransaction final : public Transaction, public PgReads {
   std::set<int64_t> locked_;
   std::optional<Error> failed_;
   bool retryable_ = false;
-  // Operation states this transaction read or wrote (STATE_UNSPECIFIED:
-  // absent), so that put_operation knows what it replaces.
-  std::unordered_map<std::string, pb::OperationState> known_;
-  std::map<int64_t, int64_t> counts_;  // state -> change, written at commit
-  std::optional<AuditHead> head_;      // locked and advanced by this transaction
+  // Operation states (and outcomes) this transaction read or wrote
+  // (STATE_UNSPECIFIED: absent), so that put_operation knows what it
+  // replaces.
+  struct Known {
+    pb::OperationState state = pb::STATE_UNSPECIFIED;
+    pb::Outcome outcome = pb::OUTCOME_NONE;
+  };
+  std::unordered_map<std::string, Known> known_;
+  std::map<int64_t, int64_t> counts_;          // state -> change, written at commit
+  std::map<int64_t, int64_t> outcome_counts_;  // settled outcome -> change, likewise
+  std::optional<AuditHead> head_;              // locked and advanced by this transaction
   bool appended_ = false;
   bool notify_ = false;  // work for the dispatchers: wake every process at commit
   std::vector<pb::AuditRecord> unchained_;  // appended before the head was locked
@@ -698,7 +782,10 @@ PgStorage::~PgStorage() {
 }
 
 Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
-  for (int attempt = 1;; ++attempt) {
+  std::vector<std::function<void()>> after;
+  // The connection goes back to the pool before what runs after the commit.
+  auto attempt_once = [&](int attempt, bool& retry) -> Status {
+    retry = false;
     OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
     PgTransaction txn(*conn, options_.isolation, clock_->now_ms());
     Status s = fn(txn);
@@ -706,15 +793,24 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
       Status c = txn.commit();
       if (c) {
         commits_++;
+        after = txn.take_after_commit();
         return Status::Ok();
       }
     }
-    const bool retry = txn.failed() && txn.retryable() && attempt < options_.max_attempts;
+    retry = txn.failed() && txn.retryable() && attempt < options_.max_attempts;
     txn.rollback();
-    if (!retry) return txn.failed() ? Status(txn.error()) : s;
+    return txn.failed() ? Status(txn.error()) : s;
+  };
+  for (int attempt = 1;; ++attempt) {
+    bool retry = false;
+    Status s = attempt_once(attempt, retry);
+    if (s) break;
+    if (!retry) return s;
     retries_++;
     pause_before_retry(attempt);
   }
+  for (auto& f : after) f();
+  return Status::Ok();
 }
 
 Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& events) {
@@ -779,6 +875,13 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
                                                                   : Appended::conflict;
   }
   return out;
+}
+
+Result<BackupInfo> PgStorage::backup_to(const std::string&) {
+  return make_error(errc::bad_request,
+                    "A PostgreSQL store is backed up by PostgreSQL: a base backup with WAL "
+                    "archiving (pg_basebackup) for point-in-time recovery, or pg_dump for a "
+                    "logical copy; opgate audit verify checks the chain of a restored copy.");
 }
 
 Result<AuditVerification> PgStorage::verify_audit() {

@@ -54,6 +54,8 @@ class PgStorage final : public Storage {
   Result<std::vector<Appended>> append_events(std::vector<NewEvent>& events) override;
   Result<AuditVerification> verify_audit() override;
   Status check_writable() override;
+  // Refused with a clear error: PostgreSQL's own tools copy the database.
+  Result<BackupInfo> backup_to(const std::string& dir) override;
   StorageStats stats() const override;
 
   // Calls `wake` (on a thread of its own) whenever any process commits work

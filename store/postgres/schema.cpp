@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
+#include "opgate.pb.h"
+#include "store/port.h"
+
 namespace opgate::store::pg {
 
 namespace {
@@ -127,6 +132,76 @@ CREATE TABLE leases (
 );
 )SQL";
 
+// Notifications (main's issue #15): outbox items wait in two queues and are
+// found by operation; settled operations are counted by outcome; endpoints'
+// standing and the events kept for replay. The columns added to existing
+// rows are filled by backfill_v3 from the records themselves.
+constexpr const char* kV3 = R"SQL(
+ALTER TABLE operations ADD COLUMN outcome bigint NOT NULL DEFAULT 0;
+CREATE TABLE outcome_counts (
+  outcome bigint PRIMARY KEY,
+  n bigint NOT NULL
+);
+INSERT INTO outcome_counts SELECT s, 0 FROM generate_series(1, 6) AS s;
+
+ALTER TABLE outbox ADD COLUMN queue smallint NOT NULL DEFAULT 0;
+ALTER TABLE outbox ADD COLUMN operation_key text COLLATE "C" NOT NULL DEFAULT '';
+DROP INDEX outbox_due;
+CREATE INDEX outbox_due ON outbox (queue, not_before_ms, id);
+CREATE INDEX outbox_operation ON outbox (operation_key, id);
+
+CREATE TABLE endpoint_states (
+  name text COLLATE "C" PRIMARY KEY,
+  data bytea NOT NULL
+);
+CREATE TABLE notifications (
+  created_at_ms bigint NOT NULL,
+  event_id text COLLATE "C" NOT NULL,
+  data bytea NOT NULL,
+  PRIMARY KEY (created_at_ms, event_id)
+);
+)SQL";
+
+// Runs `fn` on each record the prepared statement `stmt` returns (its id
+// or key in column 0, the record's bytes in column 1).
+template <typename Message>
+Status each_record(Conn& conn, const char* stmt, const char* what,
+                   const std::function<Status(const Rows&, int, const Message&)>& fn) {
+  OPGATE_ASSIGN_OR_RETURN(auto rows, conn.run(stmt, {}));
+  for (int i = 0; i < rows.size(); ++i) {
+    Message m;
+    auto b = rows.bytes(i, 1);
+    if (!m.ParseFromArray(b.data(), static_cast<int>(b.size())))
+      return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
+    OPGATE_TRY(fn(rows, i, m));
+  }
+  return Status::Ok();
+}
+
+Status backfill_v3(Conn& conn) {
+  OPGATE_TRY(conn.prepare("v3_settled", "SELECT key, data FROM operations WHERE state = 5"));
+  OPGATE_TRY(conn.prepare("v3_outcome", "UPDATE operations SET outcome = $2 WHERE key = $1"));
+  OPGATE_TRY(each_record<pb::Operation>(
+      conn, "v3_settled", "operation", [&](const Rows&, int, const pb::Operation& op) -> Status {
+        OPGATE_TRY(conn.run("v3_outcome", {text(op.key()), int8(op.outcome())}));
+        return Status::Ok();
+      }));
+  OPGATE_TRY(
+      conn.exec("UPDATE outcome_counts c SET n = (SELECT count(*) FROM operations o "
+                "WHERE o.state = 5 AND o.outcome = c.outcome)"));
+  OPGATE_TRY(conn.prepare("v3_items", "SELECT id, data FROM outbox"));
+  OPGATE_TRY(conn.prepare(
+      "v3_item", "UPDATE outbox SET queue = $2::bigint, operation_key = $3 WHERE id = $1"));
+  return each_record<pb::OutboxItem>(
+      conn, "v3_items", "outbox item",
+      [&](const Rows& rows, int i, const pb::OutboxItem& item) -> Status {
+        const int64_t queue = queue_of(item.kind()) == Queue::notifications ? 1 : 0;
+        OPGATE_TRY(
+            conn.run("v3_item", {int8(rows.int8(i, 0)), int8(queue), text(item.operation_key())}));
+        return Status::Ok();
+      });
+}
+
 constexpr int64_t kMigrationLock = 0x6f70676174654d31;  // "opgateM1"
 
 std::string quote_ident(const std::string& s) {
@@ -144,11 +219,15 @@ const std::vector<Migration>& migrations() {
   static const std::vector<Migration> all = {
       {1, "records, indexes, the audit chain's head and the state counts", kV1},
       {2, "leases on the duties one node performs for all", kV2},
+      {3,
+       "notifications: two outbox queues, items by operation, settled counts by outcome, "
+       "endpoint states, kept events",
+       kV3, backfill_v3},
   };
   return all;
 }
 
-Result<MigrationReport> migrate(const ConnOptions& options) {
+Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
   ConnOptions o = options;
   o.statement_timeout_ms = 0;  // a migration may take long; the lock wait too
   OPGATE_ASSIGN_OR_RETURN(auto conn, Conn::connect(o));
@@ -176,9 +255,10 @@ Result<MigrationReport> migrate(const ConnOptions& options) {
                              "INSERT INTO schema_migrations (version, description) "
                              "VALUES ($1::bigint, $2)"));
     for (const auto& m : migrations()) {
-      if (m.version <= report.from_version) continue;
+      if (m.version <= report.from_version || m.version > up_to) continue;
       OPGATE_TRY(conn->exec("BEGIN"));
       Status s = conn->exec(m.sql);
+      if (s && m.backfill) s = m.backfill(*conn);
       if (s)
         s = conn->run("record", {int8(m.version), text(m.description)}).ok()
                 ? Status::Ok()

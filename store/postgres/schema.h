@@ -4,6 +4,7 @@
 // what is applied; a database migrated by a newer opgate is refused.
 #pragma once
 
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct Migration {
   int version;
   const char* description;
   const char* sql;
+  // Run after `sql`, in the same transaction: fills new columns from the
+  // records' protobuf bytes, which SQL cannot read. May be null.
+  Status (*backfill)(Conn& conn) = nullptr;
 };
 
 // Every migration, in order.
@@ -27,7 +31,9 @@ struct MigrationReport {
   std::vector<std::string> applied;  // "version: description"
 };
 
-// Brings the schema up to date (creating options.schema if set).
-Result<MigrationReport> migrate(const ConnOptions& options);
+// Brings the schema up to date, or up to version `up_to` (tests of a
+// migration start from the version before it), creating options.schema if
+// set.
+Result<MigrationReport> migrate(const ConnOptions& options, int up_to = INT_MAX);
 
 }  // namespace opgate::store::pg

@@ -12,12 +12,16 @@
 //               r/{order_id}/{key}           by order
 //               h/{key}/{audit seq}          the operation's audit records
 //   outbox      i/{id}                       OutboxItem
-//               t/{not_before}/{id}          by due time
+//               t/{queue}/{not_before}/{id}  by queue and due time
+//               k/{operation_key}/{id}       by operation
+//               l/{created_at}/{event_id}    notification events kept for replay
 //   ledger      {operation_key}              LedgerEntry
 //   audit       {seq}                        AuditRecord
 //   orders      o/{order_id}                 Order
 //               f/{order_id}                 OrderFunds
-//   meta        format_version, n/{state}    data format; operations per state
+//   meta        format_version, n/{state},   data format; operations per state
+//               n/o/{outcome}                settled operations per outcome
+//               e/{endpoint}                 EndpointState
 // Pure; thread-safe.
 #pragma once
 
@@ -79,10 +83,20 @@ inline std::string audit_index(std::string_view operation_key, uint64_t seq) {
 }
 
 inline std::string outbox_item(std::string_view id) { return fmt::format("i/{}", id); }
-inline constexpr std::string_view kDuePrefix = "t/";
-inline std::string outbox_due(int64_t not_before_ms, std::string_view id) {
-  return fmt::format("t/{}/{}", hex16(time_part(not_before_ms)), id);
+inline std::string due_prefix(bool notifications) { return notifications ? "t/n/" : "t/w/"; }
+inline std::string outbox_due(bool notifications, int64_t not_before_ms, std::string_view id) {
+  return due_prefix(notifications) + hex16(time_part(not_before_ms)) + "/" + std::string(id);
 }
+inline std::string outbox_of_prefix(std::string_view operation_key) {
+  return fmt::format("k/{}/", operation_key);
+}
+inline std::string outbox_of(std::string_view operation_key, std::string_view id) {
+  return outbox_of_prefix(operation_key) + std::string(id);
+}
+inline std::string kept_notification(int64_t created_at_ms, std::string_view event_id) {
+  return fmt::format("l/{}/{}", hex16(time_part(created_at_ms)), event_id);
+}
+inline std::string endpoint_state(std::string_view name) { return fmt::format("e/{}", name); }
 
 inline std::string audit(uint64_t seq) { return fmt::format("{:020}", seq); }
 
@@ -91,6 +105,9 @@ inline std::string funds(std::string_view order_id) { return fmt::format("f/{}",
 
 inline std::string state_count(pb::OperationState s) {
   return fmt::format("n/{:02}", static_cast<int>(s));
+}
+inline std::string outcome_count(pb::Outcome o) {
+  return fmt::format("n/o/{:02}", static_cast<int>(o));
 }
 
 }  // namespace opgate::store::rocks::keys

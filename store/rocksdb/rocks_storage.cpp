@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <unordered_map>
 
+#include "common/crypto.h"
+#include "common/files.h"
 #include "store/audit_chain.h"
 #include "store/rocksdb/keys.h"
 
@@ -218,6 +221,12 @@ class KvReader : public virtual Reader {
       if (!raw) return raw.error();
       c.operations[st] = raw->has_value() ? std::stoll(**raw) : 0;
     }
+    for (int i = pb::OUTCOME_SUCCEEDED; i <= pb::OUTCOME_CANCELLED; ++i) {
+      auto o = static_cast<pb::Outcome>(i);
+      auto raw = view_.get(Cf::meta, keys::outcome_count(o));
+      if (!raw) return raw.error();
+      c.settled[o] = raw->has_value() ? std::stoll(**raw) : 0;
+    }
     return c;
   }
 
@@ -311,39 +320,38 @@ class KvReader : public virtual Reader {
     return head;
   }
 
-  Result<std::vector<OutboxEntry>> due(int64_t now_ms, size_t limit) override {
+  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) override {
     std::vector<std::string> ids;
     std::optional<Error> failed;
-    Status s = view_.scan(Cf::outbox, keys::kDuePrefix, [&](std::string_view k, std::string_view) {
-      auto at = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+    const std::string prefix = keys::due_prefix(queue == Queue::notifications);
+    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
+      // prefix + 16 hex digits + "/" + id
+      auto at =
+          k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
       if (!at) {
         failed = corrupt("outbox index entry");
         return false;
       }
       if (*at > keys::time_part(now_ms)) return false;
-      ids.emplace_back(k.substr(19));
+      ids.emplace_back(k.substr(prefix.size() + 17));
       return ids.size() < limit;
     });
     if (!s) return s.error();
     if (failed) return *failed;
-    std::vector<OutboxEntry> out;
-    for (auto& id : ids) {
-      auto item = load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
-      if (!item) return item.error();
-      if (item->has_value()) out.push_back({std::move(id), std::move(**item)});
-    }
-    return out;
+    return items(ids);
   }
 
   Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {
     return load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
   }
 
-  Result<std::optional<int64_t>> next_due_ms() override {
+  Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
     std::optional<int64_t> at;
     std::optional<Error> failed;
-    Status s = view_.scan(Cf::outbox, keys::kDuePrefix, [&](std::string_view k, std::string_view) {
-      auto t = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
+    const std::string prefix = keys::due_prefix(queue == Queue::notifications);
+    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
+      auto t =
+          k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
       if (!t)
         failed = corrupt("outbox index entry");
       else
@@ -353,6 +361,58 @@ class KvReader : public virtual Reader {
     if (!s) return s.error();
     if (failed) return *failed;
     return at;
+  }
+
+  Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {
+    std::vector<std::string> ids;
+    const std::string prefix = keys::outbox_of_prefix(operation_key);
+    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
+      ids.emplace_back(k.substr(prefix.size()));
+      return true;
+    });
+    if (!s) return s.error();
+    return items(ids);
+  }
+
+  Result<pb::EndpointState> endpoint_state(const std::string& name) override {
+    auto state = load<pb::EndpointState>(view_, Cf::meta, keys::endpoint_state(name));
+    if (!state) return state.error();
+    if (state->has_value()) return std::move(**state);
+    pb::EndpointState fresh;
+    fresh.set_name(name);
+    return fresh;
+  }
+
+  Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
+                                                            size_t limit) override {
+    std::vector<pb::Notification> out;
+    bool bad = false;
+    Status s = view_.scan(
+        Cf::outbox, "l/",
+        [&](std::string_view, std::string_view v) {
+          pb::Notification n;
+          if (!n.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = true;
+            return false;
+          }
+          out.push_back(std::move(n));
+          return out.size() < limit;
+        },
+        "l/" + keys::hex16(keys::time_part(since_ms)));
+    if (!s) return s.error();
+    if (bad) return corrupt("notification");
+    return out;
+  }
+
+ private:
+  Result<std::vector<OutboxEntry>> items(std::vector<std::string>& ids) {
+    std::vector<OutboxEntry> out;
+    for (auto& id : ids) {
+      auto item = load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
+      if (!item) return item.error();
+      if (item->has_value()) out.push_back({std::move(id), std::move(**item)});
+    }
+    return out;
   }
 
  protected:
@@ -443,6 +503,15 @@ class RocksTransaction final : public Transaction, public KvReader {
       w.put(Cf::operations, keys::by_state(op.state(), key), "");
       if (Status s = add_count(op.state(), +1); !s) return s;
     }
+    const auto old_outcome =
+        was && old_state == pb::STATE_SETTLED ? (*old)->outcome() : pb::OUTCOME_NONE;
+    const auto new_outcome = op.state() == pb::STATE_SETTLED ? op.outcome() : pb::OUTCOME_NONE;
+    if (old_outcome != new_outcome) {
+      if (old_outcome != pb::OUTCOME_NONE)
+        if (Status s = add(keys::outcome_count(old_outcome), -1); !s) return s;
+      if (new_outcome != pb::OUTCOME_NONE)
+        if (Status s = add(keys::outcome_count(new_outcome), +1); !s) return s;
+    }
     if (!was) w.put(Cf::operations, keys::by_order(op.proposal().order_id(), key), "");
     const bool was_pending = old_state == pb::STATE_PENDING;
     const bool is_pending = op.state() == pb::STATE_PENDING;
@@ -477,32 +546,56 @@ class RocksTransaction final : public Transaction, public KvReader {
   void enqueue(pb::OutboxItem item) override {
     const std::string id = keys::hex16(storage_.next_outbox_seq());
     item.set_created_at_ms(txn_.now_ms);
-    txn_.writes.put(Cf::outbox, keys::outbox_due(item.not_before_ms(), id), "");
+    txn_.writes.put(Cf::outbox, due_key(item, id), "");
+    if (!item.operation_key().empty())
+      txn_.writes.put(Cf::outbox, keys::outbox_of(item.operation_key(), id), "");
     txn_.writes.put(Cf::outbox, keys::outbox_item(id), item.SerializeAsString());
   }
 
   void update_outbox(const OutboxEntry& e) override {
     auto old = load<pb::OutboxItem>(txn_.view, Cf::outbox, keys::outbox_item(e.id));
     if (!old || !old->has_value()) return;  // gone (or unreadable): nothing to update
-    txn_.writes.del(Cf::outbox, keys::outbox_due((*old)->not_before_ms(), e.id));
-    txn_.writes.put(Cf::outbox, keys::outbox_due(e.item.not_before_ms(), e.id), "");
-    txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), e.item.SerializeAsString());
+    txn_.writes.del(Cf::outbox, due_key(**old, e.id));
+    pb::OutboxItem item = e.item;
+    item.set_kind((*old)->kind());  // an item never changes queue or operation
+    item.set_operation_key((*old)->operation_key());
+    txn_.writes.put(Cf::outbox, due_key(item, e.id), "");
+    txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), item.SerializeAsString());
   }
 
   void remove_outbox(const std::string& id) override {
     auto old = load<pb::OutboxItem>(txn_.view, Cf::outbox, keys::outbox_item(id));
-    if (old && old->has_value())
-      txn_.writes.del(Cf::outbox, keys::outbox_due((*old)->not_before_ms(), id));
+    if (old && old->has_value()) {
+      txn_.writes.del(Cf::outbox, due_key(**old, id));
+      if (!(*old)->operation_key().empty())
+        txn_.writes.del(Cf::outbox, keys::outbox_of((*old)->operation_key(), id));
+    }
     txn_.writes.del(Cf::outbox, keys::outbox_item(id));
   }
 
+  void put_endpoint_state(const pb::EndpointState& state) override {
+    txn_.writes.put(Cf::meta, keys::endpoint_state(state.name()), state.SerializeAsString());
+  }
+
+  void keep_notification(const pb::Notification& event) override {
+    txn_.writes.put(Cf::outbox, keys::kept_notification(event.created_at_ms(), event.event_id()),
+                    event.SerializeAsString());
+  }
+
  private:
+  static std::string due_key(const pb::OutboxItem& item, std::string_view id) {
+    return keys::outbox_due(queue_of(item.kind()) == Queue::notifications, item.not_before_ms(),
+                            id);
+  }
+
   Status add_count(pb::OperationState state, int64_t delta) {
-    auto raw = txn_.view.get(Cf::meta, keys::state_count(state));
+    return add(keys::state_count(state), delta);
+  }
+  Status add(const std::string& counter, int64_t delta) {
+    auto raw = txn_.view.get(Cf::meta, counter);
     if (!raw) return raw.error();
     int64_t n = raw->has_value() ? std::stoll(**raw) : 0;
-    txn_.writes.put(Cf::meta, keys::state_count(state),
-                    std::to_string(std::max<int64_t>(0, n + delta)));
+    txn_.writes.put(Cf::meta, counter, std::to_string(std::max<int64_t>(0, n + delta)));
     return Status::Ok();
   }
 
@@ -552,10 +645,15 @@ RocksStorage::~RocksStorage() {
 
 Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
   if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
-  return journal_->run([&](Journal::Txn& txn) {
+  std::vector<std::function<void()>> after;
+  OPGATE_TRY(journal_->run([&](Journal::Txn& txn) {
     RocksTransaction t(txn, *this);
-    return fn(t);
-  });
+    Status s = fn(t);
+    if (s) after = t.take_after_commit();
+    return s;
+  }));
+  for (auto& f : after) f();
+  return Status::Ok();
 }
 
 Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>& events) {
@@ -615,6 +713,85 @@ Status RocksStorage::check_writable() {
 
 StorageStats RocksStorage::stats() const { return {db_->synced_writes(), db_->wal_syncs()}; }
 
-Status RocksStorage::checkpoint(const std::string& dir) { return db_->checkpoint(dir); }
+namespace {
+constexpr std::string_view kManifest = "opgate-backup.json";
+
+std::string manifest_json(const BackupInfo& b) {
+  return fmt::format(
+      R"({{"format_version":{},"created_at_ms":{},"audit_head":{{"seq":{},"hash":"{}"}}}})",
+      b.format_version, b.created_at_ms, b.audit_head.seq, crypto::to_hex(b.audit_head.hash));
+}
+}  // namespace
+
+Result<BackupInfo> RocksStorage::backup_to(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::path(dir).is_absolute())
+    return make_error(errc::bad_request, "The backup directory must be an absolute path.");
+  if (fs::exists(dir, ec))
+    return make_error(errc::conflict, "The backup directory already exists: " + dir);
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(errc::bad_request, "Cannot create " + dir + ": " + ec.message());
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  // The checkpoint flushes the memtables first: it holds every write that
+  // was durable when it began.
+  OPGATE_TRY(db_->checkpoint((fs::path(dir) / "data").string()));
+  fs::permissions(fs::path(dir) / "data", fs::perms::owner_all, fs::perm_options::replace, ec);
+  BackupInfo info;
+  info.dir = dir;
+  info.created_at_ms = clock_->now_ms();
+  info.format_version = kFormatVersion;
+  // The copy's own head: verified from the copy, not from the live store.
+  {
+    OpenOptions read_only;
+    read_only.read_only = true;
+    auto copy = RocksStorage::open((fs::path(dir) / "data").string(), read_only, *clock_);
+    if (!copy) return copy.error();
+    OPGATE_ASSIGN_OR_RETURN(auto v, (*copy)->verify_audit());
+    if (!v.ok)
+      return make_error(errc::corrupt_record,
+                        "The copy's audit chain does not verify: " + v.problem);
+    info.audit_head = v.head;
+  }
+  OPGATE_TRY(write_file_atomically((fs::path(dir) / kManifest).string(), manifest_json(info)));
+  return info;
+}
+
+Result<BackupInfo> RocksStorage::restore(const std::string& backup_dir, const std::string& data_dir,
+                                         const Clock& clock) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path from = fs::path(backup_dir) / "data";
+  if (!fs::exists(fs::path(backup_dir) / kManifest, ec) || !fs::is_directory(from, ec))
+    return make_error(errc::bad_request, backup_dir + " is not an opgate backup (no " +
+                                             std::string(kManifest) + " and data/)");
+  if (fs::exists(data_dir, ec))
+    return make_error(errc::conflict, "The data directory already exists: " + data_dir +
+                                          "; restore into a new one");
+  BackupInfo info;
+  {
+    // Opening checks the format version; the chain must verify.
+    OpenOptions read_only;
+    read_only.check_permissions = false;
+    read_only.read_only = true;
+    auto copy = RocksStorage::open(from.string(), read_only, clock);
+    if (!copy) return copy.error();
+    OPGATE_ASSIGN_OR_RETURN(auto v, (*copy)->verify_audit());
+    if (!v.ok)
+      return make_error(errc::corrupt_record,
+                        "The backup's audit chain does not verify: " + v.problem);
+    info.audit_head = v.head;
+  }
+  fs::create_directories(fs::path(data_dir).parent_path(), ec);
+  fs::copy(from, data_dir, fs::copy_options::recursive, ec);
+  if (ec) return make_error(errc::data_dir, "Cannot copy into " + data_dir + ": " + ec.message());
+  fs::permissions(data_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  for (auto& entry : fs::directory_iterator(data_dir, ec))
+    fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace, ec);
+  info.dir = data_dir;
+  info.format_version = kFormatVersion;
+  return info;
+}
 
 }  // namespace opgate::store::rocks

@@ -29,8 +29,13 @@ class RocksStorage final : public Storage {
   Status check_writable() override;
   StorageStats stats() const override;
 
-  // A consistent copy of the data directory, taken while serving.
-  Status checkpoint(const std::string& dir);
+  // A consistent copy of the data directory, taken while serving: DIR/data
+  // (a data directory `opgate serve` starts on) and DIR/opgate-backup.json.
+  Result<BackupInfo> backup_to(const std::string& dir) override;
+  // Copies a backup made by backup_to into a new data directory, after
+  // checking its format and its audit chain. The daemon must be stopped.
+  static Result<BackupInfo> restore(const std::string& backup_dir, const std::string& data_dir,
+                                    const Clock& clock);
   Db& db() { return *db_; }
   const Journal& journal() const { return *journal_; }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "backend.h"
@@ -216,10 +217,17 @@ TEST_CASE("operations are listed by state, paged, filtered, and counted in step"
   auto counts = r.counts();
   CHECK(counts->operations.at(pb::STATE_PENDING) == 5);
   CHECK(counts->operations.at(pb::STATE_SETTLED) == 1);
+  CHECK(counts->settled.at(pb::OUTCOME_SUCCEEDED) == 0);
+  f.write([](Transaction& t) {
+    auto settled = op("k1", pb::STATE_SETTLED);
+    settled.set_outcome(pb::OUTCOME_DENIED);
+    REQUIRE(t.put_operation(settled).ok());
+  });
+  CHECK(r.counts()->settled.at(pb::OUTCOME_DENIED) == 1);
   f.write([](Transaction& t) { REQUIRE(t.put_operation(op("k0", pb::STATE_APPROVED)).ok()); });
-  CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 4);
+  CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 3);
   CHECK(r.counts()->operations.at(pb::STATE_APPROVED) == 1);
-  CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 4);
+  CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 3);
 }
 
 TEST_CASE("pending operations are found by expiry, earliest first, and only while pending") {
@@ -323,11 +331,11 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
     }
   });
   auto& r = f.s->reader();
-  CHECK(r.due(99, 10)->empty());
-  auto due = r.due(250, 10);
+  CHECK(r.due(store::Queue::work, 99, 10)->empty());
+  auto due = r.due(store::Queue::work, 250, 10);
   REQUIRE(due->size() == 2);
   CHECK(due->at(0).item.operation_key() == "k100");
-  CHECK(*r.next_due_ms() == 100);
+  CHECK(*r.next_due_ms(store::Queue::work) == 100);
   auto later = due->at(0);
   later.item.set_not_before_ms(1000);
   later.item.set_attempts(1);
@@ -336,15 +344,15 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
     t.remove_outbox(due->at(1).id);
     t.remove_outbox("no-such-item");  // not an error
   });
-  auto now_due = r.due(999, 10);
+  auto now_due = r.due(store::Queue::work, 999, 10);
   REQUIRE(now_due->size() == 1);
   CHECK(now_due->at(0).item.operation_key() == "k300");
-  CHECK(r.due(1000, 10)->size() == 2);
+  CHECK(r.due(store::Queue::work, 1000, 10)->size() == 2);
   f.write([&](Transaction& t) {
     store::OutboxEntry gone{"no-such-item", later.item};
     t.update_outbox(gone);  // an item that is gone is not brought back
   });
-  CHECK(r.due(1000, 10)->size() == 2);
+  CHECK(r.due(store::Queue::work, 1000, 10)->size() == 2);
 }
 
 TEST_CASE("concurrent transactions that read and write the same record lose no update") {
@@ -415,4 +423,114 @@ TEST_CASE("processes sharing a store lose no update, store a webhook once, keep 
   CHECK(v->ok);
   CHECK(v->records == kTotal);
   CHECK(f.s->reader().audit_head()->seq == kTotal);
+}
+
+TEST_CASE("notifications wait in their own queue; items are found by operation") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    pb::OutboxItem work;
+    work.set_kind(pb::OUTBOX_EXECUTE);
+    work.set_operation_key("k1");
+    t.enqueue(work);
+    pb::OutboxItem note;
+    note.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+    note.set_operation_key("k1");
+    note.mutable_notification()->set_endpoint("ops");
+    t.enqueue(note);
+    pb::OutboxItem other;
+    other.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+    other.set_operation_key("k2");
+    t.enqueue(other);
+  });
+  auto& r = f.s->reader();
+  auto work = r.due(store::Queue::work, 1, 10);
+  REQUIRE(work->size() == 1);
+  CHECK(work->at(0).item.kind() == pb::OUTBOX_EXECUTE);
+  CHECK(r.due(store::Queue::notifications, 1, 10)->size() == 2);
+  auto of_k1 = r.outbox_of("k1");
+  REQUIRE(of_k1->size() == 2);
+  f.write([&](Transaction& t) { t.remove_outbox(of_k1->at(0).id); });
+  CHECK(r.outbox_of("k1")->size() == 1);
+  CHECK(r.due(store::Queue::work, 1, 10)->empty());
+}
+
+TEST_CASE("endpoint states start fresh and are kept; notification events are kept in time order") {
+  Fixture f;
+  auto fresh = f.s->reader().endpoint_state("ops");
+  REQUIRE(fresh.ok());
+  CHECK(fresh->name() == "ops");
+  CHECK_FALSE(fresh->disabled());
+  f.write([](Transaction& t) {
+    pb::EndpointState s;
+    s.set_name("ops");
+    s.set_disabled(true);
+    t.put_endpoint_state(s);
+    for (int64_t at : {300, 100, 200}) {
+      pb::Notification n;
+      n.set_event_id("evt_" + std::to_string(at));
+      n.set_created_at_ms(at);
+      t.keep_notification(n);
+    }
+  });
+  CHECK(f.s->reader().endpoint_state("ops")->disabled());
+  auto since = f.s->reader().notifications_since(150, 10);
+  REQUIRE(since->size() == 2);
+  CHECK(since->at(0).event_id() == "evt_200");
+  CHECK(since->at(1).event_id() == "evt_300");
+}
+
+TEST_CASE(
+    "what a transaction defers to after its commit runs once it is durable, never on failure") {
+  Fixture f;
+  std::vector<std::string> seen;  // what a fresh reader saw when each ran
+  Status ok = f.s->transact([&](Transaction& t) -> Status {
+    t.put_funds([] {
+      pb::OrderFunds funds;
+      funds.set_order_id("O1");
+      funds.set_reserved_minor(7);
+      return funds;
+    }());
+    t.after_commit([&] {
+      seen.push_back("reserved " + std::to_string(f.s->reader().funds("O1")->reserved_minor()));
+    });
+    CHECK(seen.empty());  // not yet: the transaction is open
+    return Status::Ok();
+  });
+  REQUIRE(ok.ok());
+  CHECK(seen == std::vector<std::string>{"reserved 7"});
+  Status failed = f.s->transact([&](Transaction& t) -> Status {
+    t.after_commit([&] { seen.push_back("after a failure"); });
+    return make_error(errc::conflict, "no");
+  });
+  CHECK_FALSE(failed.ok());
+  CHECK(seen.size() == 1);
+}
+
+TEST_CASE("a backup is a copy at the chain's head, or a clear refusal naming the tools to use") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    pb::AuditRecord a;
+    a.set_operation_key("k1");
+    a.set_action("step");
+    t.append_audit(a);
+  });
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("opgate-conformance-backup-" + crypto::random_hex(6));
+  auto info = f.s->backup_to(dir.string());
+  if (info.ok()) {
+    CHECK(std::filesystem::exists(dir));
+    CHECK(info->audit_head.seq == 1);
+    CHECK(info->audit_head.hash == f.s->reader().audit_head()->hash);
+    std::filesystem::remove_all(dir);
+  } else {
+    CHECK(info.error().is(errc::bad_request));
+    CHECK_FALSE(info.error().message.empty());
+    CHECK_FALSE(std::filesystem::exists(dir));  // nothing half-written
+  }
+  if (conformance::backend().name() == "rocksdb") CHECK(info.ok());
+  if (conformance::backend().name() == "postgres") {
+    REQUIRE_FALSE(info.ok());
+    CHECK(info.error().message.find("pg_basebackup") != std::string::npos);
+    CHECK(info.error().message.find("pg_dump") != std::string::npos);
+  }
 }

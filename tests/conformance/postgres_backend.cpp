@@ -1,5 +1,5 @@
 // The conformance suite against PostgreSQL: OPGATE_TEST_PG_URL names a
-// server's database (tests/conformance/run_postgres.sh starts a private
+// server's database (scripts/with-postgres starts a private
 // one). Each test gets a schema of its own, dropped when the next starts;
 // reopen() opens a new Storage (a new pool of connections) on the same
 // schema, as a restarted node would. OPGATE_TEST_PG_ISOLATION=serializable
@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "common/crypto.h"
 #include "store/postgres/pg_storage.h"
+#include "store/postgres/schema.h"
 
 namespace opgate::conformance {
 
@@ -62,7 +63,7 @@ std::unique_ptr<Backend> make_postgres_backend() {
   const char* url = std::getenv("OPGATE_TEST_PG_URL");
   if (!url || !*url) {
     std::cerr << "OPGATE_TEST_PG_URL is not set: it must name a PostgreSQL database "
-                 "(tests/conformance/run_postgres.sh starts one)\n";
+                 "(scripts/with-postgres starts one)\n";
     std::exit(2);
   }
   return std::make_unique<PostgresBackend>(url);
@@ -90,4 +91,66 @@ TEST_CASE("postgres: a duty's lease has one holder at a time; its token grows at
   CHECK(hold("A", 0) == std::optional<int64_t>(1));       // renewed to end at once
   CHECK(hold("B", 60'000) == std::optional<int64_t>(2));  // lapsed: B takes it over
   CHECK(hold("A", 60'000) == std::nullopt);
+}
+
+// PostgreSQL only: migration 3 fills the columns it adds from the records
+// already stored (settled outcomes, an outbox item's queue and operation).
+TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox items already stored") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto fresh = backend().open_empty(clock);  // a schema of its own; dropped and made again
+  auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
+  REQUIRE(opened);
+  pg::ConnOptions conn = opened->options().conn;
+  fresh.reset();
+  conn.schema += "_v2";
+  auto c = pg::Conn::connect(conn);
+  REQUIRE(c.ok());
+  struct DropSchema {
+    pg::Conn& c;
+    std::string schema;
+    ~DropSchema() { (void)c.exec("DROP SCHEMA IF EXISTS \"" + schema + "\" CASCADE"); }
+  } drop{**c, conn.schema};
+  auto v2 = pg::migrate(conn, 2);
+  REQUIRE_MESSAGE(v2.ok(), v2.error().message);
+  REQUIRE(v2->to_version == 2);
+  // What opgate before migration 3 wrote: a settled (denied) operation and
+  // an execute item.
+  pb::Operation op;
+  op.set_key("k1");
+  op.set_state(pb::STATE_SETTLED);
+  op.set_outcome(pb::OUTCOME_DENIED);
+  op.mutable_proposal()->set_order_id("O1");
+  pb::OutboxItem item;
+  item.set_kind(pb::OUTBOX_EXECUTE);
+  item.set_operation_key("k1");
+  item.set_not_before_ms(5);
+  REQUIRE((*c)->prepare("op",
+                        "INSERT INTO operations (key, state, expires_at_ms, order_id, "
+                        "session_id, owner, data) VALUES ('k1', 5, 0, 'O1', '', '', $1)")
+              .ok());
+  REQUIRE((*c)->prepare("item", "INSERT INTO outbox (not_before_ms, data) VALUES (5, $1)").ok());
+  REQUIRE((*c)->run("op", {pg::bytea(op.SerializeAsString())}).ok());
+  REQUIRE((*c)->run("item", {pg::bytea(item.SerializeAsString())}).ok());
+  REQUIRE((*c)->exec("UPDATE \"" + conn.schema + "\".state_counts SET n = 1 WHERE state = 5").ok());
+
+  pg::PgOptions o;
+  o.conn = conn;
+  o.pool_size = 2;
+  auto s = pg::PgStorage::open(o, clock);  // applies migration 3
+  REQUIRE_MESSAGE(s.ok(), s.error().message);
+  auto counts = (*s)->reader().counts();
+  REQUIRE(counts.ok());
+  CHECK(counts->operations.at(pb::STATE_SETTLED) == 1);
+  CHECK(counts->settled.at(pb::OUTCOME_DENIED) == 1);
+  CHECK(counts->settled.at(pb::OUTCOME_SUCCEEDED) == 0);
+  auto of = (*s)->reader().outbox_of("k1");
+  REQUIRE(of.ok());
+  REQUIRE(of->size() == 1);
+  CHECK(of->at(0).item.kind() == pb::OUTBOX_EXECUTE);
+  CHECK((*s)->reader().due(opgate::store::Queue::work, 10, 10)->size() == 1);
+  CHECK((*s)->reader().due(opgate::store::Queue::notifications, 10, 10)->empty());
 }

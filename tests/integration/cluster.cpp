@@ -39,6 +39,10 @@ Cluster::Cluster(ClusterOptions options) {
   o.settings.approval_ttl_s = options.approval_ttl_s;
   o.extra_ingress = options.extra_ingress;
   o.daemon_open_files = options.daemon_open_files;
+  o.extra_operator = options.extra_operator;
+  o.extra_config = options.extra_config;
+  o.operator_ca_file = options.operator_ca_file;
+  ca_file_ = options.operator_ca_file;
   o.keep_dir = std::getenv("OPGATE_KEEP_TEST_DIRS") != nullptr;
   c_ = required(eval::Cluster::start(std::move(o)), "start the cluster");
 }
@@ -88,6 +92,11 @@ Reply Cluster::agent_api(const std::string& method, const std::string& path,
 Reply Cluster::payments_admin(const std::string& method, const std::string& path,
                               const std::string& body) {
   return required(c_->payments_admin(method, path, body), method + " " + path);
+}
+
+Reply Cluster::receiver_admin(const std::string& method, const std::string& path,
+                              const std::string& body) {
+  return required(c_->receiver_admin(method, path, body), method + " " + path);
 }
 
 http::Response Cluster::webhook(const std::string& source, const http::Headers& headers,
@@ -165,8 +174,9 @@ json::object Cluster::approve(const std::string& key, const std::string& token, 
 std::pair<int, std::string> Cluster::cli(const std::vector<std::string>& args,
                                          const std::string& token) {
   auto env = boost::this_process::environment();
-  env["OPGATE_URL"] = fmt::format("http://127.0.0.1:{}", c_->operator_port());
+  env["OPGATE_URL"] = c_->operator_url();
   env["OPGATE_TOKEN"] = token;
+  if (!ca_file_.empty()) env["OPGATE_CA_FILE"] = ca_file_;
   bp::ipstream out;
   bp::child c(std::string(OPGATE_BIN_DIR) + "/opgate", bp::args(args), env, bp::std_out > out,
               bp::std_err > bp::null, bp::std_in < bp::null);

@@ -25,8 +25,11 @@ struct ClusterOptions {
   int payments_timeout_ms = 1500;
   int agent_timeout_ms = 3000;
   int64_t approval_ttl_s = 86400;
-  std::string extra_ingress;  // TOML lines appended to [ingress]
-  int daemon_open_files = 0;  // a hard limit on the daemon's open files (0: inherited)
+  std::string extra_ingress;     // TOML lines appended to [ingress]
+  int daemon_open_files = 0;     // a hard limit on the daemon's open files (0: inherited)
+  std::string extra_operator;    // TOML lines appended to [operator]
+  std::string extra_config;      // TOML tables appended at the end
+  std::string operator_ca_file;  // the operator listener has TLS: trust this CA
 };
 
 // Tokens configured for every cluster; their principals in the comments.
@@ -52,6 +55,9 @@ class Cluster {
   Reply agent_admin(const std::string& method, const std::string& path,
                     const std::string& body = "");
   Reply payments_admin(const std::string& method, const std::string& path,
+                       const std::string& body = "");
+  // The notification receiver (opgate-sim receiver): endpoints "ops" and "chat".
+  Reply receiver_admin(const std::string& method, const std::string& path,
                        const std::string& body = "");
   // The agent platform's public API, as another client of it would call it.
   Reply agent_api(const std::string& method, const std::string& path, const std::string& body,
@@ -89,9 +95,11 @@ class Cluster {
   std::string daemon_log() const { return c_->daemon_log(); }
   // "rocksdb" or "postgres" (OPGATE_EVAL_STORE).
   const std::string& store() const { return c_->store(); }
+  std::filesystem::path config_file() const { return c_->dir() / "opgate.toml"; }
 
  private:
   std::unique_ptr<eval::Cluster> c_;
+  std::string ca_file_;
 };
 
 // Polls `fn` until it returns true or the deadline passes.

@@ -176,6 +176,9 @@ check "conffiles: $(tr '\n' ' ' <"$root/var/lib/dpkg/info/opgate.conffiles")"
 [ "$(in_root stat -c '%U:%G %a' /var/lib/opgate)" = "opgate:opgate 700" ] ||
   fail "/var/lib/opgate is $(in_root stat -c '%U:%G %a' /var/lib/opgate)"
 check "/var/lib/opgate opgate:opgate 0700"
+[ "$(in_root stat -c '%U:%G %a' /var/backups/opgate)" = "opgate:opgate 700" ] ||
+  fail "/var/backups/opgate is $(in_root stat -c '%U:%G %a' /var/backups/opgate)"
+check "/var/backups/opgate opgate:opgate 0700"
 for f in /etc/opgate/opgate.env /etc/opgate/opgate.toml; do
   [ "$(in_root stat -c '%U:%G %a' "$f")" = "root:opgate 640" ] ||
     fail "$f is $(in_root stat -c '%U:%G %a' "$f")"
@@ -234,6 +237,23 @@ sed -i -e "s|^#OPGATE_AGENTS_WEBHOOK_SECRETS=.*|OPGATE_AGENTS_WEBHOOK_SECRETS=$s
   -e 's|^#OPENAI_API_KEY=.*|OPENAI_API_KEY=sk-install-test|' \
   -e 's|^#OPGATE_PAYMENTS_SECRET_KEY=.*|OPGATE_PAYMENTS_SECRET_KEY=sk_test_install|' \
   "$root/etc/opgate/opgate.env"
+# With its secrets but still no operator token, nobody could approve: it
+# refuses too, and says so.
+serve
+rc=0
+wait "$daemon_pid" || rc=$?
+daemon_pid=""
+[ "$rc" -ne 0 ] || fail "the daemon started without an operator token"
+grep -q "no operator token" "$work/opgate.log" || {
+  cat "$work/opgate.log" >&2
+  fail "the daemon did not say it has no operator token"
+}
+check "without an operator token it refuses to start (exit $rc)"
+# What the admin does next: a token (only its hash in the file).
+token_block=$(printf '\n[[operator.tokens]]\nprincipal = "admin"\ntoken_sha256 = "%s"\nscopes = ["admin"]\nowners = ["*"]\n' \
+  "$(printf '%s' "tok-install-test" | sha256sum | cut -d' ' -f1)")
+printf '%s\n' "$token_block" >>"$root/tmp/opgate.toml"
+printf '%s\n' "$token_block" >>"$root/etc/opgate/opgate.toml"
 serve
 for _ in $(seq 1 600); do  # until it has bound both ports, or exited (30 s at most)
   [ -s "$root/tmp/opgate.ports" ] && break

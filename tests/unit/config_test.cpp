@@ -203,3 +203,66 @@ statement_timeout_ms = 5000
   CHECK(error_of("[store]\nbackend = \"postgres\"\nurl_env = \"OPGATE_TEST_DB_URL_MISSING\"\n")
             .find("OPGATE_TEST_DB_URL_MISSING is not set") != std::string::npos);
 }
+
+TEST_CASE("a daemon that could not do its work is refused, naming what is missing") {
+  setenv("OPGATE_TEST_AGENT_KEY", "sk-agent", 1);
+  setenv("OPGATE_TEST_PAY_KEY", "sk_test_pay", 1);
+  const std::string upstreams = R"(
+[agent]
+api_key_env = "OPGATE_TEST_AGENT_KEY"
+[payments]
+secret_key_env = "OPGATE_TEST_PAY_KEY"
+)";
+  const std::string token = R"(
+[[operator.tokens]]
+principal = "p"
+token_sha256 = ")" + crypto::sha256_hex("t") +
+                            R"("
+scopes = ["admin"]
+owners = ["*"]
+)";
+  auto problem = [](const std::string& text) -> std::string {
+    ConfigFile f(text);
+    auto c = daemon::load_config(f.path.string());
+    REQUIRE_MESSAGE(c.ok(), c.error().message);
+    auto s = daemon::check_serviceable(*c);
+    return s.ok() ? "" : s.error().message;
+  };
+  CHECK(problem(kSource + token + upstreams).empty());
+  CHECK(problem(token + upstreams).find("no webhook source") != std::string::npos);
+  CHECK(problem(kSource + upstreams).find("no operator token") != std::string::npos);
+  CHECK(problem(kSource + token + "[agent]\napi_key_env = \"OPGATE_TEST_UNSET_X\"\n" +
+                "[payments]\nsecret_key_env = \"OPGATE_TEST_PAY_KEY\"\n")
+            .find("Agents API key") != std::string::npos);
+  CHECK(problem(kSource + token + "[agent]\napi_key_env = \"OPGATE_TEST_AGENT_KEY\"\n" +
+                "[payments]\nsecret_key_env = \"OPGATE_TEST_UNSET_Y\"\n")
+            .find("payment provider") != std::string::npos);
+}
+
+TEST_CASE("a relative data_dir resolves next to the config file; the loader says it was relative") {
+  ConfigFile f("data_dir = \"data\"\n" + kSource);
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE(c.ok());
+  CHECK(c->data_dir_was_relative);
+  CHECK(c->data_dir == (f.path.parent_path() / "data").string());
+}
+
+TEST_CASE("a reload names the keys it cannot apply without a restart") {
+  daemon::Config a, b;
+  b.ingress_listen = "127.0.0.1:9999";
+  b.policy.approval_ttl_s = 60;  // reloadable
+  auto keys = daemon::keys_needing_restart(a, b);
+  REQUIRE(keys.size() == 1);
+  CHECK(keys[0] == "ingress.listen");
+}
+
+TEST_CASE("log level and TLS files are checked where they are read") {
+  auto error_of = [](const std::string& text) {
+    ConfigFile f(text + kSource);
+    auto c = daemon::load_config(f.path.string());
+    return c.ok() ? std::string() : c.error().message;
+  };
+  CHECK(error_of("[log]\nlevel = \"loud\"\n").find("log.level") != std::string::npos);
+  CHECK(error_of("[operator]\ntls_cert_file = \"c.pem\"\n").find("tls_key_file") !=
+        std::string::npos);
+}

@@ -93,10 +93,25 @@ Trace sound_trace() {
   t.audit_check = json::object{{"ok", true}, {"records", 4}};
   t.pauses.push_back(Pause{kKey, "requires_action", true, 0});
   t.outsider = json::object{{"probes", 9}, {"seen", json::array{}}};
+  auto delivery = [](const char* path, const char* id, const char* type, int64_t seq) {
+    json::object d{{"path", path}, {"webhook_id", id}, {"verified", true}};
+    if (std::string_view(path) == "/hooks/ops") {
+      d["type"] = type;
+      d["key"] = kKey;
+      d["audit_head"] = json::object{{"seq", seq}, {"hash", "ab"}};
+    } else {
+      d["text"] = std::string("*") + type + "*: full-refund ... key " + kKey;
+    }
+    return d;
+  };
+  t.notifications = json::array{delivery("/hooks/ops", "msg_1", "operation.proposed", 1),
+                                delivery("/hooks/chat", "msg_2", "operation.proposed", 1),
+                                delivery("/hooks/ops", "msg_3", "operation.approved", 2),
+                                delivery("/hooks/ops", "msg_4", "operation.settled", 4)};
   return t;
 }
 
-constexpr size_t kProperties = 10;
+constexpr size_t kProperties = 11;
 
 // The results as a map from property number (1-10) to passed.
 std::vector<bool> verdicts(const Trace& t, const Scenario& sc = scenario()) {
@@ -251,6 +266,26 @@ TEST_CASE("10: refunds and credits on an order beyond what it was paid") {
   auto sc = scenario();
   sc.orders[0]["amount_minor"] = 2000;  // ORDER-100 was paid 20.00; 25.00 went out
   CHECK(only_fails(sound_trace(), 10, sc));
+}
+
+TEST_CASE("11: a proposal notified twice or never, unsigned, or out of order") {
+  auto t = sound_trace();
+  auto twice = t.notifications[0];
+  twice.as_object()["webhook_id"] = "msg_9";  // another id for the same proposal
+  t.notifications.push_back(twice);
+  CHECK(only_fails(t, 11));
+  t = sound_trace();
+  t.notifications.erase(t.notifications.begin() + 1);  // chat never told
+  CHECK(only_fails(t, 11));
+  t = sound_trace();
+  t.notifications[2].as_object()["verified"] = false;
+  CHECK(only_fails(t, 11));
+  t = sound_trace();
+  std::swap(t.notifications[2], t.notifications[3]);  // settled before approved
+  CHECK(only_fails(t, 11));
+  t = sound_trace();
+  t.notifications.push_back(t.notifications[3]);  // a repeat of the same id is fine
+  CHECK(verdicts(t)[10]);
 }
 
 TEST_CASE("the expected outcome compares counts, operation fields, states passed and results") {

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "fault_fs.h"
+#include "operations/audit.h"
 #include "operations/transitions.h"
 #include "store/audit_chain.h"
 #include "store/rocksdb/keys.h"
@@ -254,7 +255,7 @@ TEST_CASE("queue and outbox ids stay monotonic across a restart") {
                   return Status::Ok();
                 })
                 .ok());
-    first = storage->reader().due(0, 10)->at(0).id;
+    first = storage->reader().due(store::Queue::work, 0, 10)->at(0).id;
   }
   auto storage = open(dir, clock);
   REQUIRE(storage
@@ -265,7 +266,85 @@ TEST_CASE("queue and outbox ids stay monotonic across a restart") {
                 return Status::Ok();
               })
               .ok());
-  auto due = storage->reader().due(0, 10);
+  auto due = storage->reader().due(store::Queue::work, 0, 10);
   REQUIRE(due->size() == 2);
   CHECK(due->at(1).id > first);
+}
+
+TEST_CASE("a chain cut back below a witnessed head fails verification with --expect-head") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  auto storage = open(dir, clock);
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(propose(*storage, "u:O" + std::to_string(i) + ":full-refund:v1").ok());
+  const auto head = storage->verify_audit()->head;
+  REQUIRE(head.seq == 3);
+  const operations::WitnessedHead witnessed{head.seq, head.hash};
+  auto before = operations::verify_audit(*storage, witnessed);
+  REQUIRE(before.ok());
+  CHECK(before->chain.ok);
+  CHECK(before->operations_checked == 3);
+
+  // Remove the last record and the operation it describes: what is left
+  // links up and every operation agrees with its record.
+  store::rocks::WriteSet w;
+  w.del(store::rocks::Cf::audit, store::rocks::keys::audit(3));
+  w.del(store::rocks::Cf::operations, store::rocks::keys::operation("u:O2:full-refund:v1"));
+  REQUIRE(storage->db().write(w, true).ok());
+  storage.reset();
+  store::rocks::OpenOptions ro;
+  ro.read_only = true;
+  storage = open(dir, clock, ro);
+  auto blind = operations::verify_audit(*storage);
+  REQUIRE(blind.ok());
+  CHECK(blind->chain.ok);  // nothing inside the directory remembers the tail
+  auto witnessed_check = operations::verify_audit(*storage, witnessed);
+  REQUIRE(witnessed_check.ok());
+  CHECK_FALSE(witnessed_check->chain.ok);
+  CHECK(witnessed_check->chain.first_bad_seq == 3);
+  CHECK(witnessed_check->chain.problem.find("records were removed") != std::string::npos);
+
+  // A witness that saw a different record 2 is not satisfied either.
+  auto forged = witnessed;
+  forged.seq = 2;
+  auto other = operations::verify_audit(*storage, forged);
+  CHECK_FALSE(other->chain.ok);
+  CHECK(other->chain.problem.find("hash differs") != std::string::npos);
+}
+
+TEST_CASE("an operation whose state disagrees with its last audit record fails verification") {
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  {
+    auto storage = open(dir, clock);
+    REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
+    auto raw = storage->db().get(store::rocks::Cf::operations,
+                                 store::rocks::keys::operation("u:O1:full-refund:v1"));
+    pb::Operation op;
+    REQUIRE(op.ParseFromString(**raw));
+    CHECK(op.audit_seq() == 1);
+    op.set_state(pb::STATE_APPROVED);  // edited outside opgate: no audit record says so
+    store::rocks::WriteSet w;
+    w.put(store::rocks::Cf::operations, store::rocks::keys::operation(op.key()),
+          op.SerializeAsString());
+    REQUIRE(storage->db().write(w, true).ok());
+  }
+  auto storage = open(dir, clock);
+  auto report = operations::verify_audit(*storage);
+  REQUIRE(report.ok());
+  CHECK(report->chain.ok == false);
+  CHECK(report->chain.first_bad_seq == 1);
+  CHECK(report->chain.problem.find("u:O1:full-refund:v1 is approved") != std::string::npos);
+}
+
+TEST_CASE("a witnessed head is SEQ:HASH with a 64-digit hash") {
+  const std::string hash(64, 'a');
+  auto ok = operations::parse_head("12:" + hash);
+  REQUIRE(ok.ok());
+  CHECK(ok->seq == 12);
+  CHECK(ok->hash.size() == 32);
+  for (const std::string& bad :
+       std::vector<std::string>{"", "12", ":" + hash, "x:" + hash, "12:abc", "12:" + hash + "00",
+                                "1 2:" + hash, "12:" + std::string(64, 'z')})
+    CHECK_MESSAGE(!operations::parse_head(bad).ok(), bad);
 }

@@ -29,6 +29,7 @@
 #include "ingress/inbox.h"
 #include "operations/policy.h"
 #include "outbox/drainer.h"
+#include "outbox/notifier.h"
 #include "store/rocksdb/rocks_storage.h"
 #include "worker/session_sync.h"
 
@@ -145,11 +146,20 @@ struct World {
   FakeAgents agents;
   FakeProvider provider;
   Live<operations::PolicyConfig> policy{operations::PolicyConfig{}};
+  Live<outbox::NotifyConfig> notify{outbox::NotifyConfig{}};
+  // What the notifier's HTTP client does; by default every endpoint says 204.
+  outbox::HttpSend send = [](const http::ClientRequest&) -> Result<http::Response> {
+    http::Response r;
+    r.status = 204;
+    return r;
+  };
   std::unique_ptr<store::rocks::RocksStorage> storage;
   std::unique_ptr<ingress::Inbox> inbox;
   std::unique_ptr<Lanes> lanes;
   std::unique_ptr<worker::SessionSync> sync;
   std::unique_ptr<outbox::Drainer> drainer;
+  std::unique_ptr<Lanes> notify_lanes;
+  std::unique_ptr<outbox::Notifier> notifier;
   std::unique_ptr<daemon::Engine> engine;
 
   explicit World(store::rocks::OpenOptions options = {},
@@ -180,11 +190,19 @@ struct World {
                                                                  std::chrono::seconds(0),
                                                                  std::chrono::seconds(3600),
                                                                  {}});
+    notify_lanes = std::make_unique<Lanes>("test-notify", 4, 256);
+    notifier = std::make_unique<outbox::Notifier>(
+        *storage, *notify_lanes, notify, metrics, clock, [] { return 0.0; },
+        [this](const http::ClientRequest& r) { return send(r); });
+    engine->notify_with(*notifier, operations::AttentionPolicy{});
   }
 
   void close() {
     engine.reset();
     if (lanes) lanes->wait_idle();
+    if (notify_lanes) notify_lanes->wait_idle();
+    notifier.reset();
+    notify_lanes.reset();
     drainer.reset();
     sync.reset();
     lanes.reset();
@@ -208,6 +226,7 @@ struct World {
     for (int i = 0; i < 100; ++i) {
       const size_t work = engine->pass();
       lanes->wait_idle();
+      notify_lanes->wait_idle();
       if (work == 0) return;
     }
     FAIL("the dispatcher never ran out of work");
@@ -257,7 +276,7 @@ struct World {
   }
 
   std::vector<store::OutboxEntry> due(int64_t at_ms) {
-    auto d = storage->reader().due(at_ms, 1000);
+    auto d = storage->reader().due(store::Queue::work, at_ms, 1000);
     REQUIRE(d.ok());
     return *d;
   }

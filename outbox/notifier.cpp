@@ -1,0 +1,351 @@
+#include "outbox/notifier.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+
+#include "common/crypto.h"
+#include "common/logging.h"
+#include "ingress/signature.h"
+
+namespace opgate::outbox {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string money(const json::object& op) {
+  const int64_t a = op.at("amount_minor").to_number<int64_t>();
+  return fmt::format("{}.{:02} {}", a / 100, a % 100, op.at("currency").as_string().c_str());
+}
+
+std::string field(const json::value& v, std::string_view key) {
+  if (!v.is_object()) return "";
+  const auto* p = v.as_object().if_contains(key);
+  return p && p->is_string() ? std::string(p->as_string()) : "";
+}
+
+std::string console_link(const std::string& base, const std::string& key) {
+  if (base.empty()) return "";
+  std::string encoded;
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.')
+      encoded += static_cast<char>(c);
+    else
+      encoded += fmt::format("%{:02X}", c);
+  }
+  return base + (base.ends_with('/') ? "" : "/") + "operations/" + encoded;
+}
+
+// What a person reads in chat: the exact proposal and where to decide. No
+// buttons: approval happens where authentication and the fingerprint are.
+std::string slack_text(const pb::Notification& n, const json::object& op,
+                       const std::string& link) {
+  const auto& p = op.at("proposal");
+  std::string what = fmt::format("{} {} for order {} of {} ({}): {}", field(op, "kind"),
+                                 money(op), field(op, "order_id"), field(op, "owner"),
+                                 field(p, "payment_method"), field(p, "effect"));
+  std::string status = field(op, "state");
+  if (!field(op, "outcome").empty()) status += "/" + field(op, "outcome");
+  std::string text = fmt::format("*{}*: {}\nTier {} · state {} · key {}", n.type(), what,
+                                 field(p, "tier"), status, field(op, "key"));
+  if (!link.empty()) text += fmt::format("\n<{}|Open it in the approval console>", link);
+  return text;
+}
+
+}  // namespace
+
+std::string Notifier::webhook_id(const std::string& event_id, const std::string& endpoint) {
+  return "msg_" + crypto::sha256_hex(event_id + "/" + endpoint).substr(0, 32);
+}
+
+http::ClientRequest delivery_request(const NotifyEndpoint& endpoint, const pb::Notification& n,
+                                     const std::string& console_url, int64_t now_s) {
+  json::error_code ec;
+  json::value op = json::parse(n.operation_json(), ec);
+  if (ec || !op.is_object()) op = json::object{};
+  const std::string link = console_link(console_url, field(op, "key"));
+  std::string body;
+  if (endpoint.format == NotifyEndpoint::Format::slack) {
+    body = json::serialize(json::object{{"text", slack_text(n, op.as_object(), link)}});
+  } else {
+    json::object data = op.as_object();
+    data["console_url"] = link;
+    data["audit_head"] =
+        json::object{{"seq", n.audit_seq()}, {"hash", crypto::to_hex(n.audit_hash())}};
+    body = json::serialize(json::object{{"type", n.type()},
+                                        {"id", n.event_id()},
+                                        {"created_at", n.created_at_ms() / 1000},
+                                        {"data", std::move(data)}});
+  }
+  http::ClientRequest req;
+  req.method = "POST";
+  req.url = endpoint.url;
+  req.timeout = std::chrono::milliseconds(endpoint.timeout_ms);
+  req.headers["Content-Type"] = "application/json";
+  req.headers["User-Agent"] = "opgate-notifier";
+  req.headers["webhook-id"] = n.webhook_id();
+  req.headers["webhook-timestamp"] = std::to_string(now_s);
+  req.headers["webhook-signature"] = ingress::sign(endpoint.raw_key, n.webhook_id(), now_s, body);
+  req.body = std::move(body);
+  return req;
+}
+
+Notifier::Notifier(store::Storage& storage, Lanes& lanes, const Live<NotifyConfig>& config,
+                   Metrics& metrics, const Clock& clock, Random random, HttpSend send)
+    : storage_(storage),
+      lanes_(lanes),
+      config_(config),
+      metrics_(metrics),
+      clock_(clock),
+      send_(std::move(send)),
+      random_(std::move(random)) {}
+
+size_t Notifier::dispatch() {
+  auto due = storage_.reader().due(store::Queue::notifications, clock_.now_ms(), 256);
+  if (!due) {
+    spdlog::error("notification queue scan failed: {}", due.error().message);
+    return 0;
+  }
+  auto config = config_.get();
+  size_t handed = 0;
+  for (auto& entry : *due) {
+    if (entry.item.kind() == pb::OUTBOX_NOTIFY_EVENT) {
+      if (lanes_.try_post("notify-expand:" + entry.id, [this, entry] { expand(entry); }))
+        ++handed;
+      continue;
+    }
+    const auto& name = entry.item.notification().endpoint();
+    const NotifyEndpoint* endpoint = nullptr;
+    for (const auto& e : config->endpoints)
+      if (e.name == name) endpoint = &e;
+    if (!endpoint) {
+      // Removed from the configuration: nobody to deliver to.
+      Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+        OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(name));
+        state.set_backlog(std::max<int64_t>(0, state.backlog() - 1));
+        txn.put_endpoint_state(state);
+        txn.remove_outbox(entry.id);
+        return Status::Ok();
+      });
+      if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
+      continue;
+    }
+    {
+      MutexLock lock(mu_);
+      if (in_flight_[name] >= endpoint->max_in_flight) continue;
+      ++in_flight_[name];
+    }
+    const std::string lane = "notify:" + name + ":" + entry.item.operation_key();
+    if (lanes_.try_post(lane, [this, entry, e = *endpoint, config] {
+          deliver(entry, e);
+          finish(e.name);
+        }))
+      ++handed;
+    else
+      finish(name);
+  }
+  return handed;
+}
+
+void Notifier::finish(const std::string& endpoint) {
+  MutexLock lock(mu_);
+  --in_flight_[endpoint];
+}
+
+void Notifier::expand(const store::OutboxEntry& entry) {
+  auto config = config_.get();
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    const auto& event = entry.item.notification();
+    for (const auto& endpoint : config->endpoints) {
+      if (!endpoint.wants(event.type())) continue;
+      OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(endpoint.name));
+      if (state.disabled()) continue;
+      pb::OutboxItem delivery;
+      delivery.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+      delivery.set_operation_key(entry.item.operation_key());
+      *delivery.mutable_notification() = event;
+      delivery.mutable_notification()->set_endpoint(endpoint.name);
+      delivery.mutable_notification()->set_webhook_id(webhook_id(event.event_id(), endpoint.name));
+      txn.enqueue(std::move(delivery));
+      state.set_backlog(state.backlog() + 1);
+      txn.put_endpoint_state(state);
+    }
+    txn.remove_outbox(entry.id);
+    return Status::Ok();
+  });
+  if (!s) spdlog::error("cannot fan out notification {}: {}", entry.id, s.error().message);
+}
+
+int64_t Notifier::retry_delay_ms(size_t attempt, int64_t retry_after_ms) {
+  auto config = config_.get();
+  const auto& schedule = config->retry_schedule_s;
+  const int64_t base = schedule.at(std::min(attempt, schedule.size() - 1)) * 1000;
+  MutexLock lock(mu_);
+  // Up to 10% later, so that retries of many deliveries spread out.
+  const int64_t jitter = static_cast<int64_t>(random_() * 0.1 * static_cast<double>(base));
+  return std::max(base + jitter, retry_after_ms);
+}
+
+void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint) {
+  const auto& n = entry.item.notification();
+  const std::string& name = endpoint.name;
+  // Events of one operation reach an endpoint in order: an earlier delivery
+  // still queued goes first.
+  auto queued = storage_.reader().outbox_of(entry.item.operation_key());
+  if (!queued) return;
+  for (const auto& other : *queued) {
+    const auto& o = other.item.notification();
+    if (other.item.kind() != pb::OUTBOX_NOTIFY_DELIVERY || o.endpoint() != name ||
+        other.id == entry.id)
+      continue;
+    if (o.audit_seq() < n.audit_seq() || (o.audit_seq() == n.audit_seq() && other.id < entry.id)) {
+      Status s = storage_.transact([&](store::Transaction& txn) {
+        store::OutboxEntry later = entry;
+        later.item.set_not_before_ms(std::max(other.item.not_before_ms(), txn.now_ms()) + 1);
+        txn.update_outbox(later);
+        return Status::Ok();
+      });
+      if (!s) spdlog::error("cannot reorder a delivery to {}: {}", name, s.error().message);
+      return;
+    }
+  }
+  auto state = storage_.reader().endpoint_state(name);
+  if (!state) return;
+  if (state->disabled()) {
+    // Disabled by a 410 since it was queued: dropped, and counted.
+    metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", name}});
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(name));
+      st.set_backlog(std::max<int64_t>(0, st.backlog() - 1));
+      txn.put_endpoint_state(st);
+      txn.remove_outbox(entry.id);
+      return Status::Ok();
+    });
+    if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
+    return;
+  }
+  auto config = config_.get();
+  auto response =
+      send_(delivery_request(endpoint, n, config->console_url, clock_.now_ms() / 1000));
+  const int status = response ? response->status : 0;
+  const bool ok = status >= 200 && status < 300;
+  const bool gone = status == 410;
+  int64_t retry_after_ms = 0;
+  if (response)
+    if (auto it = response->headers.find("Retry-After"); it != response->headers.end()) try {
+        retry_after_ms = std::clamp<int64_t>(std::stoll(it->second), 0, 86400) * 1000;
+      } catch (...) {
+      }
+  const std::string error =
+      ok ? "" : (response ? fmt::format("HTTP {}", status) : response.error().message);
+  const size_t attempts = static_cast<size_t>(entry.item.attempts()) + 1;
+  const bool give_up = !ok && !gone && attempts > config->retry_schedule_s.size();
+  const int64_t wait_ms = ok || gone || give_up ? 0 : retry_delay_ms(attempts - 1, retry_after_ms);
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(name));
+    st.set_last_attempt_ms(txn.now_ms());
+    if (ok || gone || give_up) {
+      txn.remove_outbox(entry.id);
+      st.set_backlog(std::max<int64_t>(0, st.backlog() - 1));
+    }
+    if (ok) {
+      st.set_last_success_ms(txn.now_ms());
+      st.set_failing(false);
+      st.clear_failing_since_ms();
+    } else {
+      st.set_last_error(error);
+    }
+    if (gone) {
+      st.set_disabled(true);
+      st.set_disabled_at_ms(txn.now_ms());
+    }
+    if (give_up && !st.failing()) {
+      st.set_failing(true);
+      st.set_failing_since_ms(txn.now_ms());
+    }
+    if (!ok && !gone && !give_up) {
+      store::OutboxEntry next = entry;
+      next.item.set_attempts(static_cast<int32_t>(attempts));
+      next.item.set_last_error(error);
+      next.item.set_not_before_ms(txn.now_ms() + wait_ms);
+      txn.update_outbox(next);
+    }
+    txn.put_endpoint_state(st);
+    return Status::Ok();
+  });
+  if (!s) {
+    spdlog::error("cannot record a delivery to {}: {}", name, s.error().message);
+    return;
+  }
+  const std::map<std::string, std::string> labels{{"endpoint", name}};
+  if (ok) {
+    metrics_.inc("opgate_notifications_sent_total", labels);
+    metrics_
+        .histogram("opgate_notification_delivery_seconds", labels,
+                   {0.05, 0.1, 0.5, 1, 5, 30, 300, 3600, 86400})
+        .observe(std::max<double>(0, (clock_.now_ms() - n.created_at_ms()) / 1000.0));
+  } else if (gone) {
+    metrics_.inc("opgate_notification_endpoints_disabled_total", labels);
+    log_event(spdlog::level::warn, "notify.endpoint_disabled",
+              fmt::format("endpoint {} answered 410 Gone: disabled", name),
+              {{"endpoint", name}, {"operation_key", entry.item.operation_key()}});
+  } else if (give_up) {
+    metrics_.inc("opgate_notifications_failed_total", labels);
+    log_event(spdlog::level::err, "notify.delivery_failed",
+              fmt::format("delivery {} to {} gave up after {} attempts", n.webhook_id(), name,
+                          attempts),
+              {{"endpoint", name}, {"operation_key", entry.item.operation_key()},
+               {"reason", error}});
+  } else {
+    metrics_.inc("opgate_notifications_retried_total", labels);
+  }
+}
+
+Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
+  auto config = config_.get();
+  const NotifyEndpoint* endpoint = nullptr;
+  for (const auto& e : config->endpoints)
+    if (e.name == name) endpoint = &e;
+  if (!endpoint) return make_error(errc::not_found, "No notification endpoint by that name.");
+  size_t queued = 0;
+  int64_t from = since_ms;
+  for (;;) {
+    OPGATE_ASSIGN_OR_RETURN(auto events, storage_.reader().notifications_since(from, 500));
+    OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(name));
+      for (const auto& event : events) {
+        if (!endpoint->wants(event.type())) continue;
+        pb::OutboxItem delivery;
+        delivery.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+        json::error_code ec;
+        auto op = json::parse(event.operation_json(), ec);
+        delivery.set_operation_key(ec ? "" : field(op, "key"));
+        *delivery.mutable_notification() = event;
+        delivery.mutable_notification()->set_endpoint(name);
+        delivery.mutable_notification()->set_webhook_id(webhook_id(event.event_id(), name));
+        txn.enqueue(std::move(delivery));
+        state.set_backlog(state.backlog() + 1);
+        ++queued;
+      }
+      txn.put_endpoint_state(state);
+      return Status::Ok();
+    }));
+    if (events.size() < 500) return queued;
+    from = events.back().created_at_ms() + 1;
+  }
+}
+
+Status Notifier::enable(const std::string& name) {
+  return storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(name));
+    state.set_disabled(false);
+    state.clear_disabled_at_ms();
+    txn.put_endpoint_state(state);
+    return Status::Ok();
+  });
+}
+
+}  // namespace opgate::outbox

@@ -1,0 +1,337 @@
+// Outbound notifications against a scripted HTTP client: the signature
+// verifies with the ingress verifier, ids are stable across retries, the
+// schedule and Retry-After are kept, 410 disables, an exhausted schedule
+// marks the endpoint failing, each operation's events arrive in order, and a
+// slow endpoint holds up no settlement.
+#include "outbox/notifier.h"
+
+#include <doctest/doctest.h>
+#include <fmt/ranges.h>
+
+#include <boost/json.hpp>
+#include <condition_variable>
+
+#include "ingress/signature.h"
+#include "operations/decisions.h"
+#include "operations/notifications.h"
+#include "world.h"
+
+using namespace opgate;
+namespace json = boost::json;
+
+namespace {
+
+constexpr const char* kKey = "demo-user:ORDER-100:full-refund:v1";
+const std::string kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+outbox::NotifyEndpoint endpoint(const std::string& name, std::set<std::string> events = {}) {
+  outbox::NotifyEndpoint e;
+  e.name = name;
+  e.url = "http://receiver.test/hooks/" + name;
+  e.raw_key = *ingress::decode_secret(kSecret);
+  e.events = std::move(events);
+  return e;
+}
+
+struct Sent {
+  std::string endpoint, webhook_id, timestamp, type, body;
+};
+
+struct World : testing::World {
+  std::mutex mu;
+  std::vector<Sent> sent;
+  // Answers by attempt, per webhook-id: the last one repeats; default 204.
+  std::map<std::string, std::deque<int>> script;
+  int answer = 204;
+  std::string retry_after;
+
+  explicit World(std::vector<outbox::NotifyEndpoint> endpoints = {endpoint("ops")}) {
+    outbox::NotifyConfig c;
+    c.console_url = "https://console.test/console";
+    c.endpoints = std::move(endpoints);
+    notify.set(c);
+    send = [this](const http::ClientRequest& r) -> Result<http::Response> {
+      std::lock_guard lock(mu);
+      json::error_code ec;
+      auto v = json::parse(r.body, ec);
+      std::string type =
+          !ec && v.is_object() && v.as_object().contains("type")
+              ? std::string(v.at("type").as_string())
+              : "slack";
+      sent.push_back({r.url.substr(r.url.rfind('/') + 1), r.headers.at("webhook-id"),
+                      r.headers.at("webhook-timestamp"), type, r.body});
+      int status = answer;
+      if (auto it = script.find(r.headers.at("webhook-id")); it != script.end()) {
+        status = it->second.front();
+        if (it->second.size() > 1) it->second.pop_front();
+      }
+      if (status == 0) return make_error(errc::timeout, "the endpoint did not answer in time");
+      http::Response res;
+      res.status = status;
+      if (!retry_after.empty()) res.headers["Retry-After"] = retry_after;
+      return res;
+    };
+    seed_order("ORDER-100");
+    REQUIRE(sync->bind("sess_1", "demo-user", "admin").ok());
+  }
+
+  // With wait_for_notifications false, only the work lanes are waited for.
+  void propose(bool wait_for_notifications = true) {
+    adapters::SessionView v;
+    v.required_actions = {{"call_1", "turn_1", "request_refund", R"({"order_id":"ORDER-100"})"}};
+    {
+      std::lock_guard lock(agents.mu);
+      agents.views["sess_1"] = v;
+    }
+    webhook("msg_1", "sess_1");
+    if (wait_for_notifications) return pump();
+    for (int i = 0; i < 20; ++i) {
+      engine->pass();
+      lanes->wait_idle();
+    }
+  }
+
+  void approve() {
+    operations::Principal alice;
+    alice.name = "alice";
+    alice.scopes = {"operations:approve"};
+    alice.owners = {"*"};
+    alice.max_amount_minor = {{"USD", 100000}};
+    auto op = operation(kKey);
+    REQUIRE(storage
+                ->transact([&](store::Transaction& txn) -> Status {
+                  OPGATE_ASSIGN_OR_RETURN(
+                      auto a, operations::approve(txn, kKey, alice,
+                                                  {op.proposal().amount_minor(),
+                                                   op.proposal().currency(), op.fingerprint()},
+                                                  *policy.get()));
+                  return Status::Ok();
+                })
+                .ok());
+  }
+
+  std::vector<Sent> sent_to(const std::string& name) {
+    std::lock_guard lock(mu);
+    std::vector<Sent> out;
+    for (const auto& s : sent)
+      if (s.endpoint == name) out.push_back(s);
+    return out;
+  }
+  pb::EndpointState state(const std::string& name) {
+    return *storage->reader().endpoint_state(name);
+  }
+  size_t queued_deliveries() {
+    return storage->reader().due(store::Queue::notifications, INT64_MAX, 1000)->size();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a notification opgate signs verifies with the ingress verifier; its body carries the "
+          "operation, the console link and the audit head") {
+  World w;
+  w.propose();
+  auto sent = w.sent_to("ops");
+  REQUIRE(sent.size() == 1);
+  const auto& s = sent[0];
+  CHECK(s.type == "operation.proposed");
+  auto key = ingress::decode_secret(kSecret);
+  CHECK(ingress::verify({s.webhook_id, s.timestamp, ingress::sign(*key, s.webhook_id,
+                                                                  std::stoll(s.timestamp), s.body),
+                         s.body},
+                        {*key}, std::stoll(s.timestamp), 300)
+            .ok());
+  auto body = json::parse(s.body).as_object();
+  CHECK(body.at("type").as_string() == "operation.proposed");
+  const auto& data = body.at("data").as_object();
+  CHECK(data.at("key").as_string() == kKey);
+  CHECK(data.at("state").as_string() == "pending");
+  CHECK(data.at("amount_minor").as_int64() == 2500);
+  CHECK(data.at("console_url").as_string().find("/console/operations/demo-user%3AORDER-100") !=
+        std::string::npos);
+  const auto head = data.at("audit_head").as_object();
+  auto records = w.storage->reader().audit_of(kKey);
+  CHECK(head.at("seq").to_number<uint64_t>() == records->back().seq());
+  CHECK(head.at("hash").as_string() == crypto::to_hex(records->back().hash()));
+}
+
+TEST_CASE("the signature the notifier sends is the one the ingress accepts") {
+  auto e = endpoint("ops");
+  pb::Notification n;
+  n.set_type("operation.settled");
+  n.set_event_id("evt_9_settled");
+  n.set_webhook_id("msg_abc");
+  n.set_operation_json(R"({"key":"k","amount_minor":1,"currency":"USD"})");
+  auto req = outbox::delivery_request(e, n, "", 1'800'000'000);
+  CHECK(ingress::verify({req.headers.at("webhook-id"), req.headers.at("webhook-timestamp"),
+                         req.headers.at("webhook-signature"), req.body},
+                        {e.raw_key}, 1'800'000'000, 300)
+            .ok());
+  CHECK(ingress::verify({req.headers.at("webhook-id"), req.headers.at("webhook-timestamp"),
+                         req.headers.at("webhook-signature"), req.body + " "},
+                        {e.raw_key}, 1'800'000'000, 300)
+            .error()
+            .code == "bad_signature");
+}
+
+TEST_CASE("retries on 500, timeout and 429 keep the webhook-id, follow the schedule and "
+          "Retry-After, with a fresh timestamp each time") {
+  World w;
+  w.answer = 500;
+  w.propose();
+  auto first = w.sent_to("ops");
+  REQUIRE(first.size() == 1);
+  const std::string id = first[0].webhook_id;
+  w.script[id] = {500, 0, 429, 204};
+  // The schedule: 5 s, then 300 s, then 1800 s (jitter is 0 here).
+  w.clock.advance_ms(4999);
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 1);
+  w.clock.advance_ms(1);
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 2);  // 500 again
+  w.clock.advance_ms(300'000);
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 3);  // timed out
+  w.retry_after = "7200";               // the 429 asks for two hours, past the 1800 s wait
+  w.clock.advance_ms(1'800'000);
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 4);  // 429
+  w.retry_after.clear();
+  w.clock.advance_ms(1'800'000);
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 4);  // not before Retry-After
+  w.clock.advance_ms(5'400'000);
+  w.pump();
+  auto all = w.sent_to("ops");
+  REQUIRE(all.size() == 5);
+  for (const auto& s : all) CHECK(s.webhook_id == id);
+  CHECK(all[0].timestamp != all[4].timestamp);
+  CHECK(w.queued_deliveries() == 0);
+  CHECK(w.metrics.counter_value("opgate_notifications_retried_total", {{"endpoint", "ops"}}) == 4);
+  CHECK(w.metrics.counter_value("opgate_notifications_sent_total", {{"endpoint", "ops"}}) == 1);
+  CHECK(w.state("ops").backlog() == 0);
+}
+
+TEST_CASE("410 Gone disables the endpoint: later events are not sent there") {
+  World w({endpoint("ops"), endpoint("other")});
+  w.answer = 410;
+  w.propose();
+  CHECK(w.state("ops").disabled());
+  CHECK(w.state("other").disabled());
+  w.answer = 204;
+  w.approve();
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 1);  // only the proposal, refused with 410
+  REQUIRE(w.notifier->enable("ops").ok());
+  w.clock.advance_ms(1000);
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(kKey));
+                operations::emit(txn, *op, operations::notify::needs_attention);
+                return Status::Ok();
+              })
+              .ok());
+  w.pump();
+  CHECK(w.sent_to("ops").size() == 2);
+  CHECK(w.sent_to("other").size() == 1);
+}
+
+TEST_CASE("a delivery that uses up its schedule marks the endpoint failing; a success clears it") {
+  World w;
+  outbox::NotifyConfig c = *w.notify.get();
+  c.retry_schedule_s = {1, 1};
+  w.notify.set(c);
+  w.answer = 503;
+  w.propose();
+  for (int i = 0; i < 3; ++i) {
+    w.clock.advance_ms(1000);
+    w.pump();
+  }
+  CHECK(w.sent_to("ops").size() == 3);  // first try and two retries
+  CHECK(w.state("ops").failing());
+  CHECK(w.queued_deliveries() == 0);
+  CHECK(w.metrics.counter_value("opgate_notifications_failed_total", {{"endpoint", "ops"}}) == 1);
+  w.answer = 204;
+  w.approve();
+  w.pump();
+  CHECK_FALSE(w.state("ops").failing());
+}
+
+TEST_CASE("an operation's events reach an endpoint in order, also when the first is retried") {
+  World w;
+  w.answer = 500;
+  w.propose();
+  w.answer = 204;
+  const std::string proposed = w.sent_to("ops").at(0).webhook_id;
+  w.script[proposed] = {204};  // its second attempt succeeds
+  w.approve();  // approved, executing, settled follow while the proposal waits
+  w.pump();
+  for (const auto& s : w.sent_to("ops")) CHECK(s.type == "operation.proposed");
+  w.clock.advance_ms(5000);
+  w.pump();
+  w.clock.advance_ms(10);
+  w.pump();
+  w.clock.advance_ms(10);
+  w.pump();
+  std::vector<std::string> types;
+  for (const auto& s : w.sent_to("ops")) types.push_back(s.type);
+  CAPTURE(fmt::format("{}", fmt::join(types, ", ")));
+  CHECK(types == std::vector<std::string>{"operation.proposed", "operation.proposed",
+                                          "operation.approved", "operation.settled"});
+}
+
+TEST_CASE("an endpoint that hangs holds up neither another endpoint nor the settlement") {
+  World w({endpoint("slow"), endpoint("fast")});
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  auto inner = w.send;
+  w.send = [&, inner](const http::ClientRequest& r) -> Result<http::Response> {
+    if (r.url.ends_with("/slow")) {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return release; });
+    }
+    return inner(r);
+  };
+  w.propose(false);  // the slow endpoint's proposal is held now, in its lane
+  w.approve();
+  // Drive the payment outbox and the fast endpoint; never wait on "slow".
+  for (int i = 0; i < 20; ++i) {
+    w.engine->pass();
+    w.lanes->wait_idle();
+  }
+  CHECK(w.operation(kKey).outcome() == pb::OUTCOME_SUCCEEDED);
+  bool fast_settled = false;
+  for (int i = 0; i < 200 && !fast_settled; ++i) {
+    w.engine->pass();
+    for (const auto& s : w.sent_to("fast")) fast_settled |= s.type == "operation.settled";
+    if (!fast_settled) std::this_thread::yield();
+  }
+  CHECK(fast_settled);
+  {
+    std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  w.notify_lanes->wait_idle();
+}
+
+TEST_CASE("a Slack endpoint gets the exact proposal and the console link, no buttons") {
+  auto slack = endpoint("chat", {"operation.proposed"});
+  slack.format = outbox::NotifyEndpoint::Format::slack;
+  World w({slack});
+  w.propose();
+  auto sent = w.sent_to("chat");
+  REQUIRE(sent.size() == 1);
+  auto body = json::parse(sent[0].body).as_object();
+  REQUIRE(body.size() == 1);
+  const std::string text(body.at("text").as_string());
+  for (const char* part : {"operation.proposed", "25.00 USD", "ORDER-100", "demo-user",
+                           "visa ending 4242", "is returned to the customer", kKey,
+                           "https://console.test/console/operations/"})
+    CHECK_MESSAGE(text.find(part) != std::string::npos, part);
+  w.approve();
+  w.pump();
+  CHECK(w.sent_to("chat").size() == 1);  // subscribed to proposals only
+}
