@@ -348,6 +348,7 @@ int serve(const Config& initial, const ServeOptions& options) {
   Live<outbox::NotifyConfig> notify(config.notify);
   Lanes notify_lanes("notify", 8, 1024);
   outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
+  notifier.set_shared_store(opened->rocks == nullptr);
   notify_lanes.on_done([&engine] { engine.wake(); });
   engine.notify_with(notifier, config.attention);
 

@@ -11,6 +11,7 @@
 #include "operations/execution.h"
 #include "operations/proposal.h"
 #include "operations/state_machine.h"
+#include "outbox/claim.h"
 
 namespace opgate::outbox {
 
@@ -75,13 +76,10 @@ std::string call_text(const pb::CallRef& c) {
 constexpr const char* kManual = "manual";  // an operator's reconcile pass: no stored item
 
 // Whether the item is still exactly as this process dispatched (or leased)
-// it. Read inside the transaction that then writes for it, so the answer
-// holds until it commits: otherwise another process has taken the work (or
-// it is done) and this one writes nothing for it.
+// it (outbox/claim.h); an operator's reconcile pass has no item to lose.
 Result<bool> still_ours(store::Transaction& txn, const store::OutboxEntry& entry) {
   if (entry.id == kManual) return true;
-  OPGATE_ASSIGN_OR_RETURN(auto current, txn.outbox_item(entry.id));
-  return current && current->SerializeAsString() == entry.item.SerializeAsString();
+  return unchanged(txn, entry);
 }
 
 }  // namespace
@@ -184,10 +182,7 @@ void Drainer::run(const store::OutboxEntry& entry) {
 
 store::OutboxEntry Drainer::lease(const store::OutboxEntry& entry, int64_t now_ms,
                                   const std::string& token) const {
-  store::OutboxEntry leased = entry;
-  leased.item.set_not_before_ms(now_ms + options_.claim_lease_ms);
-  leased.item.set_lease_token(token);
-  return leased;
+  return leased(entry, now_ms + options_.claim_lease_ms, token);
 }
 
 int64_t Drainer::backoff(int attempt) {

@@ -44,6 +44,7 @@ struct World : testing::World {
   std::map<std::string, std::deque<int>> script;
   int answer = 204;
   std::string retry_after;
+  std::function<void()> during_send;  // runs as a request goes out
 
   explicit World(std::vector<outbox::NotifyEndpoint> endpoints = {endpoint("ops")}) {
     outbox::NotifyConfig c;
@@ -51,13 +52,13 @@ struct World : testing::World {
     c.endpoints = std::move(endpoints);
     notify.set(c);
     send = [this](const http::ClientRequest& r) -> Result<http::Response> {
+      if (during_send) during_send();
       std::lock_guard lock(mu);
       json::error_code ec;
       auto v = json::parse(r.body, ec);
-      std::string type =
-          !ec && v.is_object() && v.as_object().contains("type")
-              ? std::string(v.at("type").as_string())
-              : "slack";
+      std::string type = !ec && v.is_object() && v.as_object().contains("type")
+                             ? std::string(v.at("type").as_string())
+                             : "slack";
       sent.push_back({r.url.substr(r.url.rfind('/') + 1), r.headers.at("webhook-id"),
                       r.headers.at("webhook-timestamp"), type, r.body});
       int status = answer;
@@ -127,8 +128,9 @@ struct World : testing::World {
 
 }  // namespace
 
-TEST_CASE("a notification opgate signs verifies with the ingress verifier; its body carries the "
-          "operation, the console link and the audit head") {
+TEST_CASE(
+    "a notification opgate signs verifies with the ingress verifier; its body carries the "
+    "operation, the console link and the audit head") {
   World w;
   w.propose();
   auto sent = w.sent_to("ops");
@@ -136,11 +138,11 @@ TEST_CASE("a notification opgate signs verifies with the ingress verifier; its b
   const auto& s = sent[0];
   CHECK(s.type == "operation.proposed");
   auto key = ingress::decode_secret(kSecret);
-  CHECK(ingress::verify({s.webhook_id, s.timestamp, ingress::sign(*key, s.webhook_id,
-                                                                  std::stoll(s.timestamp), s.body),
-                         s.body},
-                        {*key}, std::stoll(s.timestamp), 300)
-            .ok());
+  CHECK(
+      ingress::verify({s.webhook_id, s.timestamp,
+                       ingress::sign(*key, s.webhook_id, std::stoll(s.timestamp), s.body), s.body},
+                      {*key}, std::stoll(s.timestamp), 300)
+          .ok());
   auto body = json::parse(s.body).as_object();
   CHECK(body.at("type").as_string() == "operation.proposed");
   const auto& data = body.at("data").as_object();
@@ -174,8 +176,9 @@ TEST_CASE("the signature the notifier sends is the one the ingress accepts") {
             .code == "bad_signature");
 }
 
-TEST_CASE("retries on 500, timeout and 429 keep the webhook-id, follow the schedule and "
-          "Retry-After, with a fresh timestamp each time") {
+TEST_CASE(
+    "retries on 500, timeout and 429 keep the webhook-id, follow the schedule and "
+    "Retry-After, with a fresh timestamp each time") {
   World w;
   w.answer = 500;
   w.propose();
@@ -265,7 +268,7 @@ TEST_CASE("an operation's events reach an endpoint in order, also when the first
   w.answer = 204;
   const std::string proposed = w.sent_to("ops").at(0).webhook_id;
   w.script[proposed] = {204};  // its second attempt succeeds
-  w.approve();  // approved, executing, settled follow while the proposal waits
+  w.approve();                 // approved, executing, settled follow while the proposal waits
   w.pump();
   for (const auto& s : w.sent_to("ops")) CHECK(s.type == "operation.proposed");
   w.clock.advance_ms(5000);
@@ -327,11 +330,56 @@ TEST_CASE("a Slack endpoint gets the exact proposal and the console link, no but
   auto body = json::parse(sent[0].body).as_object();
   REQUIRE(body.size() == 1);
   const std::string text(body.at("text").as_string());
-  for (const char* part : {"operation.proposed", "25.00 USD", "ORDER-100", "demo-user",
-                           "visa ending 4242", "is returned to the customer", kKey,
-                           "https://console.test/console/operations/"})
+  for (const char* part :
+       {"operation.proposed", "25.00 USD", "ORDER-100", "demo-user", "visa ending 4242",
+        "is returned to the customer", kKey, "https://console.test/console/operations/"})
     CHECK_MESSAGE(text.find(part) != std::string::npos, part);
   w.approve();
   w.pump();
   CHECK(w.sent_to("chat").size() == 1);  // subscribed to proposals only
+}
+
+TEST_CASE(
+    "on a shared store a delivery is leased before it is sent; one taken over meanwhile "
+    "records nothing, and the new holder sends it again under the same webhook-id") {
+  World w;
+  w.notifier->set_shared_store(true);
+  bool taken = false;
+  w.during_send = [&] {
+    if (taken) return;
+    taken = true;
+    auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10);
+    REQUIRE(items->size() == 1);
+    store::OutboxEntry held = items->at(0);
+    // Leased for the attempt: out of the way of other processes, fenced.
+    CHECK_FALSE(held.item.lease_token().empty());
+    CHECK(held.item.not_before_ms() > w.clock.now_ms());
+    held.item.set_lease_token("the-other-process");
+    held.item.set_not_before_ms(w.clock.now_ms() + 60'000);
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  txn.update_outbox(held);
+                  return Status::Ok();
+                })
+                .ok());
+  };
+  w.propose();
+  auto first = w.sent_to("ops");
+  REQUIRE(first.size() == 1);
+  // Not recorded by the process that lost it: still queued as the other
+  // process left it, still counted in the backlog, not counted as sent.
+  auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10);
+  REQUIRE(items->size() == 1);
+  CHECK(items->at(0).item.lease_token() == "the-other-process");
+  CHECK(w.state("ops").backlog() == 1);
+  CHECK(w.metrics.counter_value("opgate_notifications_sent_total", {{"endpoint", "ops"}}) == 0);
+  // Its lease passes: sent again, same webhook-id, now recorded.
+  w.clock.advance_ms(60'000);
+  w.pump();
+  auto all = w.sent_to("ops");
+  REQUIRE(all.size() == 2);
+  CHECK(all[1].webhook_id == first[0].webhook_id);
+  CHECK(w.queued_deliveries() == 0);
+  CHECK(w.state("ops").backlog() == 0);
+  CHECK(w.metrics.counter_value("opgate_notifications_sent_total", {{"endpoint", "ops"}}) == 1);
 }
