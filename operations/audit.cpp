@@ -57,8 +57,8 @@ Result<AuditReport> verify_audit(store::Storage& storage,
                                     "records were removed",
                                     v.head.seq, expect->seq));
     else if (at.front().hash() != expect->hash)
-      fail(expect->seq, fmt::format("record {} is not the one a witness saw: its hash differs",
-                                    expect->seq));
+      fail(expect->seq,
+           fmt::format("record {} is not the one a witness saw: its hash differs", expect->seq));
   }
   if (!v.ok) return report;
   // Every operation against the record of its latest change.
@@ -72,12 +72,10 @@ Result<AuditReport> verify_audit(store::Storage& storage,
       OPGATE_ASSIGN_OR_RETURN(auto at, reader.audit(op.audit_seq() - 1, 1));
       const bool found = !at.empty() && at.front().seq() == op.audit_seq();
       if (!found || at.front().hash() != op.audit_hash() ||
-          at.front().operation_key() != op.key() ||
-          at.front().to_state() != state_text(op)) {
+          at.front().operation_key() != op.key() || at.front().to_state() != state_text(op)) {
         fail(op.audit_seq(),
              fmt::format("operation {} is {} but its last audit record #{} {}", op.key(),
-                         state_text(op), op.audit_seq(),
-                         found ? "says otherwise" : "is missing"));
+                         state_text(op), op.audit_seq(), found ? "says otherwise" : "is missing"));
         return report;
       }
     }

@@ -61,8 +61,10 @@ http::Response ReceiverSim::receive(const http::Request& request) {
   const auto sig = request.header("webhook-signature").value_or("");
   const bool verified =
       ingress::verify({id, ts, sig, request.body}, {raw_key_}, clock_.now_s(), 300).ok();
-  json::object record{{"path", request.path()},   {"webhook_id", id},
-                      {"webhook_timestamp", ts}, {"verified", verified},
+  json::object record{{"path", request.path()},
+                      {"webhook_id", id},
+                      {"webhook_timestamp", ts},
+                      {"verified", verified},
                       {"received_at_ms", clock_.now_ms()}};
   if (auto body = parse_json(request.body); body && body->is_object()) {
     const auto& o = body->as_object();

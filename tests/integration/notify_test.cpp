@@ -16,8 +16,7 @@ using namespace opgate::testing;
 namespace {
 
 const std::string kKey = "demo-user:ORDER-100:full-refund:v1";
-const std::string kRefund =
-    R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])";
+const std::string kRefund = R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])";
 
 json::array received(Cluster& c) {
   return c.receiver_admin("GET", "/_sim/received").body.as_object().at("deliveries").as_array();
@@ -43,19 +42,22 @@ TEST_CASE("kill -9 while deliveries are in flight loses none; a repeat keeps its
   Cluster c;
   // The receiver keeps every delivery but never answers: opgate cannot know
   // it arrived, so it is still owed when the daemon dies.
-  REQUIRE(c.receiver_admin(
-                   "POST", "/_sim/faults",
-                   R"({"rules":[{"path_prefix":"/hooks/ops","action":"drop_after_commit","times":-1}]})")
-              .status == 200);
+  REQUIRE(
+      c.receiver_admin(
+           "POST", "/_sim/faults",
+           R"({"rules":[{"path_prefix":"/hooks/ops","action":"drop_after_commit","times":-1}]})")
+          .status == 200);
   c.create_session(kRefund);
   c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "pending"; });
-  REQUIRE(eventually([&] { return has_type(deliveries(c, "/hooks/ops", kKey), "operation.proposed"); }));
+  REQUIRE(eventually(
+      [&] { return has_type(deliveries(c, "/hooks/ops", kKey), "operation.proposed"); }));
   c.restart_daemon(/*kill9=*/true);
   c.receiver_admin("DELETE", "/_sim/faults");
 
   c.approve(kKey);
   c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
-  REQUIRE(eventually([&] { return has_type(deliveries(c, "/hooks/ops", kKey), "operation.settled"); }));
+  REQUIRE(
+      eventually([&] { return has_type(deliveries(c, "/hooks/ops", kKey), "operation.settled"); }));
 
   const auto ds = deliveries(c, "/hooks/ops", kKey);
   std::map<std::string, std::set<std::string>> ids_of;  // event type -> webhook-ids
@@ -103,13 +105,15 @@ TEST_CASE("kill -9 while deliveries are in flight loses none; a repeat keeps its
   CHECK(metrics.find("# TYPE opgate_notifications_retried_total counter") != std::string::npos);
 }
 
-TEST_CASE("a receiver's audit head is a witness: verify --expect-head holds it, a forged one fails") {
+TEST_CASE(
+    "a receiver's audit head is a witness: verify --expect-head holds it, a forged one fails") {
   Cluster c;
   c.create_session(kRefund);
   c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "pending"; });
   c.approve(kKey);
   c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
-  REQUIRE(eventually([&] { return has_type(deliveries(c, "/hooks/ops", kKey), "operation.settled"); }));
+  REQUIRE(
+      eventually([&] { return has_type(deliveries(c, "/hooks/ops", kKey), "operation.settled"); }));
   json::object head;
   for (const auto& d : deliveries(c, "/hooks/ops", kKey))
     if (str(d, "type") == "operation.settled") head = d.at("audit_head").as_object();
@@ -125,7 +129,8 @@ TEST_CASE("a receiver's audit head is a witness: verify --expect-head holds it, 
 
   std::string forged = hash;
   forged[0] = forged[0] == '0' ? '1' : '0';
-  auto [bad_rc, bad_out] = c.cli({"audit", "verify", "--expect-head", fmt::format("{}:{}", seq, forged)});
+  auto [bad_rc, bad_out] =
+      c.cli({"audit", "verify", "--expect-head", fmt::format("{}:{}", seq, forged)});
   CHECK(bad_rc == 3);
   CHECK(bad_out.find("AUDIT CHAIN BROKEN") != std::string::npos);
   auto [far_rc, far_out] =
