@@ -231,8 +231,24 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
         "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
 }
 
-void parse_store(const Section& st, Config::Store& s) {
-  st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms"});
+void parse_store(const Section& st, Config::Store& s, const std::filesystem::path& base_dir) {
+  st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms",
+           "sslmode", "sslrootcert", "sslcert", "sslkey"});
+  s.sslmode = st.string("sslmode", s.sslmode);
+  static const std::set<std::string> kModes = {"disable", "allow",     "prefer",
+                                               "require", "verify-ca", "verify-full"};
+  if (!s.sslmode.empty() && !kModes.count(s.sslmode))
+    throw ConfigError(
+        "key 'store.sslmode' must be one of disable, allow, prefer, require, verify-ca, "
+        "verify-full");
+  for (auto [key, file] : {std::pair{"sslrootcert", &s.sslrootcert},
+                           std::pair{"sslcert", &s.sslcert}, std::pair{"sslkey", &s.sslkey}}) {
+    *file = st.string(key, *file);
+    if (!file->empty() && std::filesystem::path(*file).is_relative())
+      *file = (base_dir / *file).string();
+  }
+  if (s.sslcert.empty() != s.sslkey.empty())
+    throw ConfigError("keys 'store.sslcert' and 'store.sslkey' go together");
   s.backend = st.string("backend", s.backend);
   if (s.backend != "rocksdb" && s.backend != "postgres")
     throw ConfigError("key 'store.backend' must be \"rocksdb\" or \"postgres\"");
@@ -334,7 +350,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
     if (!valid_log_level(c.log_level))
       throw ConfigError("log.level must be one of trace, debug, info, warn, error, critical, off");
   }
-  if (root.has("store")) parse_store(root.table("store"), c.store);
+  if (root.has("store")) parse_store(root.table("store"), c.store, base_dir);
   if (root.has("ingress")) parse_ingress(root.table("ingress"), c, base_dir);
   if (root.has("operator")) parse_operator(root.table("operator"), c, base_dir);
 
@@ -460,6 +476,13 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
             a.payments.ca_file == b.payments.ca_file,
         "payments");
   check(a.orders_source == b.orders_source && a.orders_seed_file == b.orders_seed_file, "orders");
+  check(a.store.backend == b.store.backend && a.store.url == b.store.url &&
+            a.store.pool_size == b.store.pool_size &&
+            a.store.connect_timeout_s == b.store.connect_timeout_s &&
+            a.store.statement_timeout_ms == b.store.statement_timeout_ms &&
+            a.store.sslmode == b.store.sslmode && a.store.sslrootcert == b.store.sslrootcert &&
+            a.store.sslcert == b.store.sslcert && a.store.sslkey == b.store.sslkey,
+        "store");
   return keys;
 }
 

@@ -40,6 +40,10 @@ struct Config {
     int64_t pool_size = 16;
     int64_t connect_timeout_s = 10;
     int64_t statement_timeout_ms = 30'000;
+    // TLS to the database, overriding the connection string's settings
+    // when set: sslmode (disable ... verify-full) and the PEM files (a
+    // relative path is relative to the config file's directory).
+    std::string sslmode, sslrootcert, sslcert, sslkey;
   };
   Store store;
 

@@ -18,6 +18,10 @@ store::pg::ConnOptions conn_options(const Config::Store& s) {
   o.url = s.url;
   o.connect_timeout_s = static_cast<int>(s.connect_timeout_s);
   o.statement_timeout_ms = s.statement_timeout_ms;
+  for (auto [key, value] :
+       {std::pair{"sslmode", &s.sslmode}, std::pair{"sslrootcert", &s.sslrootcert},
+        std::pair{"sslcert", &s.sslcert}, std::pair{"sslkey", &s.sslkey}})
+    if (!value->empty()) o.params.emplace_back(key, *value);
   return o;
 }
 #endif

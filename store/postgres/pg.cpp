@@ -85,11 +85,18 @@ std::string first_line(const char* m) {
 
 Result<std::unique_ptr<Conn>> Conn::connect(const ConnOptions& o) {
   const std::string timeout = std::to_string(o.connect_timeout_s);
-  // Ours first: the connection string, expanded from dbname, overrides them.
-  const char* keys[] = {"connect_timeout", "fallback_application_name", "dbname", nullptr};
-  const char* values[] = {timeout.c_str(), "opgate", o.url.c_str(), nullptr};
+  // Ours first: the connection string, expanded from dbname, overrides them;
+  // then the configured ones (params), which override the string.
+  std::vector<const char*> keys = {"connect_timeout", "fallback_application_name", "dbname"};
+  std::vector<const char*> values = {timeout.c_str(), "opgate", o.url.c_str()};
+  for (const auto& [k, v] : o.params) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
   std::unique_ptr<Conn> c(new Conn());
-  c->c_ = PQconnectdbParams(keys, values, 1);
+  c->c_ = PQconnectdbParams(keys.data(), values.data(), 1);
   if (!c->c_) return make_error(errc::storage_error, "PostgreSQL: out of memory");
   if (PQstatus(c->c_) != CONNECTION_OK)
     return make_error(errc::storage_error,

@@ -76,6 +76,9 @@ struct ConnOptions {
   int64_t idle_in_transaction_timeout_ms = 60'000;
   // Non-empty: the schema the tables live in (created if missing).
   std::string schema;
+  // libpq keywords that override the connection string's (TLS from the
+  // config: sslmode, sslrootcert, sslcert, sslkey).
+  std::vector<std::pair<std::string, std::string>> params;
 };
 
 class Conn {

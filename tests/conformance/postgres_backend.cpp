@@ -154,3 +154,24 @@ TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox item
   CHECK((*s)->reader().due(opgate::store::Queue::work, 10, 10)->size() == 1);
   CHECK((*s)->reader().due(opgate::store::Queue::notifications, 10, 10)->empty());
 }
+
+// PostgreSQL only: the TLS keys of [store] reach libpq after the connection
+// string, so they override what it says (the private server listens on a
+// Unix socket, where libpq does not use TLS; an invalid mode shows the
+// order).
+TEST_CASE("postgres: TLS settings from the config override the connection string's") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  if (backend().name() != "postgres") return;
+  pg::ConnOptions o;
+  o.url = std::string(std::getenv("OPGATE_TEST_PG_URL")) + " sslmode=disable";
+  CHECK(pg::Conn::connect(o).ok());
+  o.params = {{"sslmode", "no-such-mode"}};
+  auto refused = pg::Conn::connect(o);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("sslmode") != std::string::npos);
+  o.url = std::string(std::getenv("OPGATE_TEST_PG_URL")) + " sslmode=no-such-mode";
+  o.params = {{"sslmode", "disable"}};
+  auto c = pg::Conn::connect(o);
+  CHECK_MESSAGE(c.ok(), c.error().message);
+}

@@ -189,6 +189,21 @@ statement_timeout_ms = 5000
   CHECK(pg->store.url == "host=/run/pg dbname=opgate sslmode=disable");
   CHECK(pg->store.pool_size == 4);
   CHECK(pg->store.statement_timeout_ms == 5000);
+  CHECK(pg->store.sslmode.empty());  // the connection string decides
+  setenv("OPGATE_TEST_DB_URL", "host=db.internal dbname=opgate", 1);
+  ConfigFile tls(std::string(R"([store]
+backend = "postgres"
+url_env = "OPGATE_TEST_DB_URL"
+sslmode = "verify-full"
+sslrootcert = "db-ca.pem"
+sslcert = "/etc/opgate/client.pem"
+sslkey = "/etc/opgate/client.key"
+)") + kSource);
+  auto with_tls = daemon::load_config(tls.path.string());
+  REQUIRE_MESSAGE(with_tls.ok(), with_tls.error().message);
+  CHECK(with_tls->store.sslmode == "verify-full");
+  CHECK(with_tls->store.sslrootcert == (tls.path.parent_path() / "db-ca.pem").string());
+  CHECK(with_tls->store.sslcert == "/etc/opgate/client.pem");
   auto error_of = [&](const std::string& text) {
     auto c = load(text);
     REQUIRE_FALSE(c.ok());
@@ -199,6 +214,8 @@ statement_timeout_ms = 5000
         std::string::npos);
   CHECK(error_of("[store]\npool_size = 0\n").find("store.pool_size") != std::string::npos);
   CHECK(error_of("[store]\nurl = \"x\"\n").find("'store.url'") != std::string::npos);
+  CHECK(error_of("[store]\nsslmode = \"on\"\n").find("store.sslmode") != std::string::npos);
+  CHECK(error_of("[store]\nsslcert = \"c.pem\"\n").find("store.sslkey") != std::string::npos);
   unsetenv("OPGATE_TEST_DB_URL_MISSING");
   CHECK(error_of("[store]\nbackend = \"postgres\"\nurl_env = \"OPGATE_TEST_DB_URL_MISSING\"\n")
             .find("OPGATE_TEST_DB_URL_MISSING is not set") != std::string::npos);
