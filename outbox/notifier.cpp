@@ -221,15 +221,19 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
   }
   const std::string& name = endpoint.name;
   // Events of one operation reach an endpoint in order: an earlier delivery
-  // still queued goes first.
+  // still queued goes first, and so does an earlier event not yet fanned out
+  // (it may become a delivery here).
   auto queued = storage_.reader().outbox_of(entry.item.operation_key());
   if (!queued) return;
   for (const auto& other : *queued) {
     const auto& o = other.item.notification();
-    if (other.item.kind() != pb::OUTBOX_NOTIFY_DELIVERY || o.endpoint() != name ||
-        other.id == entry.id)
-      continue;
-    if (o.audit_seq() < n.audit_seq() || (o.audit_seq() == n.audit_seq() && other.id < entry.id)) {
+    if (other.id == entry.id) continue;
+    const bool earlier_event =
+        other.item.kind() == pb::OUTBOX_NOTIFY_EVENT && o.audit_seq() < n.audit_seq();
+    const bool earlier_delivery =
+        other.item.kind() == pb::OUTBOX_NOTIFY_DELIVERY && o.endpoint() == name &&
+        (o.audit_seq() < n.audit_seq() || (o.audit_seq() == n.audit_seq() && other.id < entry.id));
+    if (earlier_event || earlier_delivery) {
       Status s = storage_.transact([&](store::Transaction& txn) -> Status {
         OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
         if (!ours) return Status::Ok();

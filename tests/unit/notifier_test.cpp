@@ -383,3 +383,44 @@ TEST_CASE(
   CHECK(w.state("ops").backlog() == 0);
   CHECK(w.metrics.counter_value("opgate_notifications_sent_total", {{"endpoint", "ops"}}) == 1);
 }
+
+TEST_CASE("a delivery waits for an earlier event of its operation that is not fanned out yet") {
+  World w;
+  auto notification = [](int64_t seq, const std::string& type) {
+    pb::Notification n;
+    n.set_event_id("evt_" + std::to_string(seq) + "_op-x");
+    n.set_type(type);
+    n.set_audit_seq(seq);
+    n.set_operation_json(R"({"key":"op-x"})");
+    return n;
+  };
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                // The earlier change's event, not due yet (so not fanned out)...
+                pb::OutboxItem event;
+                event.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+                event.set_operation_key("op-x");
+                event.set_not_before_ms(w.clock.now_ms() + 1000);
+                *event.mutable_notification() = notification(5, "operation.approved");
+                txn.enqueue(event);
+                // ... and the later change's delivery, due now.
+                pb::OutboxItem delivery;
+                delivery.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+                delivery.set_operation_key("op-x");
+                *delivery.mutable_notification() = notification(7, "operation.settled");
+                delivery.mutable_notification()->set_endpoint("ops");
+                delivery.mutable_notification()->set_webhook_id("msg_settled");
+                txn.enqueue(delivery);
+                return Status::Ok();
+              })
+              .ok());
+  w.pump();
+  CHECK(w.sent_to("ops").empty());  // the settled waits for the approved
+  for (int i = 0; i < 5; ++i) {
+    w.clock.advance_ms(1000);
+    w.pump();
+  }
+  std::vector<std::string> types;
+  for (const auto& s : w.sent_to("ops")) types.push_back(s.type);
+  CHECK(types == std::vector<std::string>{"operation.approved", "operation.settled"});
+}
