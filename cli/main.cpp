@@ -8,6 +8,7 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/store_factory.h"
 #include "worker/tools.h"
 
 int main(int argc, char** argv) {
@@ -43,6 +44,25 @@ int main(int argc, char** argv) {
       return;
     }
     rc = daemon::serve(*config, {config_path, ports_file});
+  });
+
+  auto* migrate =
+      app.add_subcommand("migrate", "apply the database schema's migrations, then exit");
+  migrate->add_option("--config", config_path, "TOML configuration file")->required();
+  migrate->callback([&] {
+    auto config = daemon::load_config(config_path);
+    if (!config) {
+      std::cerr << "error: " << config.error().message << "\n";
+      rc = 2;
+      return;
+    }
+    auto done = daemon::migrate_store(*config);
+    if (!done) {
+      std::cerr << "error: " << done.error().message << "\n";
+      rc = 1;
+      return;
+    }
+    std::cout << *done << "\n";
   });
 
   app.add_subcommand("tools", "print the tool definitions for session creation")->callback([&] {

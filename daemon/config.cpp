@@ -256,6 +256,48 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
         "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
 }
 
+void parse_store(const Section& st, Config::Store& s, const std::filesystem::path& base_dir) {
+  st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms",
+           "sslmode", "sslrootcert", "sslcert", "sslkey"});
+  s.sslmode = st.string("sslmode", s.sslmode);
+  static const std::set<std::string> kModes = {"disable", "allow",     "prefer",
+                                               "require", "verify-ca", "verify-full"};
+  if (!s.sslmode.empty() && !kModes.count(s.sslmode))
+    throw ConfigError(
+        "key 'store.sslmode' must be one of disable, allow, prefer, require, verify-ca, "
+        "verify-full");
+  for (auto [key, file] : {std::pair{"sslrootcert", &s.sslrootcert},
+                           std::pair{"sslcert", &s.sslcert}, std::pair{"sslkey", &s.sslkey}}) {
+    *file = st.string(key, *file);
+    if (!file->empty() && std::filesystem::path(*file).is_relative())
+      *file = (base_dir / *file).string();
+  }
+  if (s.sslcert.empty() != s.sslkey.empty())
+    throw ConfigError("keys 'store.sslcert' and 'store.sslkey' go together");
+  s.backend = st.string("backend", s.backend);
+  if (s.backend != "rocksdb" && s.backend != "postgres")
+    throw ConfigError("key 'store.backend' must be \"rocksdb\" or \"postgres\"");
+  s.url_env = st.string("url_env", s.url_env);
+  s.pool_size = st.integer("pool_size", s.pool_size);
+  s.connect_timeout_s = st.integer("connect_timeout_s", s.connect_timeout_s);
+  s.statement_timeout_ms = st.integer("statement_timeout_ms", s.statement_timeout_ms);
+  if (s.pool_size < 1 || s.pool_size > 1000)
+    throw ConfigError("key 'store.pool_size' must be between 1 and 1000");
+  if (s.connect_timeout_s < 1 || s.connect_timeout_s > 3600)
+    throw ConfigError("key 'store.connect_timeout_s' must be between 1 and 3600");
+  if (s.statement_timeout_ms < 0)
+    throw ConfigError("key 'store.statement_timeout_ms' must not be negative");
+  if (s.backend == "postgres") {
+    if (s.url_env.empty()) throw ConfigError("key 'store.url_env' must name a variable");
+    s.url = env_or_empty(s.url_env);
+    if (s.url.empty())
+      throw ConfigError(
+          fmt::format("store.url_env: the variable {} is not set (it must hold "
+                      "the PostgreSQL connection string)",
+                      s.url_env));
+  }
+}
+
 std::vector<int64_t> integers(const Section& s, const char* k) {
   std::vector<int64_t> out;
   // Read through strings() would refuse integers: one pass of our own.
@@ -365,8 +407,8 @@ void parse_console(const Section& t, console::Options& c) {
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
-  root.only({"data_dir", "log", "ingress", "operator", "agent", "payments", "orders", "policy",
-             "outbox", "notify", "console"});
+  root.only({"data_dir", "log", "store", "ingress", "operator", "agent", "payments", "orders",
+             "policy", "outbox", "notify", "console"});
   c.data_dir = root.string("data_dir", c.data_dir);
   if (root.has("log")) {
     const Section log = root.table("log");
@@ -375,6 +417,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
     if (!valid_log_level(c.log_level))
       throw ConfigError("log.level must be one of trace, debug, info, warn, error, critical, off");
   }
+  if (root.has("store")) parse_store(root.table("store"), c.store, base_dir);
   if (root.has("ingress")) parse_ingress(root.table("ingress"), c, base_dir);
   if (root.has("operator")) parse_operator(root.table("operator"), c, base_dir);
 
@@ -501,6 +544,13 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
             a.payments.ca_file == b.payments.ca_file,
         "payments");
   check(a.orders_source == b.orders_source && a.orders_seed_file == b.orders_seed_file, "orders");
+  check(a.store.backend == b.store.backend && a.store.url == b.store.url &&
+            a.store.pool_size == b.store.pool_size &&
+            a.store.connect_timeout_s == b.store.connect_timeout_s &&
+            a.store.statement_timeout_ms == b.store.statement_timeout_ms &&
+            a.store.sslmode == b.store.sslmode && a.store.sslrootcert == b.store.sslrootcert &&
+            a.store.sslcert == b.store.sslcert && a.store.sslkey == b.store.sslkey,
+        "store");
   return keys;
 }
 

@@ -31,6 +31,24 @@ struct Config {
   std::string data_dir = "./data";
   bool data_dir_was_relative = false;
 
+  // [store] where the records live: "rocksdb" (embedded, in data_dir, one
+  // node) or "postgres" (a database any number of nodes share).
+  struct Store {
+    std::string backend = "rocksdb";
+    // postgres: the libpq connection string, read from the variable named
+    // by url_env (it may hold a password); TLS by its sslmode and sslrootcert.
+    std::string url_env = "OPGATE_DATABASE_URL";
+    std::string url;
+    int64_t pool_size = 16;
+    int64_t connect_timeout_s = 10;
+    int64_t statement_timeout_ms = 30'000;
+    // TLS to the database, overriding the connection string's settings
+    // when set: sslmode (disable ... verify-full) and the PEM files (a
+    // relative path is relative to the config file's directory).
+    std::string sslmode, sslrootcert, sslcert, sslkey;
+  };
+  Store store;
+
   // [log] level: trace, debug, info, warn, error, critical, off.
   std::string log_level = "info";
 

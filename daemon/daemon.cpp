@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/descriptors.h"
 #include "common/files.h"
 #include "common/lanes.h"
@@ -24,6 +26,7 @@
 #include "daemon/engine.h"
 #include "daemon/metrics_catalogue.h"
 #include "daemon/service_manager.h"
+#include "daemon/store_factory.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "ingress/inbox.h"
@@ -47,8 +50,9 @@ Status write_ports_file(const std::string& path, uint16_t ingress, uint16_t op) 
 
 // Gauges read when /metrics is scraped: each is a counter kept in step with
 // the writes or an in-memory value, never a scan of history.
-void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingress::Inbox& inbox,
-                     const Clock& clock, operations::AttentionPolicy attention) {
+void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::RocksStorage* rocks,
+                     ingress::Inbox& inbox, const Clock& clock,
+                     operations::AttentionPolicy attention) {
   metrics.gauge("opgate_inbox_backlog", [&] { return static_cast<double>(inbox.backlog()); });
   // Group commit: synced writes of new webhook events, and the events in them.
   metrics.gauge("opgate_inbox_group_commits_total",
@@ -59,10 +63,12 @@ void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingr
     const auto commits = inbox.group_commits();
     return commits == 0 ? 0.0 : static_cast<double>(inbox.committed_events()) / commits;
   });
-  metrics.gauge("opgate_journal_commits_total",
-                [&] { return static_cast<double>(storage.journal().commits()); });
-  metrics.gauge("opgate_journal_transactions_total",
-                [&] { return static_cast<double>(storage.journal().transactions()); });
+  if (rocks) {  // the embedded backend's own group commit
+    metrics.gauge("opgate_journal_commits_total",
+                  [rocks] { return static_cast<double>(rocks->journal().commits()); });
+    metrics.gauge("opgate_journal_transactions_total",
+                  [rocks] { return static_cast<double>(rocks->journal().transactions()); });
+  }
   metrics.gauge("opgate_synced_writes_total",
                 [&] { return static_cast<double>(storage.stats().synced_writes); });
   metrics.gauge("opgate_wal_fsyncs_total",
@@ -121,7 +127,7 @@ void register_gauges(Metrics& metrics, store::rocks::RocksStorage& storage, ingr
 }
 
 // Per configured endpoint (as reloaded): its backlog and whether it is healthy.
-void register_notify_gauges(Metrics& metrics, store::rocks::RocksStorage& storage,
+void register_notify_gauges(Metrics& metrics, store::Storage& storage,
                             Live<outbox::NotifyConfig>& notify) {
   auto read = [&storage, &notify](bool backlog) {
     std::map<std::string, double> out;
@@ -217,6 +223,48 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
       {{"needs_restart", needs_restart}});
 }
 
+// Of the processes sharing a store, the one holding the "duties" lease
+// expires pending operations and sweeps sessions for all (the others
+// would only repeat it: both are safe twice, being transactions over
+// locked records). It acts for two thirds of the lease after each renewal,
+// so it stops before another can take the lease over. Dispatcher thread.
+class Leadership {
+ public:
+  using Hold = std::function<Result<std::optional<int64_t>>(const std::string&, const std::string&,
+                                                            int64_t)>;
+  Leadership(Hold hold, int64_t ttl_ms)
+      : hold_(std::move(hold)),
+        holder_(fmt::format("{}-{}", ::getpid(), crypto::random_hex(6))),
+        ttl_ms_(ttl_ms) {}
+
+  bool leads() {
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (now - last_try_ms_ >= ttl_ms_ / 3) {
+      last_try_ms_ = now;
+      auto token = hold_("duties", holder_, ttl_ms_);
+      const bool held = token && token->has_value();
+      if (held && **token != token_)
+        spdlog::info("this node performs the shared duties (expiry, sweeps); lease token {}",
+                     **token);
+      if (!held && until_ms_ > now) spdlog::info("another node performs the shared duties now");
+      if (!token) spdlog::warn("cannot renew the duties lease: {}", token.error().message);
+      token_ = held ? **token : 0;
+      until_ms_ = held ? now + ttl_ms_ * 2 / 3 : 0;
+    }
+    return now < until_ms_;
+  }
+
+ private:
+  Hold hold_;
+  std::string holder_;
+  int64_t ttl_ms_;
+  int64_t last_try_ms_ = INT64_MIN / 2;
+  int64_t until_ms_ = 0;
+  int64_t token_ = 0;
+};
+
 }  // namespace
 
 int serve(const Config& initial, const ServeOptions& options) {
@@ -245,16 +293,12 @@ int serve(const Config& initial, const ServeOptions& options) {
         "only {} file descriptors are available: connections are capped at {} (webhooks) and {} "
         "(operator); raise LimitNOFILE to allow more",
         open_files, fds.ingress_connections, fds.operator_connections);
-  store::rocks::OpenOptions store_options;
-  store_options.max_open_files = fds.rocksdb_max_open_files;
-  store_options.inbox_retention_ms = config.inbox_retention_s * 1000;
-  store_options.clock = &clock;
-  auto opened = store::rocks::RocksStorage::open(config.data_dir, store_options, clock);
+  auto opened = open_store(config, clock, fds.rocksdb_max_open_files);
   if (!opened) {
     spdlog::critical("cannot start: {}", opened.error().message);
     return 2;
   }
-  store::rocks::RocksStorage& storage = **opened;
+  store::Storage& storage = *opened->storage;
   if (!config.orders_seed_file.empty()) {
     auto orders = operations::read_orders_file(config.orders_seed_file);
     auto n = orders ? operations::import_orders(storage, std::move(*orders),
@@ -266,7 +310,9 @@ int serve(const Config& initial, const ServeOptions& options) {
     }
     spdlog::info("seeded {} order(s) from {}", *n, config.orders_seed_file);
   }
-  auto inbox = ingress::Inbox::open(storage, clock);
+  ingress::InboxOptions inbox_options;
+  inbox_options.shared_store = opened->rocks == nullptr;
+  auto inbox = ingress::Inbox::open(storage, clock, inbox_options);
   if (!inbox) {
     spdlog::critical("cannot start: {}", inbox.error().message);
     return 2;
@@ -297,25 +343,31 @@ int serve(const Config& initial, const ServeOptions& options) {
   worker::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random);
   outbox::DrainerOptions drainer_options;
   drainer_options.claim_lease_ms = config.payments.timeout_ms + 10'000;
+  drainer_options.shared_store = opened->rocks == nullptr;
   outbox::Drainer drainer(storage, lanes, *provider, *agents, policy, metrics, clock, random,
                           drainer_options);
   if (Status s = drainer.recover_after_restart(); !s) {
     spdlog::critical("cannot start: {}", s.error().message);
     return 2;
   }
+  std::optional<Leadership> leadership;
+  if (opened->hold_lease) leadership.emplace(opened->hold_lease, 10'000);
   Engine engine(storage, sessions, drainer, lanes, clock,
                 {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
-                 std::chrono::seconds(config.sweep_window_s)});
+                 std::chrono::seconds(config.sweep_window_s),
+                 leadership ? std::function<bool()>([&leadership] { return leadership->leads(); })
+                            : std::function<bool()>()});
   lanes.on_done([&engine] { engine.wake(); });
   // Notifications run on lanes of their own: a slow endpoint never holds
   // up executions or tool results.
   Live<outbox::NotifyConfig> notify(config.notify);
   Lanes notify_lanes("notify", 8, 1024);
   outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
+  notifier.set_shared_store(opened->rocks == nullptr);
   notify_lanes.on_done([&engine] { engine.wake(); });
   engine.notify_with(notifier, config.attention);
 
-  register_gauges(metrics, storage, **inbox, clock, config.attention);
+  register_gauges(metrics, storage, opened->rocks, **inbox, clock, config.attention);
   std::vector<std::string> source_names;
   for (const auto& s : config.sources) source_names.push_back(s.name);
   std::vector<std::string> endpoint_names;
@@ -324,8 +376,14 @@ int serve(const Config& initial, const ServeOptions& options) {
   register_notify_gauges(metrics, storage, notify);
   register_process_metrics(metrics);
 
-  // Work queued by a group commit wakes the dispatcher at once.
+  // Work queued by a group commit wakes the dispatcher at once; so does work
+  // another node committed to a shared store.
   (*inbox)->on_queued([&engine] { engine.wake(); });
+  if (opened->listen) opened->listen([&engine] { engine.wake(); });
+  // Before the engine goes, on every way out.
+  std::shared_ptr<void> unlisten(nullptr, [&](void*) {
+    if (opened->stop_listening) opened->stop_listening();
+  });
   ingress::WebhookHandler webhooks(ingress_config_of(config), **inbox, clock, metrics);
   http::Router ingress_router;
   ingress_router.add_async(
@@ -349,8 +407,10 @@ int serve(const Config& initial, const ServeOptions& options) {
   });
 
   std::atomic<bool> ready{false};
-  metrics.gauge("opgate_ready",
-                [&] { return ready.load() && !storage.journal().failing() ? 1.0 : 0.0; });
+  store::rocks::RocksStorage* rocks = opened->rocks;
+  metrics.gauge("opgate_ready", [&ready, rocks] {
+    return ready.load() && !(rocks && rocks->journal().failing()) ? 1.0 : 0.0;
+  });
   operator_api::ApiDeps deps{storage,    sessions,         drainer,
                              *agents,    metrics,          clock,
                              principals, policy,           [&] { engine.wake(); },
@@ -408,7 +468,7 @@ int serve(const Config& initial, const ServeOptions& options) {
     }
   }
   spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", *ingress_port,
-               *operator_port, config.data_dir);
+               *operator_port, opened->description);
   notify_ready(
       fmt::format("webhooks on port {}, operator API on port {}", *ingress_port, *operator_port));
   // Healthy: the dispatcher keeps passing, the store can be written and,
@@ -437,6 +497,7 @@ int serve(const Config& initial, const ServeOptions& options) {
   // it answers to can still be written.
   (*inbox)->stop();
   operator_server.drain(std::chrono::seconds(10));
+  unlisten.reset();
   engine.stop();
   lanes.stop();
   lanes.wait_idle();

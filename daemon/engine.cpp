@@ -104,21 +104,23 @@ size_t Engine::raise_attention() {
 }
 
 size_t Engine::pass() {
-  size_t work = expire_pending();
+  const bool leads = !options_.leads || options_.leads();
+  size_t work = leads ? expire_pending() : 0;
   work += sessions_.dispatch(lanes_);
   work += drainer_.dispatch();
   const auto now = std::chrono::steady_clock::now();
   if (notifier_) {
     work += notifier_->dispatch();
-    // outcome_unknown operations are few; looked at once a second.
-    if (now - last_attention_scan_ >= std::chrono::seconds(1)) {
+    // outcome_unknown operations are few; looked at once a second, by the
+    // node that leads (any node would do: the flag is set in a transaction).
+    if (leads && now - last_attention_scan_ >= std::chrono::seconds(1)) {
       last_attention_scan_ = now;
       work += raise_attention();
     }
   }
   // A sweep cycle starts every interval and goes on over the next passes
   // until it has looked at every session, a bounded slice each pass.
-  if (options_.sweep_interval.count() > 0 &&
+  if (leads && options_.sweep_interval.count() > 0 &&
       (sessions_.sweeping() || now - last_sweep_ >= options_.sweep_interval)) {
     if (!sessions_.sweeping()) last_sweep_ = now;
     sessions_.sweep(

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "common/clock.h"
@@ -28,6 +29,9 @@ class Engine {
     std::chrono::milliseconds tick{200};
     std::chrono::seconds sweep_interval{30};  // 0: no sweep
     std::chrono::seconds sweep_window{3600};
+    // Whether this process performs the duties one process does for all
+    // that share the store (expiry, sweeps); empty: always.
+    std::function<bool()> leads;
   };
   Engine(store::Storage& storage, worker::SessionSync& sessions, outbox::Drainer& drainer,
          Lanes& lanes, const Clock& clock, Options options);

@@ -42,6 +42,11 @@ void Inbox::processed(size_t n) {
   }
 }
 
+void Inbox::recount() {
+  if (!options_.shared_store) return;
+  if (auto n = storage_.reader().queued_count()) backlog_ = *n;
+}
+
 bool Inbox::needs_work(std::string_view type, std::string_view session_id) {
   return type == kActionRequired && !session_id.empty();
 }

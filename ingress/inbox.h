@@ -53,6 +53,10 @@ using Committed = std::function<void(Result<Accepted>)>;
 struct InboxOptions {
   size_t max_pending = 16384;  // submissions waiting for the committer
   size_t max_batch = 2048;     // events in one synced write
+  // Other processes share the store: they queue and process events too, so
+  // recount() takes the backlog from the store instead of this process's
+  // own count.
+  bool shared_store = false;
 };
 
 class Inbox {
@@ -83,6 +87,9 @@ class Inbox {
   void processed(size_t n);
   // A binding moved n parked events back to the queue.
   void requeued(size_t n) { backlog_ += n; }
+  // With a shared store: the backlog is counted in the store again (every
+  // process ingests and processes). Otherwise nothing.
+  void recount();
 
   // Synced writes of new events, and the events they held.
   uint64_t group_commits() const { return group_commits_.load(); }

@@ -11,6 +11,7 @@
 #include "operations/execution.h"
 #include "operations/proposal.h"
 #include "operations/state_machine.h"
+#include "outbox/claim.h"
 
 namespace opgate::outbox {
 
@@ -72,6 +73,15 @@ std::string call_text(const pb::CallRef& c) {
   return c.session_id() + "/" + c.turn_id() + "/" + c.call_id();
 }
 
+constexpr const char* kManual = "manual";  // an operator's reconcile pass: no stored item
+
+// Whether the item is still exactly as this process dispatched (or leased)
+// it (outbox/claim.h); an operator's reconcile pass has no item to lose.
+Result<bool> still_ours(store::Transaction& txn, const store::OutboxEntry& entry) {
+  if (entry.id == kManual) return true;
+  return unchanged(txn, entry);
+}
+
 }  // namespace
 
 std::string result_idempotency_key(const pb::CallRef& call) {
@@ -97,26 +107,54 @@ std::string Drainer::lane_of(const pb::OutboxItem& item) {
 }
 
 Status Drainer::recover_after_restart() {
+  OPGATE_ASSIGN_OR_RETURN(
+      auto n,
+      recover_executing_older_than(options_.shared_store ? options_.claim_lease_ms : -1,
+                                   "the daemon restarted while the provider call was in flight"));
+  (void)n;
+  return Status::Ok();
+}
+
+Result<size_t> Drainer::recover_executing_older_than(int64_t age_ms, const std::string& reason) {
   store::OperationQuery q;
   q.state = pb::STATE_EXECUTING;
   q.limit = 1000;
+  size_t recovered = 0;
   for (;;) {
     OPGATE_ASSIGN_OR_RETURN(auto page, storage_.reader().operations(q));
     for (const auto& found : page.operations) {
+      bool done = false;
       OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
+        done = false;
         OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(found.key()));
         if (!op || !operations::is(*op, operations::State::executing)) return Status::Ok();
-        return operations::recover_executing(
-            txn, *op, "the daemon restarted while the provider call was in flight");
+        // Another process's call in flight is younger than its lease.
+        if (age_ms >= 0 && txn.now_ms() - op->updated_at_ms() <= age_ms) return Status::Ok();
+        done = true;
+        return operations::recover_executing(txn, *op, reason);
       }));
-      spdlog::warn("operation {} was executing at restart; now outcome_unknown", found.key());
+      if (done) {
+        ++recovered;
+        spdlog::warn("operation {} was executing with no live claim; now outcome_unknown",
+                     found.key());
+      }
     }
-    if (page.next_after.empty()) return Status::Ok();
+    if (page.next_after.empty()) return recovered;
     q.after = page.next_after;
   }
 }
 
 size_t Drainer::dispatch() {
+  if (options_.shared_store &&
+      clock_.now_ms() - last_stale_check_ms_ >= options_.claim_lease_ms / 2) {
+    // Executing with no live claim (its process died where no item leads
+    // back to it): found here by any process once the lease has passed.
+    last_stale_check_ms_ = clock_.now_ms();
+    auto n = recover_executing_older_than(
+        options_.claim_lease_ms,
+        "the process calling the provider stopped before recording its answer");
+    if (!n) spdlog::error("cannot look for stale executing operations: {}", n.error().message);
+  }
   auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), options_.batch);
   if (!items) {
     spdlog::error("outbox scan failed: {}", items.error().message);
@@ -142,14 +180,20 @@ void Drainer::run(const store::OutboxEntry& entry) {
   }
 }
 
+store::OutboxEntry Drainer::lease(const store::OutboxEntry& entry, int64_t now_ms,
+                                  const std::string& token) const {
+  return leased(entry, now_ms + options_.claim_lease_ms, token);
+}
+
 int64_t Drainer::backoff(int attempt) {
   MutexLock lock(random_mu_);
   return backoff_ms(attempt, options_.retry_base_ms, options_.retry_cap_ms, random_);
 }
 
 void Drainer::remove(const store::OutboxEntry& entry) {
-  Status s = storage_.transact([&](store::Transaction& txn) {
-    txn.remove_outbox(entry.id);
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+    if (ours) txn.remove_outbox(entry.id);
     return Status::Ok();
   });
   if (!s) spdlog::error("cannot remove outbox item {}: {}", entry.id, s.error().message);
@@ -158,7 +202,9 @@ void Drainer::remove(const store::OutboxEntry& entry) {
 void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& error,
                           int64_t at_least_ms) {
   const int64_t wait = std::max(backoff(entry.item.attempts() + 1), at_least_ms);
-  Status s = storage_.transact([&](store::Transaction& txn) {
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+    if (!ours) return Status::Ok();
     store::OutboxEntry next = entry;
     next.item.set_attempts(entry.item.attempts() + 1);
     next.item.set_last_error(error);
@@ -172,14 +218,20 @@ void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& er
 void Drainer::execute(const store::OutboxEntry& entry) {
   const std::string& key = entry.item.operation_key();
   std::optional<pb::Operation> claimed;
+  store::OutboxEntry leased;
   auto policy = policy_.get();
+  const std::string token = crypto::random_hex(8);
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    claimed.reset();
+    // Taken by another process since this one read it: its work now.
+    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+    if (!ours) return Status::Ok();
     OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, *policy));
     claimed = std::move(claim.claimed);
     if (claimed) {
-      // Kept, out of the way, until the answer is recorded.
-      store::OutboxEntry leased = entry;
-      leased.item.set_not_before_ms(txn.now_ms() + options_.claim_lease_ms);
+      // Kept, out of the way, until the answer is recorded; the token
+      // fences that record.
+      leased = lease(entry, txn.now_ms(), token);
       txn.update_outbox(leased);
     } else if (claim.item_done) {
       txn.remove_outbox(entry.id);
@@ -190,7 +242,7 @@ void Drainer::execute(const store::OutboxEntry& entry) {
     spdlog::error("cannot claim operation {}: {}", key, s.error().message);
     return;
   }
-  if (claimed) call_provider(*claimed, entry, "system");
+  if (claimed) call_provider(*claimed, leased, "system");
 }
 
 void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
@@ -204,12 +256,23 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
   metrics_.inc("opgate_provider_attempts_total",
                {{"result", std::string(verdict_name(result.verdict))}});
   const int64_t reconcile_in = backoff(0);
+  bool fenced = false;
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    // The lease ran out and another process took the work over: it finds
+    // the answer by reconciling; nothing is written over its result.
+    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+    fenced = !ours;
+    if (fenced) return Status::Ok();
     OPGATE_TRY(
         operations::record_answer(txn, claimed.key(), answer_of(result), principal, reconcile_in));
     txn.remove_outbox(entry.id);
     return Status::Ok();
   });
+  if (s && fenced)
+    spdlog::warn(
+        "the claim on {} was lost before its answer was recorded; the new holder "
+        "reconciles it",
+        claimed.key());
   if (!s)
     spdlog::error(
         "cannot record the provider's answer for {} (it stays executing until "
@@ -227,6 +290,8 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   if (*op && operations::is(**op, operations::State::executing)) {
     // Executed again after a proven absence, and its answer never recorded.
     Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+      if (!ours) return Status::Ok();
       OPGATE_ASSIGN_OR_RETURN(auto cur, txn.operation(key));
       if (!cur || !operations::is(*cur, operations::State::executing)) return Status::Ok();
       return operations::recover_executing(
@@ -246,6 +311,8 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   if (found.lookup == adapters::Lookup::found &&
       found.object.verdict != adapters::Verdict::pending) {
     Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+      if (!ours) return Status::Ok();
       OPGATE_TRY(operations::settle_found(txn, key, answer_of(found.object)));
       txn.remove_outbox(entry.id);
       return Status::Ok();
@@ -256,19 +323,23 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   if (found.lookup == adapters::Lookup::absent) {
     // Proven absent: execute again, under the same idempotency key.
     std::optional<pb::Operation> claimed;
+    store::OutboxEntry leased;
+    const std::string token = crypto::random_hex(8);
     Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      claimed.reset();
+      OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+      if (!ours) return Status::Ok();
       OPGATE_ASSIGN_OR_RETURN(claimed, operations::execute_again(txn, key));
       if (!claimed) {
         txn.remove_outbox(entry.id);
         return Status::Ok();
       }
-      store::OutboxEntry leased = entry;
-      leased.item.set_not_before_ms(txn.now_ms() + options_.claim_lease_ms);
+      leased = lease(entry, txn.now_ms(), token);
       txn.update_outbox(leased);
       return Status::Ok();
     });
     if (!s) spdlog::error("cannot execute {} again: {}", key, s.error().message);
-    if (s && claimed) call_provider(*claimed, entry, "reconciler");
+    if (s && claimed) call_provider(*claimed, leased, "reconciler");
     return;
   }
   // Unreachable, or found but still pending: stay outcome_unknown, try later.
@@ -277,6 +348,8 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
                                 : "reconciliation: " + found.error;
   const int64_t wait = backoff(entry.item.attempts() + 1);
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+    if (!ours) return Status::Ok();
     OPGATE_TRY(operations::note_unresolved(txn, key, error));
     store::OutboxEntry next = entry;
     next.item.set_attempts(entry.item.attempts() + 1);
@@ -299,7 +372,7 @@ Status Drainer::reconcile_now(const std::string& key, const operations::Principa
   // A pass of its own in the operation's lane, so it never runs beside the
   // scheduled one; the scheduled item, if any, finds the operation settled.
   store::OutboxEntry entry;
-  entry.id = "manual";
+  entry.id = kManual;
   entry.item.set_kind(pb::OUTBOX_RECONCILE);
   entry.item.set_operation_key(key);
   auto done = std::make_shared<std::promise<void>>();
@@ -345,6 +418,8 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
   if (delivery != pb::DELIVERY_DELIVERED)
     spdlog::warn("tool result for {} needs attention: {}", call_text(ref), error);
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
+    if (!ours) return Status::Ok();  // another process delivered it (same key) and records it
     OPGATE_ASSIGN_OR_RETURN(auto cur, txn.call(ref));
     if (cur) {
       cur->set_delivery(delivery);

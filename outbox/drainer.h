@@ -34,6 +34,11 @@ struct DrainerOptions {
   // How long a claimed execute item is left alone: longer than a provider
   // call can take.
   int64_t claim_lease_ms = 30'000;
+  // Other processes share the store (PostgreSQL): at start only operations
+  // executing for longer than the lease are recovered (younger ones are
+  // another process's calls in flight), and every half lease any process
+  // recovers those whose claimer died.
+  bool shared_store = false;
 };
 
 class Drainer {
@@ -43,7 +48,8 @@ class Drainer {
           Metrics& metrics, const Clock& clock, Random random, DrainerOptions options = {});
 
   // On start-up: every `executing` operation becomes `outcome_unknown`
-  // (with a reconcile item), because its provider call may have happened.
+  // (with a reconcile item), because its provider call may have happened;
+  // with a shared store, only those executing for longer than the lease.
   Status recover_after_restart();
   // Hands due items whose lane is free to the lanes; returns how many.
   size_t dispatch();
@@ -66,6 +72,12 @@ class Drainer {
                    int64_t at_least_ms = 0);
   // Removes the item in a transaction of its own.
   void remove(const store::OutboxEntry& entry);
+  // The entry held by this process until the lease passes, fenced by token.
+  store::OutboxEntry lease(const store::OutboxEntry& entry, int64_t now_ms,
+                           const std::string& token) const;
+  // Executing operations last changed more than age_ms ago (every one if
+  // negative) become outcome_unknown; returns how many.
+  Result<size_t> recover_executing_older_than(int64_t age_ms, const std::string& reason);
   int64_t backoff(int attempt);
 
   store::Storage& storage_;
@@ -78,6 +90,7 @@ class Drainer {
   Mutex random_mu_;
   Random random_ GUARDED_BY(random_mu_);
   DrainerOptions options_;
+  int64_t last_stale_check_ms_ = 0;  // dispatcher thread only
 };
 
 // Stable per call: a resend of its result carries the same key.

@@ -9,6 +9,7 @@
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "ingress/signature.h"
+#include "outbox/claim.h"
 
 namespace opgate::outbox {
 
@@ -121,14 +122,7 @@ size_t Notifier::dispatch() {
       if (e.name == name) endpoint = &e;
     if (!endpoint) {
       // Removed from the configuration: nobody to deliver to.
-      Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-        OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(name));
-        state.set_backlog(std::max<int64_t>(0, state.backlog() - 1));
-        txn.put_endpoint_state(state);
-        txn.remove_outbox(entry.id);
-        return Status::Ok();
-      });
-      if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
+      drop(entry);
       continue;
     }
     {
@@ -153,9 +147,26 @@ void Notifier::finish(const std::string& endpoint) {
   --in_flight_[endpoint];
 }
 
+void Notifier::drop(const store::OutboxEntry& entry) {
+  const auto& name = entry.item.notification().endpoint();
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
+    if (!ours) return Status::Ok();  // another process has it
+    OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(name));
+    state.set_backlog(std::max<int64_t>(0, state.backlog() - 1));
+    txn.put_endpoint_state(state);
+    txn.remove_outbox(entry.id);
+    return Status::Ok();
+  });
+  if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
+}
+
 void Notifier::expand(const store::OutboxEntry& entry) {
   auto config = config_.get();
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    // Fanned out once, whichever process gets to it first.
+    OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
+    if (!ours) return Status::Ok();
     const auto& event = entry.item.notification();
     for (const auto& endpoint : config->endpoints) {
       if (!endpoint.wants(event.type())) continue;
@@ -187,20 +198,45 @@ int64_t Notifier::retry_delay_ms(size_t attempt, int64_t retry_after_ms) {
   return std::max(base + jitter, retry_after_ms);
 }
 
-void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint) {
-  const auto& n = entry.item.notification();
+void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoint& endpoint) {
+  const auto& n = dispatched.item.notification();
+  store::OutboxEntry entry = dispatched;
+  if (shared_store_) {
+    // Another process may see the delivery due too: it is held for one
+    // attempt (its timeout and a margin) and what this process records is
+    // fenced by the lease's token. A holder that stalls past the lease
+    // leaves the delivery to another process, which sends it again under
+    // the same webhook-id.
+    bool ours = false;
+    const std::string token = crypto::random_hex(8);
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(ours, unchanged(txn, dispatched));
+      if (!ours) return Status::Ok();
+      entry = leased(dispatched, txn.now_ms() + endpoint.timeout_ms + kLeaseMarginMs, token);
+      txn.update_outbox(entry);
+      return Status::Ok();
+    });
+    if (!s) spdlog::error("cannot claim a delivery to {}: {}", endpoint.name, s.error().message);
+    if (!s || !ours) return;
+  }
   const std::string& name = endpoint.name;
   // Events of one operation reach an endpoint in order: an earlier delivery
-  // still queued goes first.
+  // still queued goes first, and so does an earlier event not yet fanned out
+  // (it may become a delivery here).
   auto queued = storage_.reader().outbox_of(entry.item.operation_key());
   if (!queued) return;
   for (const auto& other : *queued) {
     const auto& o = other.item.notification();
-    if (other.item.kind() != pb::OUTBOX_NOTIFY_DELIVERY || o.endpoint() != name ||
-        other.id == entry.id)
-      continue;
-    if (o.audit_seq() < n.audit_seq() || (o.audit_seq() == n.audit_seq() && other.id < entry.id)) {
-      Status s = storage_.transact([&](store::Transaction& txn) {
+    if (other.id == entry.id) continue;
+    const bool earlier_event =
+        other.item.kind() == pb::OUTBOX_NOTIFY_EVENT && o.audit_seq() < n.audit_seq();
+    const bool earlier_delivery =
+        other.item.kind() == pb::OUTBOX_NOTIFY_DELIVERY && o.endpoint() == name &&
+        (o.audit_seq() < n.audit_seq() || (o.audit_seq() == n.audit_seq() && other.id < entry.id));
+    if (earlier_event || earlier_delivery) {
+      Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+        OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
+        if (!ours) return Status::Ok();
         store::OutboxEntry later = entry;
         later.item.set_not_before_ms(std::max(other.item.not_before_ms(), txn.now_ms()) + 1);
         txn.update_outbox(later);
@@ -215,15 +251,7 @@ void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& en
   if (state->disabled()) {
     // Disabled by a 410 since it was queued: dropped, and counted.
     metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", name}});
-    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(name));
-      st.set_backlog(std::max<int64_t>(0, st.backlog() - 1));
-      txn.put_endpoint_state(st);
-      txn.remove_outbox(entry.id);
-      return Status::Ok();
-    });
-    if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
-    return;
+    return drop(entry);
   }
   auto config = config_.get();
   auto response = send_(delivery_request(endpoint, n, config->console_url, clock_.now_ms() / 1000));
@@ -241,7 +269,13 @@ void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& en
   const size_t attempts = static_cast<size_t>(entry.item.attempts()) + 1;
   const bool give_up = !ok && !gone && attempts > config->retry_schedule_s.size();
   const int64_t wait_ms = ok || gone || give_up ? 0 : retry_delay_ms(attempts - 1, retry_after_ms);
+  bool fenced = false;
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    // The lease ran out and another process took the delivery over: it
+    // records its own attempt.
+    OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
+    fenced = !ours;
+    if (fenced) return Status::Ok();
     OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(name));
     st.set_last_attempt_ms(txn.now_ms());
     if (ok || gone || give_up) {
@@ -275,6 +309,11 @@ void Notifier::deliver(const store::OutboxEntry& entry, const NotifyEndpoint& en
   });
   if (!s) {
     spdlog::error("cannot record a delivery to {}: {}", name, s.error().message);
+    return;
+  }
+  if (fenced) {
+    spdlog::warn("delivery {} to {} was taken over by another process before it was recorded",
+                 n.webhook_id(), name);
     return;
   }
   const std::map<std::string, std::string> labels{{"endpoint", name}};

@@ -71,8 +71,17 @@ class Notifier {
 
   static std::string webhook_id(const std::string& event_id, const std::string& endpoint);
 
+  // Other processes share the store (PostgreSQL): each delivery is leased
+  // before it is sent, so that one process sends each attempt. Call before
+  // the first dispatch().
+  void set_shared_store(bool shared) { shared_store_ = shared; }
+  // How long past its timeout a leased delivery is left to its holder.
+  static constexpr int64_t kLeaseMarginMs = 10'000;
+
  private:
   void expand(const store::OutboxEntry& entry);
+  // Removes a delivery nobody will send (endpoint gone or disabled).
+  void drop(const store::OutboxEntry& entry);
   void deliver(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint);
   void finish(const std::string& endpoint) EXCLUDES(mu_);
   int64_t retry_delay_ms(size_t attempt, int64_t retry_after_ms) EXCLUDES(mu_);
@@ -83,6 +92,7 @@ class Notifier {
   Metrics& metrics_;
   const Clock& clock_;
   HttpSend send_;
+  bool shared_store_ = false;
   Mutex mu_;
   std::map<std::string, int> in_flight_ GUARDED_BY(mu_);  // per endpoint
   Random random_ GUARDED_BY(mu_);

@@ -158,6 +158,11 @@ class Reader {
   virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) = 0;
   // The earliest not_before_ms of any item of the queue, if there is one.
   virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;
+  // The item with that id as stored now; none if it is gone. A transaction
+  // that reads it and then updates or removes it does so before any other
+  // transaction can: the claim of a piece of work (is it still as I saw it?
+  // then it is mine, with my lease token) is exclusive across processes.
+  virtual Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) = 0;
   // Every item for the operation, in id order.
   virtual Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) = 0;
 

@@ -44,6 +44,7 @@ size_t SessionSync::dispatch(Lanes& lanes) {
   if (now - last_full_scan_ms_ >= 1000) {
     cursor_.clear();
     last_full_scan_ms_ = now;
+    inbox_.recount();  // a shared store: other processes ingest and process too
   }
   auto entries = storage_.reader().queued(cursor_, kPassEntries);
   if (!entries) {

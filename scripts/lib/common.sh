@@ -8,6 +8,7 @@ OPGATE_PACKAGES=(
   libssl-dev libfmt-dev libspdlog-dev libtoml11-dev libcli11-dev doctest-dev
   python3 curl openssl
   libsystemd-dev
+  libpq-dev postgresql-15
 )
 
 ensure_packages() {

@@ -7,6 +7,7 @@
 #include <boost/json.hpp>
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,6 +15,9 @@
 
 #include "common/crypto.h"
 #include "http/client.h"
+#ifdef OPGATE_WITH_POSTGRES
+#include "store/postgres/pg.h"
+#endif
 
 namespace opgate::eval {
 
@@ -88,7 +92,64 @@ bool poll_until(const std::function<bool()>& done, std::chrono::milliseconds dea
 
 std::string Cluster::webhook_secret() { return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; }
 
-Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {}
+Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  if (options_.store.empty()) options_.store = env("OPGATE_EVAL_STORE");
+  if (options_.store.empty()) options_.store = "rocksdb";
+  if (options_.pg_url.empty()) options_.pg_url = env("OPGATE_EVAL_PG_URL");
+}
+
+namespace {
+// The connection string with another database: a URI's path is replaced, a
+// key=value string gets a later dbname (the last one wins).
+std::string with_database(const std::string& url, const std::string& name) {
+  for (std::string_view scheme : {"postgresql://", "postgres://"}) {
+    if (url.rfind(scheme, 0) != 0) continue;
+    const size_t host = scheme.size();
+    size_t path = url.find_first_of("/?", host);
+    std::string query;
+    if (path != std::string::npos) {
+      size_t q = url.find('?', path);
+      if (q != std::string::npos) query = url.substr(q);
+    }
+    return url.substr(0, path == std::string::npos ? url.size() : path) + "/" + name + query;
+  }
+  return url + " dbname=" + name;
+}
+}  // namespace
+
+Status Cluster::create_database() {
+#ifdef OPGATE_WITH_POSTGRES
+  if (options_.pg_url.empty())
+    return failed("the postgres store needs a server: set OPGATE_EVAL_PG_URL");
+  const std::string name = "opgate_eval_" + crypto::random_hex(6);
+  store::pg::ConnOptions o;
+  o.url = options_.pg_url;
+  auto conn = store::pg::Conn::connect(o);
+  if (!conn) return failed("cannot reach PostgreSQL: " + conn.error().message);
+  if (auto s = (*conn)->exec("CREATE DATABASE " + name); !s)
+    return failed("cannot create the cluster's database: " + s.error().message);
+  database_url_ = with_database(options_.pg_url, name);
+  return Status::Ok();
+#else
+  return failed("the postgres store is not built in");
+#endif
+}
+
+void Cluster::drop_database() {
+#ifdef OPGATE_WITH_POSTGRES
+  if (database_url_.empty()) return;
+  store::pg::ConnOptions o;
+  o.url = options_.pg_url;
+  auto conn = store::pg::Conn::connect(o);
+  const auto name = database_url_.substr(database_url_.find_last_of("= /") + 1);
+  if (conn) (void)(*conn)->exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
+  database_url_.clear();
+#endif
+}
 
 Result<std::unique_ptr<Cluster>> Cluster::start(ClusterOptions options) {
   std::unique_ptr<Cluster> c(new Cluster(std::move(options)));
@@ -103,6 +164,11 @@ Status Cluster::start_processes() {
   if (ec) return failed(fmt::format("cannot create {}: {}", dir_.string(), ec.message()));
   std::filesystem::permissions(dir_, std::filesystem::perms::owner_all,
                                std::filesystem::perm_options::replace, ec);
+  if (options_.store == "postgres") {
+    if (auto s = create_database(); !s) return s;
+  } else if (options_.store != "rocksdb") {
+    return failed("unknown store " + options_.store + " (rocksdb or postgres)");
+  }
   {
     std::ofstream out(dir_ / "orders.ndjson");
     for (const auto& o : options_.orders) out << json::serialize(o) << "\n";
@@ -186,6 +252,7 @@ timeout_ms = 2000
 
 Cluster::~Cluster() {
   for (auto* c : {&daemon_, &agent_, &payments_, &receiver_}) stop_child(*c);
+  drop_database();
   if (!options_.keep_dir && !dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
@@ -274,6 +341,13 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
       s.two_person_threshold_minor, s.two_person_threshold_minor,
       notify_config() + options_.extra_config);
+  if (options_.store == "postgres")
+    out << R"(
+[store]
+backend = "postgres"
+url_env = "OPGATE_EVAL_DB_URL"
+pool_size = 24
+)";
   if (!out) return failed("cannot write opgate.toml");
   return Status::Ok();
 }
@@ -285,6 +359,7 @@ Status Cluster::start_daemon() {
   auto env = boost::this_process::environment();
   env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
   env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
+  if (!database_url_.empty()) env["OPGATE_EVAL_DB_URL"] = database_url_;
   ++daemon_starts_;
   const rlim_t open_files = static_cast<rlim_t>(options_.daemon_open_files);
   auto daemon_child = start_child(

@@ -38,6 +38,12 @@ struct ClusterOptions {
   // attention).
   bool notifications = true;
   bool keep_dir = false;  // leave the directory (logs, data) for inspection
+  // The daemon's store: "rocksdb", or "postgres" with a database of the
+  // cluster's own on the server pg_url names (a libpq connection string),
+  // created at start and dropped at the end. Empty: from the environment,
+  // OPGATE_EVAL_STORE and OPGATE_EVAL_PG_URL (rocksdb if unset).
+  std::string store;
+  std::string pg_url;
 };
 
 struct Reply {
@@ -88,6 +94,8 @@ class Cluster {
   uint16_t ingress_port() const { return ingress_port_; }
   uint16_t operator_port() const { return operator_port_; }
   uint16_t agent_port() const { return agent_port_; }
+  // "rocksdb" or "postgres".
+  const std::string& store() const { return options_.store; }
   // "http://127.0.0.1:PORT" or https when the operator listener has TLS.
   std::string operator_url() const;
   static std::string webhook_secret();
@@ -99,8 +107,12 @@ class Cluster {
   Result<std::string> wait_port_file(const std::filesystem::path& file,
                                      boost::process::child& child);
 
+  Status create_database();
+  void drop_database();
+
   ClusterOptions options_;
   std::filesystem::path dir_;
+  std::string database_url_;  // postgres: the cluster's own database
   std::string notify_config() const;
   boost::process::child payments_, agent_, daemon_, receiver_;
   uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0,

@@ -341,6 +341,10 @@ class KvReader : public virtual Reader {
     return items(ids);
   }
 
+  Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {
+    return load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
+  }
+
   Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
     std::optional<int64_t> at;
     std::optional<Error> failed;

@@ -19,6 +19,9 @@ class Backend {
   virtual std::unique_ptr<store::Storage> open_empty(const Clock& clock) = 0;
   // The same store as the last open_empty(), opened again (a restart).
   virtual std::unique_ptr<store::Storage> reopen(const Clock& clock) = 0;
+  // Whether reopen() may be called while the store is open: several
+  // processes share it (PostgreSQL), and each reopen() is one of them.
+  virtual bool shared() const { return false; }
 };
 
 Backend& backend();

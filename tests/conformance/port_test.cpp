@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "backend.h"
@@ -376,6 +377,54 @@ TEST_CASE("concurrent transactions that read and write the same record lose no u
   CHECK(f.s->reader().funds("O1")->reserved_minor() == kThreads * kEach);
 }
 
+TEST_CASE("processes sharing a store lose no update, store a webhook once, keep one chain") {
+  if (!conformance::backend().shared()) return;  // one process per store (RocksDB)
+  Fixture f;
+  auto other = conformance::backend().reopen(f.clock);
+  constexpr int kThreads = 2, kEach = 40;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (Storage* s : {f.s.get(), other.get()})
+    for (int i = 0; i < kThreads; ++i)
+      threads.emplace_back([&, s] {
+        for (int n = 0; n < kEach; ++n) {
+          Status st = s->transact([&](Transaction& t) -> Status {
+            OPGATE_ASSIGN_OR_RETURN(auto funds, t.funds("O1"));
+            funds.set_reserved_minor(funds.reserved_minor() + 1);
+            t.put_funds(funds);
+            pb::AuditRecord a;
+            a.set_operation_key("k1");
+            a.set_action("step");
+            t.append_audit(a);
+            return Status::Ok();
+          });
+          if (!st) failures++;
+        }
+      });
+  // The same webhook at both at once: stored once, the other a duplicate.
+  std::vector<store::NewEvent> one = {event("same", "{1}", true)};
+  std::vector<store::NewEvent> two = {event("same", "{1}", true)};
+  Result<std::vector<store::Appended>> a = std::vector<store::Appended>{};
+  Result<std::vector<store::Appended>> b = std::vector<store::Appended>{};
+  std::thread ta([&] { a = f.s->append_events(one); });
+  std::thread tb([&] { b = other->append_events(two); });
+  ta.join();
+  tb.join();
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  constexpr int kTotal = 2 * kThreads * kEach;
+  CHECK(f.s->reader().funds("O1")->reserved_minor() == kTotal);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(((*a)[0] == store::Appended::stored) != ((*b)[0] == store::Appended::stored));
+  CHECK(*f.s->reader().queued_count() == 1);
+  auto v = other->verify_audit();
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  CHECK(v->records == kTotal);
+  CHECK(f.s->reader().audit_head()->seq == kTotal);
+}
+
 TEST_CASE("notifications wait in their own queue; items are found by operation") {
   Fixture f;
   f.write([](Transaction& t) {
@@ -428,4 +477,60 @@ TEST_CASE("endpoint states start fresh and are kept; notification events are kep
   REQUIRE(since->size() == 2);
   CHECK(since->at(0).event_id() == "evt_200");
   CHECK(since->at(1).event_id() == "evt_300");
+}
+
+TEST_CASE(
+    "what a transaction defers to after its commit runs once it is durable, never on failure") {
+  Fixture f;
+  std::vector<std::string> seen;  // what a fresh reader saw when each ran
+  Status ok = f.s->transact([&](Transaction& t) -> Status {
+    t.put_funds([] {
+      pb::OrderFunds funds;
+      funds.set_order_id("O1");
+      funds.set_reserved_minor(7);
+      return funds;
+    }());
+    t.after_commit([&] {
+      seen.push_back("reserved " + std::to_string(f.s->reader().funds("O1")->reserved_minor()));
+    });
+    CHECK(seen.empty());  // not yet: the transaction is open
+    return Status::Ok();
+  });
+  REQUIRE(ok.ok());
+  CHECK(seen == std::vector<std::string>{"reserved 7"});
+  Status failed = f.s->transact([&](Transaction& t) -> Status {
+    t.after_commit([&] { seen.push_back("after a failure"); });
+    return make_error(errc::conflict, "no");
+  });
+  CHECK_FALSE(failed.ok());
+  CHECK(seen.size() == 1);
+}
+
+TEST_CASE("a backup is a copy at the chain's head, or a clear refusal naming the tools to use") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    pb::AuditRecord a;
+    a.set_operation_key("k1");
+    a.set_action("step");
+    t.append_audit(a);
+  });
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("opgate-conformance-backup-" + crypto::random_hex(6));
+  auto info = f.s->backup_to(dir.string());
+  if (info.ok()) {
+    CHECK(std::filesystem::exists(dir));
+    CHECK(info->audit_head.seq == 1);
+    CHECK(info->audit_head.hash == f.s->reader().audit_head()->hash);
+    std::filesystem::remove_all(dir);
+  } else {
+    CHECK(info.error().is(errc::bad_request));
+    CHECK_FALSE(info.error().message.empty());
+    CHECK_FALSE(std::filesystem::exists(dir));  // nothing half-written
+  }
+  if (conformance::backend().name() == "rocksdb") CHECK(info.ok());
+  if (conformance::backend().name() == "postgres") {
+    REQUIRE_FALSE(info.ok());
+    CHECK(info.error().message.find("pg_basebackup") != std::string::npos);
+    CHECK(info.error().message.find("pg_dump") != std::string::npos);
+  }
 }

@@ -94,6 +94,8 @@ class Cluster {
   uint16_t operator_port() const { return c_->operator_port(); }
   std::string webhook_secret() const { return eval::Cluster::webhook_secret(); }
   std::string daemon_log() const { return c_->daemon_log(); }
+  // "rocksdb" or "postgres" (OPGATE_EVAL_STORE).
+  const std::string& store() const { return c_->store(); }
   std::filesystem::path config_file() const { return c_->dir() / "opgate.toml"; }
 
  private:

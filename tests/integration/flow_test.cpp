@@ -291,9 +291,11 @@ TEST_CASE("a restart at any point keeps pending operations, the ledger and the a
   int exit_code = -1;
   c.stop_daemon_gracefully(&exit_code);
   CHECK(exit_code == 0);
-  auto [rc, out] = c.cli({"audit", "verify", "--data-dir", (c.dir() / "data").string()});
-  CHECK(rc == 0);
-  CHECK(out.find("verifies") != std::string::npos);
+  if (c.store() == "rocksdb") {  // offline verification reads a data directory
+    auto [rc, out] = c.cli({"audit", "verify", "--data-dir", (c.dir() / "data").string()});
+    CHECK(rc == 0);
+    CHECK(out.find("verifies") != std::string::npos);
+  }
   c.start_daemon();
   CHECK(str(c.operation(pending_key), "state") == "pending");
   // Above the two-person threshold: one approval leaves it pending.

@@ -45,7 +45,8 @@ for op, want in (("ENTRYPOINT", ["/usr/bin/opgate"]),
 # The build stage's packages against scripts/lib/common.sh's.
 listed = subprocess.run(["bash", "-c", "source scripts/lib/common.sh; printf '%s\\n' \"${OPGATE_PACKAGES[@]}\""],
                         capture_output=True, text=True, check=True).stdout.split()
-not_for_building = {"ccache", "python3", "curl", "openssl"}
+# postgresql-15: the private server of the PostgreSQL tests, not the build.
+not_for_building = {"ccache", "python3", "curl", "openssl", "postgresql-15"}
 build_runs = " ".join(args for op, args in build if op == "RUN")
 installed = set(re.findall(r"[a-z0-9][a-z0-9.+-]+", build_runs))
 for package in listed:

@@ -206,6 +206,58 @@ scopes = ["operations:read"]
   CHECK_FALSE(c->principals.at(0).may_act_for("demo-user"));
 }
 
+TEST_CASE("[store] chooses the backend; postgres reads its connection string from url_env") {
+  auto load = [](const std::string& text) {
+    ConfigFile f(text + kSource);
+    return daemon::load_config(f.path.string());
+  };
+  auto rocks = load("");
+  REQUIRE(rocks.ok());
+  CHECK(rocks->store.backend == "rocksdb");
+  setenv("OPGATE_TEST_DB_URL", "host=/run/pg dbname=opgate sslmode=disable", 1);
+  auto pg = load(R"([store]
+backend = "postgres"
+url_env = "OPGATE_TEST_DB_URL"
+pool_size = 4
+statement_timeout_ms = 5000
+)");
+  REQUIRE_MESSAGE(pg.ok(), pg.error().message);
+  CHECK(pg->store.backend == "postgres");
+  CHECK(pg->store.url == "host=/run/pg dbname=opgate sslmode=disable");
+  CHECK(pg->store.pool_size == 4);
+  CHECK(pg->store.statement_timeout_ms == 5000);
+  CHECK(pg->store.sslmode.empty());  // the connection string decides
+  setenv("OPGATE_TEST_DB_URL", "host=db.internal dbname=opgate", 1);
+  ConfigFile tls(std::string(R"([store]
+backend = "postgres"
+url_env = "OPGATE_TEST_DB_URL"
+sslmode = "verify-full"
+sslrootcert = "db-ca.pem"
+sslcert = "/etc/opgate/client.pem"
+sslkey = "/etc/opgate/client.key"
+)") + kSource);
+  auto with_tls = daemon::load_config(tls.path.string());
+  REQUIRE_MESSAGE(with_tls.ok(), with_tls.error().message);
+  CHECK(with_tls->store.sslmode == "verify-full");
+  CHECK(with_tls->store.sslrootcert == (tls.path.parent_path() / "db-ca.pem").string());
+  CHECK(with_tls->store.sslcert == "/etc/opgate/client.pem");
+  auto error_of = [&](const std::string& text) {
+    auto c = load(text);
+    REQUIRE_FALSE(c.ok());
+    return c.error().message;
+  };
+  CHECK(error_of("[store]\nbackend = \"mysql\"\n").find("store.backend") != std::string::npos);
+  CHECK(error_of("[store]\npool_size = \"8\"\n").find("'store.pool_size' must be an integer") !=
+        std::string::npos);
+  CHECK(error_of("[store]\npool_size = 0\n").find("store.pool_size") != std::string::npos);
+  CHECK(error_of("[store]\nurl = \"x\"\n").find("'store.url'") != std::string::npos);
+  CHECK(error_of("[store]\nsslmode = \"on\"\n").find("store.sslmode") != std::string::npos);
+  CHECK(error_of("[store]\nsslcert = \"c.pem\"\n").find("store.sslkey") != std::string::npos);
+  unsetenv("OPGATE_TEST_DB_URL_MISSING");
+  CHECK(error_of("[store]\nbackend = \"postgres\"\nurl_env = \"OPGATE_TEST_DB_URL_MISSING\"\n")
+            .find("OPGATE_TEST_DB_URL_MISSING is not set") != std::string::npos);
+}
+
 TEST_CASE("a daemon that could not do its work is refused, naming what is missing") {
   setenv("OPGATE_TEST_AGENT_KEY", "sk-agent", 1);
   setenv("OPGATE_TEST_PAY_KEY", "sk_test_pay", 1);

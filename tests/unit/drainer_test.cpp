@@ -218,6 +218,45 @@ TEST_CASE("a provider call that throws leaves no operation stuck: after the leas
   CHECK(w.provider.executed.size() == 1);  // never executed blindly again
 }
 
+TEST_CASE("a claim taken over while its provider call ran records nothing over the new holder") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  // While the provider is called, the lease passes and another process
+  // takes the item over: its own lease token, its own due time.
+  w.provider.during_execute = [&] {
+    auto items = w.due(w.clock.now_ms() + 3'600'000);
+    REQUIRE(items.size() == 1);
+    CHECK_FALSE(items[0].item.lease_token().empty());  // the claim fenced it
+    store::OutboxEntry taken = items[0];
+    taken.item.set_lease_token("the-other-process");
+    taken.item.set_not_before_ms(w.clock.now_ms() + 60'000);
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  txn.update_outbox(taken);
+                  return Status::Ok();
+                })
+                .ok());
+  };
+  w.pump();
+  w.provider.during_execute = nullptr;
+  CHECK(w.provider.calls() == 1);
+  // The answer was not recorded by the process that lost its claim, and
+  // the new holder's item is still there, as it left it.
+  CHECK(w.state(kRefund) == "executing");
+  auto items = w.due(w.clock.now_ms() + 3'600'000);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].item.lease_token() == "the-other-process");
+  // The new holder, when its lease passes, reconciles: never a second call.
+  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.calls() == 1);
+}
+
 TEST_CASE("an operation executing at restart becomes outcome_unknown, then reconciled") {
   World w;
   w.propose_refund();

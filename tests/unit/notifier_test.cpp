@@ -44,6 +44,7 @@ struct World : testing::World {
   std::map<std::string, std::deque<int>> script;
   int answer = 204;
   std::string retry_after;
+  std::function<void()> during_send;  // runs as a request goes out
 
   explicit World(std::vector<outbox::NotifyEndpoint> endpoints = {endpoint("ops")}) {
     outbox::NotifyConfig c;
@@ -51,6 +52,7 @@ struct World : testing::World {
     c.endpoints = std::move(endpoints);
     notify.set(c);
     send = [this](const http::ClientRequest& r) -> Result<http::Response> {
+      if (during_send) during_send();
       std::lock_guard lock(mu);
       json::error_code ec;
       auto v = json::parse(r.body, ec);
@@ -335,4 +337,90 @@ TEST_CASE("a Slack endpoint gets the exact proposal and the console link, no but
   w.approve();
   w.pump();
   CHECK(w.sent_to("chat").size() == 1);  // subscribed to proposals only
+}
+
+TEST_CASE(
+    "on a shared store a delivery is leased before it is sent; one taken over meanwhile "
+    "records nothing, and the new holder sends it again under the same webhook-id") {
+  World w;
+  w.notifier->set_shared_store(true);
+  bool taken = false;
+  w.during_send = [&] {
+    if (taken) return;
+    taken = true;
+    auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10);
+    REQUIRE(items->size() == 1);
+    store::OutboxEntry held = items->at(0);
+    // Leased for the attempt: out of the way of other processes, fenced.
+    CHECK_FALSE(held.item.lease_token().empty());
+    CHECK(held.item.not_before_ms() > w.clock.now_ms());
+    held.item.set_lease_token("the-other-process");
+    held.item.set_not_before_ms(w.clock.now_ms() + 60'000);
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  txn.update_outbox(held);
+                  return Status::Ok();
+                })
+                .ok());
+  };
+  w.propose();
+  auto first = w.sent_to("ops");
+  REQUIRE(first.size() == 1);
+  // Not recorded by the process that lost it: still queued as the other
+  // process left it, still counted in the backlog, not counted as sent.
+  auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10);
+  REQUIRE(items->size() == 1);
+  CHECK(items->at(0).item.lease_token() == "the-other-process");
+  CHECK(w.state("ops").backlog() == 1);
+  CHECK(w.metrics.counter_value("opgate_notifications_sent_total", {{"endpoint", "ops"}}) == 0);
+  // Its lease passes: sent again, same webhook-id, now recorded.
+  w.clock.advance_ms(60'000);
+  w.pump();
+  auto all = w.sent_to("ops");
+  REQUIRE(all.size() == 2);
+  CHECK(all[1].webhook_id == first[0].webhook_id);
+  CHECK(w.queued_deliveries() == 0);
+  CHECK(w.state("ops").backlog() == 0);
+  CHECK(w.metrics.counter_value("opgate_notifications_sent_total", {{"endpoint", "ops"}}) == 1);
+}
+
+TEST_CASE("a delivery waits for an earlier event of its operation that is not fanned out yet") {
+  World w;
+  auto notification = [](int64_t seq, const std::string& type) {
+    pb::Notification n;
+    n.set_event_id("evt_" + std::to_string(seq) + "_op-x");
+    n.set_type(type);
+    n.set_audit_seq(seq);
+    n.set_operation_json(R"({"key":"op-x"})");
+    return n;
+  };
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                // The earlier change's event, not due yet (so not fanned out)...
+                pb::OutboxItem event;
+                event.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+                event.set_operation_key("op-x");
+                event.set_not_before_ms(w.clock.now_ms() + 1000);
+                *event.mutable_notification() = notification(5, "operation.approved");
+                txn.enqueue(event);
+                // ... and the later change's delivery, due now.
+                pb::OutboxItem delivery;
+                delivery.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+                delivery.set_operation_key("op-x");
+                *delivery.mutable_notification() = notification(7, "operation.settled");
+                delivery.mutable_notification()->set_endpoint("ops");
+                delivery.mutable_notification()->set_webhook_id("msg_settled");
+                txn.enqueue(delivery);
+                return Status::Ok();
+              })
+              .ok());
+  w.pump();
+  CHECK(w.sent_to("ops").empty());  // the settled waits for the approved
+  for (int i = 0; i < 5; ++i) {
+    w.clock.advance_ms(1000);
+    w.pump();
+  }
+  std::vector<std::string> types;
+  for (const auto& s : w.sent_to("ops")) types.push_back(s.type);
+  CHECK(types == std::vector<std::string>{"operation.approved", "operation.settled"});
 }

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,8 +102,11 @@ class FakeProvider final : public adapters::PaymentProvider {
   std::vector<adapters::PaymentRequest> executed;
   std::vector<adapters::PaymentRequest> looked_up;
   bool throw_on_execute = false;
+  // Runs while the provider is being called (another process acting then).
+  std::function<void()> during_execute;
 
   adapters::PaymentResult execute(const adapters::PaymentRequest& r) override {
+    if (during_execute) during_execute();
     std::lock_guard lock(mu);
     executed.push_back(r);
     if (throw_on_execute) throw std::runtime_error("the provider client blew up");
@@ -180,10 +184,12 @@ struct World {
     d.claim_lease_ms = 30'000;
     drainer = std::make_unique<outbox::Drainer>(
         *storage, *lanes, provider, agents, policy, metrics, clock, [] { return 0.0; }, d);
-    engine = std::make_unique<daemon::Engine>(
-        *storage, *sync, *drainer, *lanes, clock,
-        daemon::Engine::Options{std::chrono::milliseconds(200), std::chrono::seconds(0),
-                                std::chrono::seconds(3600)});
+    engine =
+        std::make_unique<daemon::Engine>(*storage, *sync, *drainer, *lanes, clock,
+                                         daemon::Engine::Options{std::chrono::milliseconds(200),
+                                                                 std::chrono::seconds(0),
+                                                                 std::chrono::seconds(3600),
+                                                                 {}});
     notify_lanes = std::make_unique<Lanes>("test-notify", 4, 256);
     notifier = std::make_unique<outbox::Notifier>(
         *storage, *notify_lanes, notify, metrics, clock, [] { return 0.0; },

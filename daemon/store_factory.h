@@ -1,0 +1,45 @@
+// Opens the store the configuration names: RocksDB (embedded, the default)
+// or PostgreSQL (shared by any number of nodes; the schema is migrated at
+// open under an advisory lock). What only one backend has (RocksDB's
+// journal gauges, its data directory) is reached through `rocks`.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "daemon/config.h"
+#include "store/port.h"
+
+namespace opgate::store::rocks {
+class RocksStorage;
+}
+
+namespace opgate::daemon {
+
+struct OpenedStore {
+  std::unique_ptr<store::Storage> storage;
+  store::rocks::RocksStorage* rocks = nullptr;  // set when the backend is RocksDB
+  std::string description;                      // for the log: where the records are
+  // Shared stores: calls wake when another process commits work, until
+  // stop_listening() (both empty for RocksDB).
+  std::function<void(std::function<void()>)> listen;
+  std::function<void()> stop_listening;
+  // Shared stores: a lease on a named duty (see PgStorage::hold_lease);
+  // empty for RocksDB, whose one node performs every duty.
+  std::function<Result<std::optional<int64_t>>(const std::string&, const std::string&, int64_t)>
+      hold_lease;
+};
+
+// `rocksdb_max_open_files`: the table files RocksDB may keep open.
+Result<OpenedStore> open_store(const Config& config, const Clock& clock,
+                               int rocksdb_max_open_files);
+
+// `opgate migrate`: brings the PostgreSQL schema up to date and says what it
+// applied; for RocksDB there is nothing to migrate.
+Result<std::string> migrate_store(const Config& config);
+
+}  // namespace opgate::daemon

@@ -1,0 +1,30 @@
+// Outbox items that several processes may see (a store they share): a
+// process writes for an item only while the item is exactly as it read or
+// leased it. Read inside the transaction that then writes, so the answer
+// holds until it commits; otherwise another process has taken the work over
+// (or finished it) and this one writes nothing for it. Pure over the port.
+#pragma once
+
+#include <string>
+
+#include "common/result.h"
+#include "store/port.h"
+
+namespace opgate::outbox {
+
+inline Result<bool> unchanged(store::Transaction& txn, const store::OutboxEntry& entry) {
+  OPGATE_ASSIGN_OR_RETURN(auto current, txn.outbox_item(entry.id));
+  return current && current->SerializeAsString() == entry.item.SerializeAsString();
+}
+
+// The entry held until `until_ms` (other processes see it due only then),
+// stamped with a fresh token that fences what its holder writes later.
+inline store::OutboxEntry leased(const store::OutboxEntry& entry, int64_t until_ms,
+                                 const std::string& token) {
+  store::OutboxEntry out = entry;
+  out.item.set_not_before_ms(until_ms);
+  out.item.set_lease_token(token);
+  return out;
+}
+
+}  // namespace opgate::outbox

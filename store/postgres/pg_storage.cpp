@@ -1,0 +1,965 @@
+#include "store/postgres/pg_storage.h"
+
+#include <fmt/format.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "store/audit_chain.h"
+#include "store/postgres/schema.h"
+
+namespace opgate::store::pg {
+
+namespace {
+
+// name -> SQL. Integer parameters are bigint; text keys compare in "C" order.
+const std::vector<std::pair<const char*, const char*>> kStatements = {
+    // Locks and the transaction's frame ("begin" is prepared per isolation).
+    {"lock", "SELECT pg_advisory_xact_lock($1::bigint)"},
+    {"commit", "COMMIT"},
+    // Inbox.
+    {"ev_get", "SELECT data FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
+    {"ev_hash", "SELECT body_sha256 FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
+    {"ev_append",
+     "WITH ins AS (INSERT INTO inbox_events (source, webhook_id, body_sha256, processed, "
+     "processed_at_ms, data) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING 1), "
+     "q AS (INSERT INTO inbox_queue (source, webhook_id) SELECT $1, $2 FROM ins WHERE $7::boolean "
+     "RETURNING id) "
+     "SELECT (SELECT count(*) FROM ins)::bigint, (SELECT body_sha256 FROM inbox_events WHERE "
+     "source = $1 AND webhook_id = $2)"},
+    {"ev_put",
+     "INSERT INTO inbox_events (source, webhook_id, body_sha256, processed, processed_at_ms, data) "
+     "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (source, webhook_id) DO UPDATE SET "
+     "body_sha256 = EXCLUDED.body_sha256, processed = EXCLUDED.processed, "
+     "processed_at_ms = EXCLUDED.processed_at_ms, data = EXCLUDED.data"},
+    {"q_page",
+     "SELECT q.id, e.data FROM inbox_queue q LEFT JOIN inbox_events e "
+     "ON e.source = q.source AND e.webhook_id = q.webhook_id "
+     "WHERE q.id > $1 ORDER BY q.id LIMIT $2"},
+    {"q_count", "SELECT count(*)::bigint FROM inbox_queue"},
+    {"q_del", "DELETE FROM inbox_queue WHERE id = $1"},
+    // Parks the entry if it is still queued (two nodes parking it park it once).
+    {"w_park",
+     "WITH d AS (DELETE FROM inbox_queue WHERE id = $1 RETURNING source, webhook_id) "
+     "INSERT INTO inbox_waiting (session_id, source, webhook_id) "
+     "SELECT $2::text, source, webhook_id FROM d"},
+    {"w_release",
+     "WITH moved AS (DELETE FROM inbox_waiting WHERE session_id = $1 "
+     "RETURNING id, source, webhook_id) "
+     "INSERT INTO inbox_queue (source, webhook_id) SELECT source, webhook_id FROM moved "
+     "ORDER BY id RETURNING id"},
+    // Sessions and calls.
+    {"s_get", "SELECT data FROM sessions WHERE session_id = $1"},
+    {"s_ids", "SELECT session_id FROM sessions WHERE session_id > $1 ORDER BY session_id LIMIT $2"},
+    {"s_put",
+     "INSERT INTO sessions (session_id, owner, data) VALUES ($1, $2, $3) "
+     "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, data = EXCLUDED.data"},
+    {"c_get", "SELECT data FROM calls WHERE session_id = $1 AND turn_id = $2 AND call_id = $3"},
+    {"c_of", "SELECT data FROM calls WHERE session_id = $1 ORDER BY turn_id, call_id"},
+    {"c_put",
+     "INSERT INTO calls (session_id, turn_id, call_id, data) VALUES ($1, $2, $3, $4) "
+     "ON CONFLICT (session_id, turn_id, call_id) DO UPDATE SET data = EXCLUDED.data"},
+    // Operations.
+    {"o_get", "SELECT data FROM operations WHERE key = $1"},
+    {"o_state", "SELECT state, outcome FROM operations WHERE key = $1"},
+    {"o_page_all", "SELECT data FROM operations WHERE key > $1 ORDER BY key LIMIT $2"},
+    {"o_page_state",
+     "SELECT data FROM operations WHERE state = $1 AND key > $2 ORDER BY key LIMIT $3"},
+    {"o_keys_of_order", "SELECT key FROM operations WHERE order_id = $1 ORDER BY key"},
+    {"o_of_order", "SELECT data FROM operations WHERE order_id = $1 ORDER BY key"},
+    {"o_expired",
+     "SELECT key FROM operations WHERE state = 1 AND expires_at_ms <= $1 "
+     "ORDER BY expires_at_ms, key LIMIT $2"},
+    {"o_put",
+     "INSERT INTO operations (key, state, expires_at_ms, order_id, session_id, owner, data, "
+     "outcome) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (key) DO UPDATE SET "
+     "state = EXCLUDED.state, outcome = EXCLUDED.outcome, expires_at_ms = EXCLUDED.expires_at_ms, "
+     "order_id = EXCLUDED.order_id, session_id = EXCLUDED.session_id, owner = EXCLUDED.owner, "
+     "data = EXCLUDED.data"},
+    {"counts", "SELECT state, n FROM state_counts ORDER BY state"},
+    {"count_add", "UPDATE state_counts SET n = GREATEST(0, n + $2) WHERE state = $1"},
+    {"outcomes", "SELECT outcome, n FROM outcome_counts ORDER BY outcome"},
+    {"outcome_add", "UPDATE outcome_counts SET n = GREATEST(0, n + $2) WHERE outcome = $1"},
+    // Orders and funds.
+    {"r_get", "SELECT data FROM orders WHERE order_id = $1"},
+    {"r_put",
+     "INSERT INTO orders (order_id, data) VALUES ($1, $2) "
+     "ON CONFLICT (order_id) DO UPDATE SET data = EXCLUDED.data"},
+    {"f_get", "SELECT data FROM funds WHERE order_id = $1"},
+    {"f_put",
+     "INSERT INTO funds (order_id, data) VALUES ($1, $2) "
+     "ON CONFLICT (order_id) DO UPDATE SET data = EXCLUDED.data"},
+    // Ledger.
+    {"l_get", "SELECT data FROM ledger WHERE operation_key = $1"},
+    {"l_query",
+     "SELECT data FROM ledger WHERE ($1 = '' OR session_id = $1) AND ($2 = '' OR owner = $2) "
+     "AND ($3 = '' OR order_id = $3) ORDER BY operation_key"},
+    {"l_put",
+     "INSERT INTO ledger (operation_key, session_id, owner, order_id, data) "
+     "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_key) DO UPDATE SET "
+     "session_id = EXCLUDED.session_id, owner = EXCLUDED.owner, order_id = EXCLUDED.order_id, "
+     "data = EXCLUDED.data"},
+    // Audit chain.
+    {"a_of", "SELECT data FROM audit WHERE operation_key = $1 ORDER BY seq"},
+    {"a_page", "SELECT seq, data FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2"},
+    {"a_head", "SELECT seq, hash FROM audit_head WHERE id = 1"},
+    {"a_head_lock", "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE"},
+    {"a_head_set", "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1"},
+    {"a_ins", "INSERT INTO audit (seq, operation_key, data) VALUES ($1, $2, $3)"},
+    // Outbox.
+    {"ob_due",
+     "SELECT id, data FROM outbox WHERE queue = $1::bigint AND not_before_ms <= $2 "
+     "ORDER BY not_before_ms, id LIMIT $3"},
+    {"ob_next", "SELECT min(not_before_ms)::bigint FROM outbox WHERE queue = $1::bigint"},
+    {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
+    {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
+    {"ob_ins",
+     "INSERT INTO outbox (not_before_ms, data, queue, operation_key) "
+     "VALUES ($1, $2, $3::bigint, $4)"},
+    {"ob_upd", "UPDATE outbox SET not_before_ms = $2, data = $3 WHERE id = $1"},
+    {"ob_del", "DELETE FROM outbox WHERE id = $1"},
+    {"lease",
+     "INSERT INTO leases AS l (name, holder, token, expires_at) "
+     "VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 millisecond') "
+     "ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
+     "token = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > clock_timestamp() "
+     "THEN l.token ELSE l.token + 1 END, expires_at = EXCLUDED.expires_at "
+     "WHERE l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp() "
+     "RETURNING token"},
+    // Notifications.
+    {"ep_get", "SELECT data FROM endpoint_states WHERE name = $1"},
+    {"ep_put",
+     "INSERT INTO endpoint_states (name, data) VALUES ($1, $2) "
+     "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data"},
+    {"n_keep",
+     "INSERT INTO notifications (created_at_ms, event_id, data) VALUES ($1, $2, $3) "
+     "ON CONFLICT (created_at_ms, event_id) DO UPDATE SET data = EXCLUDED.data"},
+    {"n_since",
+     "SELECT data FROM notifications WHERE created_at_ms >= $1 "
+     "ORDER BY created_at_ms, event_id LIMIT $2"},
+    // Wakes every listening process once the transaction commits.
+    {"notify", "SELECT pg_notify('opgate_work', '')"},
+    // Meta.
+    {"probe",
+     "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) "
+     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"},
+};
+
+Error corrupt(std::string_view what) {
+  return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
+}
+
+template <typename Message>
+Result<std::optional<Message>> first(const Rows& rows, std::string_view what, int col = 0) {
+  if (rows.empty() || rows.null(0, col)) return std::optional<Message>();
+  Message m;
+  auto b = rows.bytes(0, col);
+  if (!m.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt(what);
+  return std::optional<Message>(std::move(m));
+}
+
+template <typename Message>
+Result<std::vector<Message>> every(const Rows& rows, std::string_view what, int col = 0) {
+  std::vector<Message> out;
+  out.reserve(rows.size());
+  for (int i = 0; i < rows.size(); ++i) {
+    Message m;
+    auto b = rows.bytes(i, col);
+    if (!m.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt(what);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// Lock names: a kind and the record's key parts, unambiguous.
+std::string lock_name(char kind, std::initializer_list<std::string_view> parts) {
+  std::string s(1, kind);
+  for (auto p : parts) {
+    s += '\x1f';
+    s += p;
+  }
+  return s;
+}
+
+int64_t limit_param(size_t limit) {
+  return static_cast<int64_t>(std::min<size_t>(limit, static_cast<size_t>(INT64_MAX)));
+}
+
+// Every read of the port over one query function: outside a transaction it
+// runs on a pooled connection; inside one it first takes the locks named.
+class PgReads : public virtual Reader {
+ public:
+  Result<std::optional<pb::InboxEvent>> event(const std::string& source,
+                                              const std::string& webhook_id) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('e', {source, webhook_id})},
+                                             {"ev_get", {text(source), text(webhook_id)}}));
+    return first<pb::InboxEvent>(rows, "inbox event");
+  }
+
+  Result<std::vector<QueuedEvent>> queued(const std::string& after, size_t limit) override {
+    int64_t from = 0;
+    if (!after.empty()) {
+      auto id = parse_fixed_id(after);
+      if (!id) return make_error(errc::bad_request, "not a queue id: " + after);
+      from = *id;
+    }
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({}, {"q_page", {int8(from), int8(limit_param(limit))}}));
+    std::vector<QueuedEvent> out;
+    out.reserve(rows.size());
+    for (int i = 0; i < rows.size(); ++i) {
+      QueuedEvent q{fixed_id(rows.int8(i, 0)), {}};
+      // An entry whose event is gone stays with an empty event: finishing it
+      // removes the entry.
+      if (!rows.null(i, 1)) {
+        auto b = rows.bytes(i, 1);
+        if (!q.event.ParseFromArray(b.data(), static_cast<int>(b.size())))
+          return corrupt("inbox event");
+      }
+      out.push_back(std::move(q));
+    }
+    return out;
+  }
+
+  Result<size_t> queued_count() override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"q_count", {}}));
+    return static_cast<size_t>(rows.int8(0, 0));
+  }
+
+  Result<std::optional<pb::Session>> session(const std::string& id) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('s', {id})}, {"s_get", {text(id)}}));
+    return first<pb::Session>(rows, "session");
+  }
+
+  Result<std::vector<std::string>> session_ids(const std::string& after, size_t limit) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({}, {"s_ids", {text(after), int8(limit_param(limit))}}));
+    std::vector<std::string> out;
+    for (int i = 0; i < rows.size(); ++i) out.push_back(rows.str(i, 0));
+    return out;
+  }
+
+  Result<std::optional<pb::ToolCall>> call(const pb::CallRef& ref) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({lock_name('c', {ref.session_id(), ref.turn_id(), ref.call_id()})},
+              {"c_get", {text(ref.session_id()), text(ref.turn_id()), text(ref.call_id())}}));
+    return first<pb::ToolCall>(rows, "tool call");
+  }
+
+  Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"c_of", {text(session_id)}}));
+    return every<pb::ToolCall>(rows, "tool call");
+  }
+
+  Result<std::optional<pb::Operation>> operation(const std::string& key) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('o', {key})}, {"o_get", {text(key)}}));
+    return first<pb::Operation>(rows, "operation");
+  }
+
+  Result<OperationPage> operations(const OperationQuery& q) override {
+    OperationPage page;
+    std::string after = q.after;
+    const int64_t chunk = static_cast<int64_t>(std::clamp<size_t>(q.limit + 1, 64, 1000));
+    bool more = false;
+    for (;;) {
+      Result<Rows> rows =
+          q.state ? query({}, {"o_page_state",
+                               {int8(static_cast<int64_t>(*q.state)), text(after), int8(chunk)}})
+                  : query({}, {"o_page_all", {text(after), int8(chunk)}});
+      if (!rows) return rows.error();
+      OPGATE_ASSIGN_OR_RETURN(auto ops, every<pb::Operation>(*rows, "operation"));
+      for (auto& op : ops) {
+        after = op.key();
+        if (q.accept && !q.accept(op)) continue;
+        if (page.operations.size() == q.limit) {
+          more = true;
+          break;
+        }
+        page.operations.push_back(std::move(op));
+      }
+      if (more || rows->size() < chunk) break;
+    }
+    if (more && !page.operations.empty()) page.next_after = page.operations.back().key();
+    return page;
+  }
+
+  Result<std::vector<pb::Operation>> operations_of_order(const std::string& order_id) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"o_of_order", {text(order_id)}}));
+    return every<pb::Operation>(rows, "operation");
+  }
+
+  Result<std::vector<std::string>> expired_by(int64_t now_ms, size_t limit) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({}, {"o_expired", {int8(now_ms), int8(limit_param(limit))}}));
+    std::vector<std::string> out;
+    for (int i = 0; i < rows.size(); ++i) out.push_back(rows.str(i, 0));
+    return out;
+  }
+
+  Result<StateCounts> counts() override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"counts", {}}));
+    StateCounts c;
+    for (int i = pb::STATE_PENDING; i <= pb::STATE_SETTLED; ++i)
+      c.operations[static_cast<pb::OperationState>(i)] = 0;
+    for (int i = 0; i < rows.size(); ++i)
+      c.operations[static_cast<pb::OperationState>(rows.int8(i, 0))] = rows.int8(i, 1);
+    OPGATE_ASSIGN_OR_RETURN(auto outcomes, query({}, {"outcomes", {}}));
+    for (int i = pb::OUTCOME_SUCCEEDED; i <= pb::OUTCOME_CANCELLED; ++i)
+      c.settled[static_cast<pb::Outcome>(i)] = 0;
+    for (int i = 0; i < outcomes.size(); ++i)
+      c.settled[static_cast<pb::Outcome>(outcomes.int8(i, 0))] = outcomes.int8(i, 1);
+    return c;
+  }
+
+  Result<std::optional<pb::Order>> order(const std::string& order_id) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({lock_name('r', {order_id})}, {"r_get", {text(order_id)}}));
+    return first<pb::Order>(rows, "order");
+  }
+
+  Result<pb::OrderFunds> funds(const std::string& order_id) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({lock_name('f', {order_id})}, {"f_get", {text(order_id)}}));
+    OPGATE_ASSIGN_OR_RETURN(auto f, first<pb::OrderFunds>(rows, "order's funds"));
+    if (f) return std::move(*f);
+    pb::OrderFunds empty;
+    empty.set_order_id(order_id);
+    return empty;
+  }
+
+  Result<std::optional<pb::LedgerEntry>> ledger_entry(const std::string& key) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('l', {key})}, {"l_get", {text(key)}}));
+    return first<pb::LedgerEntry>(rows, "ledger row");
+  }
+
+  Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& q) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows, query({}, {"l_query", {text(q.session_id), text(q.owner), text(q.order_id)}}));
+    return every<pb::LedgerEntry>(rows, "ledger row");
+  }
+
+  Result<std::vector<pb::AuditRecord>> audit_of(const std::string& operation_key) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"a_of", {text(operation_key)}}));
+    return every<pb::AuditRecord>(rows, "audit record");
+  }
+
+  Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({}, {"a_page", {int8(static_cast<int64_t>(after_seq)), int8(limit_param(limit))}}));
+    return every<pb::AuditRecord>(rows, "audit record", 1);
+  }
+
+  Result<AuditHead> audit_head() override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"a_head", {}}));
+    AuditHead head;
+    if (!rows.empty()) head = {static_cast<uint64_t>(rows.int8(0, 0)), rows.str(0, 1)};
+    return head;
+  }
+
+  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({}, {"ob_due", {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit))}}));
+    return entries(rows);
+  }
+
+  Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ob_of", {text(operation_key)}}));
+    return entries(rows);
+  }
+
+  Result<pb::EndpointState> endpoint_state(const std::string& name) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('p', {name})}, {"ep_get", {text(name)}}));
+    OPGATE_ASSIGN_OR_RETURN(auto state, first<pb::EndpointState>(rows, "endpoint state"));
+    if (state) return std::move(*state);
+    pb::EndpointState fresh;
+    fresh.set_name(name);
+    return fresh;
+  }
+
+  Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
+                                                            size_t limit) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({}, {"n_since", {int8(since_ms), int8(limit_param(limit))}}));
+    return every<pb::Notification>(rows, "notification");
+  }
+
+  static int64_t queue_number(Queue queue) { return queue == Queue::notifications ? 1 : 0; }
+
+ private:
+  static Result<std::vector<OutboxEntry>> entries(const Rows& rows) {
+    std::vector<OutboxEntry> out;
+    for (int i = 0; i < rows.size(); ++i) {
+      OutboxEntry e{fixed_id(rows.int8(i, 0)), {}};
+      auto b = rows.bytes(i, 1);
+      if (!e.item.ParseFromArray(b.data(), static_cast<int>(b.size())))
+        return corrupt("outbox item");
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+ public:
+  Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {
+    auto n = parse_fixed_id(id);
+    if (!n) return std::optional<pb::OutboxItem>();
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('i', {id})}, {"ob_get", {int8(*n)}}));
+    return first<pb::OutboxItem>(rows, "outbox item");
+  }
+
+  Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ob_next", {int8(queue_number(queue))}}));
+    if (rows.empty() || rows.null(0, 0)) return std::optional<int64_t>();
+    return std::optional<int64_t>(rows.int8(0, 0));
+  }
+
+ protected:
+  // Runs one read; inside a transaction after locking `locks`.
+  virtual Result<Rows> query(std::vector<std::string> locks, Stmt stmt) = 0;
+};
+
+// Durable state: each read on a pooled connection, outside any transaction.
+class DurableReader final : public PgReads {
+ public:
+  explicit DurableReader(Pool& pool) : pool_(pool) {}
+
+ protected:
+  Result<Rows> query(std::vector<std::string>, Stmt stmt) override {
+    OPGATE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
+    return conn->run(stmt.name, stmt.params);
+  }
+
+ private:
+  Pool& pool_;
+};
+
+class PgTransaction final : public Transaction, public PgReads {
+ public:
+  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms)
+      : conn_(conn), locking_(isolation == Isolation::read_committed), now_ms_(now_ms) {
+    batch_.push_back({"begin", {}});
+  }
+
+  int64_t now_ms() const override { return now_ms_; }
+  bool failed() const { return failed_.has_value(); }
+  const Error& error() const { return *failed_; }
+  bool retryable() const { return retryable_; }
+
+  // --- Reads that remember or extend what they lock.
+  Result<std::optional<pb::Operation>> operation(const std::string& key) override {
+    auto op = PgReads::operation(key);
+    if (op) known_[key] = op->has_value() ? Known{(*op)->state(), (*op)->outcome()} : Known{};
+    return op;
+  }
+
+  Result<std::vector<pb::Operation>> operations_of_order(const std::string& order_id) override {
+    // The order's set first (an operation is added to it only under this
+    // lock), then each member, then their latest versions.
+    OPGATE_ASSIGN_OR_RETURN(
+        auto keys, query({lock_name('R', {order_id})}, {"o_keys_of_order", {text(order_id)}}));
+    std::vector<std::string> locks;
+    for (int i = 0; i < keys.size(); ++i) locks.push_back(lock_name('o', {keys.bytes(i, 0)}));
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query(locks, {"o_of_order", {text(order_id)}}));
+    OPGATE_ASSIGN_OR_RETURN(auto ops, every<pb::Operation>(rows, "operation"));
+    for (const auto& op : ops) known_[op.key()] = {op.state(), op.outcome()};
+    return ops;
+  }
+
+  Result<AuditHead> audit_head() override {
+    OPGATE_TRY(lock_head());
+    return *head_;
+  }
+  Result<std::vector<pb::AuditRecord>> audit_of(const std::string& key) override {
+    if (!unchained_.empty()) OPGATE_TRY(lock_head());
+    return PgReads::audit_of(key);
+  }
+  Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
+    if (!unchained_.empty()) OPGATE_TRY(lock_head());
+    return PgReads::audit(after_seq, limit);
+  }
+
+  // --- Writes: staged, sent with the next read or the commit.
+  void finish_event(const QueuedEvent& q) override {
+    auto id = parse_fixed_id(q.queue_id);
+    if (id) write({lock_name('q', {q.queue_id})}, {"q_del", {int8(*id)}});
+    if (q.event.source().empty()) return;  // its event is gone: only the entry goes
+    pb::InboxEvent event = q.event;
+    event.set_processed(true);
+    event.set_processed_at_ms(now_ms_);
+    put_event(event);
+  }
+
+  void park_event(const QueuedEvent& q) override {
+    auto id = parse_fixed_id(q.queue_id);
+    if (!id) return;
+    write({lock_name('q', {q.queue_id}), lock_name('w', {q.event.session_id()})},
+          {"w_park", {int8(*id), text(q.event.session_id())}});
+  }
+
+  Result<size_t> release_parked(const std::string& session_id) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows, query({lock_name('w', {session_id})}, {"w_release", {text(session_id)}}));
+    if (rows.size() > 0) notify_ = true;
+    return static_cast<size_t>(rows.size());
+  }
+
+  void put_session(const pb::Session& s) override {
+    write({lock_name('s', {s.session_id()})},
+          {"s_put", {text(s.session_id()), text(s.owner()), bytea(s.SerializeAsString())}});
+  }
+
+  void put_call(const pb::ToolCall& c) override {
+    write({lock_name('c', {c.session_id(), c.turn_id(), c.call_id()})},
+          {"c_put",
+           {text(c.session_id()), text(c.turn_id()), text(c.call_id()),
+            bytea(c.SerializeAsString())}});
+  }
+
+  Status put_operation(const pb::Operation& op) override {
+    if (op.key().empty() || op.state() == pb::STATE_UNSPECIFIED)
+      return make_error(errc::internal, "an operation needs a key and a state");
+    if (failed_) return *failed_;
+    const std::string& key = op.key();
+    auto known = known_.find(key);
+    Known was;
+    if (known != known_.end()) {
+      was = known->second;
+    } else {
+      OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('o', {key})}, {"o_state", {text(key)}}));
+      if (!rows.empty())
+        was = {static_cast<pb::OperationState>(rows.int8(0, 0)),
+               static_cast<pb::Outcome>(rows.int8(0, 1))};
+    }
+    const pb::OperationState old = was.state;
+    std::vector<std::string> locks = {lock_name('o', {key})};
+    // A new member of the order's set: under the set's lock.
+    if (old == pb::STATE_UNSPECIFIED) locks.push_back(lock_name('R', {op.proposal().order_id()}));
+    write(std::move(locks),
+          {"o_put",
+           {text(key), int8(op.state()), int8(op.expires_at_ms()), text(op.proposal().order_id()),
+            text(op.session_id()), text(op.proposal().owner()), bytea(op.SerializeAsString()),
+            int8(op.outcome())}});
+    if (old != op.state()) {
+      if (old != pb::STATE_UNSPECIFIED) counts_[old] -= 1;
+      counts_[op.state()] += 1;
+    }
+    // Settled operations by outcome.
+    const auto old_outcome = old == pb::STATE_SETTLED ? was.outcome : pb::OUTCOME_NONE;
+    const auto new_outcome = op.state() == pb::STATE_SETTLED ? op.outcome() : pb::OUTCOME_NONE;
+    if (old_outcome != new_outcome) {
+      if (old_outcome != pb::OUTCOME_NONE) outcome_counts_[old_outcome] -= 1;
+      if (new_outcome != pb::OUTCOME_NONE) outcome_counts_[new_outcome] += 1;
+    }
+    known_[key] = {op.state(), op.outcome()};
+    return failed_ ? Status(*failed_) : Status::Ok();
+  }
+
+  void put_order(const pb::Order& o) override {
+    write({lock_name('r', {o.order_id()})},
+          {"r_put", {text(o.order_id()), bytea(o.SerializeAsString())}});
+  }
+
+  void put_funds(const pb::OrderFunds& f) override {
+    write({lock_name('f', {f.order_id()})},
+          {"f_put", {text(f.order_id()), bytea(f.SerializeAsString())}});
+  }
+
+  void put_ledger(const pb::LedgerEntry& l) override {
+    write({lock_name('l', {l.operation_key()})},
+          {"l_put",
+           {text(l.operation_key()), text(l.session_id()), text(l.owner()), text(l.order_id()),
+            bytea(l.SerializeAsString())}});
+  }
+
+  void append_audit(pb::AuditRecord record) override {
+    if (head_)
+      chain(std::move(record));
+    else
+      unchained_.push_back(std::move(record));
+  }
+
+  void enqueue(pb::OutboxItem item) override {
+    item.set_created_at_ms(now_ms_);
+    notify_ = true;
+    write({}, {"ob_ins",
+               {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
+                int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}});
+  }
+
+  void update_outbox(const OutboxEntry& e) override {
+    auto id = parse_fixed_id(e.id);
+    if (!id) return;  // no such item
+    write({lock_name('i', {e.id})},
+          {"ob_upd", {int8(*id), int8(e.item.not_before_ms()), bytea(e.item.SerializeAsString())}});
+  }
+
+  void remove_outbox(const std::string& id) override {
+    auto n = parse_fixed_id(id);
+    if (!n) return;
+    write({lock_name('i', {id})}, {"ob_del", {int8(*n)}});
+  }
+
+  void put_endpoint_state(const pb::EndpointState& state) override {
+    write({lock_name('p', {state.name()})},
+          {"ep_put", {text(state.name()), bytea(state.SerializeAsString())}});
+  }
+
+  void keep_notification(const pb::Notification& event) override {
+    write({}, {"n_keep",
+               {int8(event.created_at_ms()), text(event.event_id()),
+                bytea(event.SerializeAsString())}});
+  }
+
+  void probe() { write({}, {"probe", {text(std::to_string(now_ms_))}}); }
+
+  // Chains the audit records, writes the counts, and commits.
+  Status commit() {
+    if (failed_) return *failed_;
+    if (!unchained_.empty()) OPGATE_TRY(lock_head());
+    if (head_ && appended_)
+      write({}, {"a_head_set", {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash)}});
+    for (const auto& [state, delta] : counts_)
+      if (delta != 0) write({}, {"count_add", {int8(state), int8(delta)}});
+    for (const auto& [outcome, delta] : outcome_counts_)
+      if (delta != 0) write({}, {"outcome_add", {int8(outcome), int8(delta)}});
+    if (notify_) write({}, {"notify", {}});
+    if (!begun_ && batch_.size() == 1) return Status::Ok();  // nothing was ever sent
+    batch_.push_back({"commit", {}});
+    auto r = send();
+    if (!r) return r.error();
+    return Status::Ok();
+  }
+
+  void rollback() {
+    if (conn_.broken()) return;
+    if (begun_ || conn_.in_transaction()) (void)conn_.exec("ROLLBACK");
+  }
+
+ protected:
+  Result<Rows> query(std::vector<std::string> locks, Stmt stmt) override {
+    if (failed_) return *failed_;
+    add_locks(std::move(locks));
+    batch_.push_back(std::move(stmt));
+    OPGATE_ASSIGN_OR_RETURN(auto results, send());
+    return std::move(results.back());
+  }
+
+ private:
+  void write(std::vector<std::string> locks, Stmt stmt) {
+    if (failed_) return;
+    add_locks(std::move(locks));
+    batch_.push_back(std::move(stmt));
+  }
+
+  // Locks (sorted, so that two transactions take them in one order) that
+  // this transaction does not hold yet.
+  void add_locks(std::vector<std::string> names) {
+    if (!locking_ || names.empty()) return;
+    std::vector<int64_t> ids;
+    for (const auto& n : names) ids.push_back(lock_id(n));
+    std::sort(ids.begin(), ids.end());
+    for (int64_t id : ids)
+      if (locked_.insert(id).second) batch_.push_back({"lock", {int8(id)}});
+  }
+
+  Result<std::vector<Rows>> send() {
+    if (!batch_.empty() && batch_.front().name == "begin") begun_ = true;
+    auto r = conn_.pipeline(batch_);
+    batch_.clear();
+    if (!r) {
+      failed_ = r.error();
+      retryable_ = conn_.last_failure_retryable();
+      return r.error();
+    }
+    return r;
+  }
+
+  Status lock_head() {
+    if (head_) return Status::Ok();
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"a_head_lock", {}}));
+    if (rows.empty()) {
+      failed_ = make_error(errc::corrupt_record, "the audit chain's head row is missing");
+      return *failed_;
+    }
+    head_ = AuditHead{static_cast<uint64_t>(rows.int8(0, 0)), rows.str(0, 1)};
+    auto pending = std::move(unchained_);
+    unchained_.clear();
+    for (auto& r : pending) chain(std::move(r));
+    return Status::Ok();
+  }
+
+  void chain(pb::AuditRecord record) {
+    chain_audit(record, now_ms_, *head_);
+    appended_ = true;
+    write({}, {"a_ins",
+               {int8(static_cast<int64_t>(record.seq())), text(record.operation_key()),
+                bytea(record.SerializeAsString())}});
+  }
+
+  void put_event(const pb::InboxEvent& e) {
+    write({lock_name('e', {e.source(), e.webhook_id()})},
+          {"ev_put",
+           {text(e.source()), text(e.webhook_id()), bytea(e.body_sha256()), boolean(e.processed()),
+            int8(e.processed_at_ms()), bytea(e.SerializeAsString())}});
+  }
+
+  Conn& conn_;
+  const bool locking_;
+  const int64_t now_ms_;
+  std::vector<Stmt> batch_;
+  bool begun_ = false;
+  std::set<int64_t> locked_;
+  std::optional<Error> failed_;
+  bool retryable_ = false;
+  // Operation states (and outcomes) this transaction read or wrote
+  // (STATE_UNSPECIFIED: absent), so that put_operation knows what it
+  // replaces.
+  struct Known {
+    pb::OperationState state = pb::STATE_UNSPECIFIED;
+    pb::Outcome outcome = pb::OUTCOME_NONE;
+  };
+  std::unordered_map<std::string, Known> known_;
+  std::map<int64_t, int64_t> counts_;          // state -> change, written at commit
+  std::map<int64_t, int64_t> outcome_counts_;  // settled outcome -> change, likewise
+  std::optional<AuditHead> head_;              // locked and advanced by this transaction
+  bool appended_ = false;
+  bool notify_ = false;  // work for the dispatchers: wake every process at commit
+  std::vector<pb::AuditRecord> unchained_;  // appended before the head was locked
+};
+
+void pause_before_retry(int attempt) {
+  thread_local std::mt19937 rng{std::random_device{}()};
+  const int cap_us = std::min(50'000, 500 * (1 << std::min(attempt, 6)));
+  std::this_thread::sleep_for(
+      std::chrono::microseconds(std::uniform_int_distribution<int>(0, cap_us)(rng)));
+}
+
+}  // namespace
+
+Status prepare_statements(Conn& conn, Isolation isolation) {
+  OPGATE_TRY(conn.prepare("begin", isolation == Isolation::serializable
+                                       ? "BEGIN ISOLATION LEVEL SERIALIZABLE"
+                                       : "BEGIN ISOLATION LEVEL READ COMMITTED"));
+  for (const auto& [name, sql] : kStatements) OPGATE_TRY(conn.prepare(name, sql));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, const Clock& clock) {
+  if (options.migrate) {
+    auto report = migrate(options.conn);
+    if (!report) return report.error();
+    for (const auto& m : report->applied) spdlog::info("database schema: applied migration {}", m);
+  }
+  std::unique_ptr<PgStorage> s(new PgStorage());
+  s->options_ = options;
+  s->clock_ = &clock;
+  const Isolation isolation = options.isolation;
+  s->pool_ = std::make_unique<Pool>(options.conn, options.pool_size, [isolation](Conn& c) {
+    return prepare_statements(c, isolation);
+  });
+  s->reader_ = std::make_unique<DurableReader>(*s->pool_);
+  // One connection now: a wrong URL or a missing schema fails the start.
+  auto first = s->pool_->acquire();
+  if (!first) return first.error();
+  auto version = (*first)->run("a_head", {});
+  if (!version) return version.error();
+  return s;
+}
+
+PgStorage::~PgStorage() {
+  stop_listening();
+  reader_.reset();
+  pool_.reset();
+}
+
+Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
+  std::vector<std::function<void()>> after;
+  // The connection goes back to the pool before what runs after the commit.
+  auto attempt_once = [&](int attempt, bool& retry) -> Status {
+    retry = false;
+    OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+    PgTransaction txn(*conn, options_.isolation, clock_->now_ms());
+    Status s = fn(txn);
+    if (s && !txn.failed()) {
+      Status c = txn.commit();
+      if (c) {
+        commits_++;
+        after = txn.take_after_commit();
+        return Status::Ok();
+      }
+    }
+    retry = txn.failed() && txn.retryable() && attempt < options_.max_attempts;
+    txn.rollback();
+    return txn.failed() ? Status(txn.error()) : s;
+  };
+  for (int attempt = 1;; ++attempt) {
+    bool retry = false;
+    Status s = attempt_once(attempt, retry);
+    if (s) break;
+    if (!retry) return s;
+    retries_++;
+    pause_before_retry(attempt);
+  }
+  for (auto& f : after) f();
+  return Status::Ok();
+}
+
+Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& events) {
+  std::vector<Appended> out(events.size(), Appended::stored);
+  // The first copy of each id; inserted in key order, so that two nodes
+  // storing overlapping batches wait for each other in one order.
+  std::map<std::pair<std::string, std::string>, size_t> first;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& ev = events[i].event;
+    auto [it, fresh] = first.emplace(std::pair{ev.source(), ev.webhook_id()}, i);
+    if (!fresh)
+      out[i] = events[it->second].event.body_sha256() == ev.body_sha256() ? Appended::duplicate
+                                                                          : Appended::conflict;
+  }
+  if (first.empty()) return out;
+  std::vector<Stmt> stmts;
+  stmts.push_back({"begin", {}});
+  std::vector<size_t> order;
+  for (const auto& [key, i] : first) {
+    const auto& ev = events[i].event;
+    order.push_back(i);
+    stmts.push_back({"ev_append",
+                     {text(ev.source()), text(ev.webhook_id()), bytea(ev.body_sha256()),
+                      boolean(ev.processed()), int8(ev.processed_at_ms()),
+                      bytea(ev.SerializeAsString()), boolean(events[i].queue)}});
+  }
+  if (std::any_of(events.begin(), events.end(), [](const NewEvent& e) { return e.queue; }))
+    stmts.push_back({"notify", {}});
+  stmts.push_back({"commit", {}});
+  std::vector<size_t> unknown;  // stored by someone else, whose hash was not visible yet
+  for (int attempt = 1;; ++attempt) {
+    OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+    auto r = conn->pipeline(stmts);
+    if (!r) {
+      const bool retry = conn->last_failure_retryable() && attempt < options_.max_attempts;
+      if (!conn->broken() && conn->in_transaction()) (void)conn->exec("ROLLBACK");
+      if (!retry) return r.error();
+      retries_++;
+      pause_before_retry(attempt);
+      continue;
+    }
+    commits_++;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Rows& rows = (*r)[k + 1];
+      const size_t i = order[k];
+      if (rows.int8(0, 0) == 1) continue;  // stored
+      if (rows.null(0, 1)) {
+        unknown.push_back(i);
+        continue;
+      }
+      out[i] = rows.bytes(0, 1) == events[i].event.body_sha256() ? Appended::duplicate
+                                                                 : Appended::conflict;
+    }
+    break;
+  }
+  for (size_t i : unknown) {
+    const auto& ev = events[i].event;
+    OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            conn->run("ev_hash", {text(ev.source()), text(ev.webhook_id())}));
+    out[i] = rows.empty() || rows.bytes(0, 0) == ev.body_sha256() ? Appended::duplicate
+                                                                  : Appended::conflict;
+  }
+  return out;
+}
+
+Result<BackupInfo> PgStorage::backup_to(const std::string&) {
+  return make_error(errc::bad_request,
+                    "A PostgreSQL store is backed up by PostgreSQL: a base backup with WAL "
+                    "archiving (pg_basebackup) for point-in-time recovery, or pg_dump for a "
+                    "logical copy; opgate audit verify checks the chain of a restored copy.");
+}
+
+Result<AuditVerification> PgStorage::verify_audit() {
+  ChainVerifier verifier;
+  int64_t after = 0;
+  uint64_t position = 0;
+  OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+  for (;;) {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("a_page", {int8(after), int8(1000)}));
+    for (int i = 0; i < rows.size(); ++i) {
+      ++position;
+      const int64_t seq = rows.int8(i, 0);
+      pb::AuditRecord r;
+      auto b = rows.bytes(i, 1);
+      if (!r.ParseFromArray(b.data(), static_cast<int>(b.size()))) {
+        verifier.unreadable(position);
+        return verifier.result();
+      }
+      if (!verifier.add(r, static_cast<uint64_t>(seq))) return verifier.result();
+      after = seq;
+    }
+    if (rows.size() < 1000) break;
+  }
+  return verifier.result();
+}
+
+Status PgStorage::check_writable() {
+  return transact([](Transaction& t) {
+    static_cast<PgTransaction&>(t).probe();
+    return Status::Ok();
+  });
+}
+
+Result<std::optional<int64_t>> PgStorage::hold_lease(const std::string& name,
+                                                     const std::string& holder, int64_t ttl_ms) {
+  OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+  OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("lease", {text(name), text(holder), int8(ttl_ms)}));
+  if (rows.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(rows.int8(0, 0));
+}
+
+void PgStorage::listen(std::function<void()> wake) {
+  stop_listening();
+  listening_ = true;
+  listener_ = std::thread([this, wake = std::move(wake)] {
+    int failures = 0;
+    while (listening_) {
+      auto conn = Conn::connect(options_.conn);
+      if (!conn || !(*conn)->exec("LISTEN opgate_work")) {
+        if (failures++ % 30 == 0)
+          spdlog::warn("cannot listen for work from other nodes; polling until it can");
+        for (int i = 0; i < 10 && listening_; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      failures = 0;
+      wake();  // whatever was committed while not listening
+      PGconn* c = (*conn)->raw();
+      while (listening_ && !(*conn)->broken()) {
+        pollfd fd{PQsocket(c), POLLIN, 0};
+        if (::poll(&fd, 1, 200) < 0) continue;
+        if (!PQconsumeInput(c)) break;
+        bool any = false;
+        while (PGnotify* n = PQnotifies(c)) {
+          any = true;
+          PQfreemem(n);
+        }
+        if (any) wake();
+      }
+    }
+  });
+}
+
+void PgStorage::stop_listening() {
+  listening_ = false;
+  if (listener_.joinable()) listener_.join();
+}
+
+StorageStats PgStorage::stats() const { return {commits_.load(), commits_.load()}; }
+
+}  // namespace opgate::store::pg

@@ -1,0 +1,96 @@
+// The storage port on PostgreSQL: any number of opgate processes share one
+// database. Records are protobuf bytes in bytea columns beside the columns
+// they are found by; the schema is applied at open (store/postgres/schema.h).
+//
+// Transactions run at READ COMMITTED with strict two-phase locking on the
+// records they touch: every record a transaction reads or writes (and every
+// set it scans and adds to, e.g. an order's operations) is locked with a
+// transaction-scoped advisory lock before it is read, so a transaction sees
+// the latest committed version of each and holds it until it ends;
+// transactions touching the same records are serialised, others run side
+// by side. A deadlock between two of them fails one, which runs again (the
+// port allows it). SERIALIZABLE without these locks is the alternative
+// (Isolation::serializable, retried on serialisation failures); README
+// compares the two.
+//
+// Writes are sent with the next read (one pipeline, one round trip); the
+// audit records and the state counts are written at commit, after locking
+// the chain's head row, so the chain's serial section is one round trip
+// and the commit. transact() returns Ok only after COMMIT succeeded.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "store/port.h"
+#include "store/postgres/pg.h"
+
+namespace opgate::store::pg {
+
+enum class Isolation { read_committed, serializable };
+
+struct PgOptions {
+  ConnOptions conn;
+  size_t pool_size = 16;
+  Isolation isolation = Isolation::read_committed;
+  // Apply the schema migrations at open.
+  bool migrate = true;
+  // How often a transaction runs again after a deadlock or serialisation
+  // failure before its error is returned.
+  int max_attempts = 64;
+};
+
+class PgStorage final : public Storage {
+ public:
+  static Result<std::unique_ptr<PgStorage>> open(const PgOptions& options, const Clock& clock);
+  ~PgStorage() override;
+
+  Status transact(const std::function<Status(Transaction&)>& fn) override;
+  Reader& reader() override { return *reader_; }
+  Result<std::vector<Appended>> append_events(std::vector<NewEvent>& events) override;
+  Result<AuditVerification> verify_audit() override;
+  Status check_writable() override;
+  // Refused with a clear error: PostgreSQL's own tools copy the database.
+  Result<BackupInfo> backup_to(const std::string& dir) override;
+  StorageStats stats() const override;
+
+  // Calls `wake` (on a thread of its own) whenever any process commits work
+  // for the dispatchers: queued events or outbox items (LISTEN/NOTIFY on a
+  // connection of its own, reconnecting if it drops). Polling stays the
+  // fallback: a notification lost with a connection delays, never loses.
+  void listen(std::function<void()> wake);
+  // Stops the listener; `wake` is not called after this returns.
+  void stop_listening();
+
+  // A lease on a named duty, by the database's clock: its fencing token
+  // while `holder` holds it (taken, or renewed for another ttl_ms); none
+  // while another holder's lease runs. The token grows whenever the lease
+  // changes hands.
+  Result<std::optional<int64_t>> hold_lease(const std::string& name, const std::string& holder,
+                                            int64_t ttl_ms);
+
+  Pool& pool() { return *pool_; }
+  const PgOptions& options() const { return options_; }
+  // Transactions run again after a deadlock or serialisation failure.
+  uint64_t retries() const { return retries_.load(); }
+
+ private:
+  PgStorage() = default;
+  PgOptions options_;
+  const Clock* clock_ = nullptr;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<Reader> reader_;
+  std::atomic<uint64_t> commits_{0};
+  std::thread listener_;
+  std::atomic<bool> listening_{false};
+  std::atomic<uint64_t> retries_{0};
+};
+
+// The prepared statements every connection has.
+Status prepare_statements(Conn& conn, Isolation isolation);
+
+}  // namespace opgate::store::pg
