@@ -258,6 +258,8 @@ refund_window_days = 30
 approval_ttl_s = {}
 two_person_threshold_minor = {{ USD = {}, GBP = {} }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
+[policy.tools.issue_account_credit]
+delivery_delay_after_days = {}
 {}
 )",
       listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
@@ -272,7 +274,7 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
             1000000, "", R"("outsider-*")"),
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
-      s.two_person_threshold_minor, s.two_person_threshold_minor,
+      s.two_person_threshold_minor, s.two_person_threshold_minor, s.delivery_delay_after_days,
       notify_config() + options_.extra_config);
   if (!out) return failed("cannot write opgate.toml");
   return Status::Ok();
