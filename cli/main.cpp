@@ -65,8 +65,22 @@ int main(int argc, char** argv) {
     std::cout << *done << "\n";
   });
 
-  app.add_subcommand("tools", "print the tool definitions for session creation")->callback([&] {
-    std::cout << worker::tool_definitions_json() << "\n";
+  auto* tools = app.add_subcommand("tools", "print the tool definitions for session creation");
+  std::string tools_config;
+  tools->add_option("--config", tools_config,
+                    "TOML configuration file: only the tools its [policy.tools] enable");
+  tools->callback([&] {
+    operations::PolicyConfig policy;
+    if (!tools_config.empty()) {
+      auto config = daemon::load_config(tools_config);
+      if (!config) {
+        std::cerr << "error: " << config.error().message << "\n";
+        rc = 2;
+        return;
+      }
+      policy = config->policy;
+    }
+    std::cout << worker::tool_definitions_json(policy) << "\n";
   });
 
   std::string session, owner, key, reason, state, outcome, evidence, data_dir, file, dir;

@@ -1,6 +1,7 @@
 #include "cli/operator_cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
@@ -261,6 +262,18 @@ int inspect_session(const Context& c, const std::string& session) {
                              result.is_null() ? "(none yet)" : printable(json::serialize(result)),
                              s(call, "delivery"));
   }
+  std::cout << "\ninternal notes:\n";
+  const auto* notes = state->body.as_object().if_contains("notes");
+  if (!notes || !notes->is_array() || notes->as_array().empty()) std::cout << "  (none)\n";
+  if (notes && notes->is_array())
+    for (const auto& note : notes->as_array()) {
+      std::vector<std::string> cited;
+      for (const auto& e : note.at("evidence").as_array())
+        cited.emplace_back(e.is_string() ? e.as_string() : "");
+      std::cout << fmt::format("  {} order {} evidence [{}]: {}\n", s(note, "call_id"),
+                               s(note, "order_id"), fmt::join(cited, ", "),
+                               printable(s(note, "text")));
+    }
   std::cout << "\nledger:\n";
   const auto& ledger = state->body.as_object().at("ledger").as_array();
   if (ledger.empty()) std::cout << "  (no rows)\n";

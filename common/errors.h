@@ -39,6 +39,8 @@ inline constexpr ErrorCode agents_unavailable{"agents_unavailable", 502};
 inline constexpr ErrorCode agents_refused{"agents_refused", 502};
 inline constexpr ErrorCode session_not_found{"session_not_found", 404};
 inline constexpr ErrorCode bad_response{"bad_response", 502};
+// The business's order service is down, slow or answered nonsense.
+inline constexpr ErrorCode orders_unavailable{"orders_unavailable", 503};
 inline constexpr ErrorCode internal{"internal", 500};
 // Network (HTTP client and server).
 inline constexpr ErrorCode timeout{"timeout", 504};

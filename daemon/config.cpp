@@ -1,7 +1,9 @@
 #include "daemon/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -239,9 +241,54 @@ void parse_operator(const Section& op, Config& c, const std::filesystem::path& b
   }
 }
 
+// [policy.tools.NAME]: every tool may be disabled and given one of its
+// tiers; its limits override the [policy] keys they name.
+void parse_tools(const Section& tools, operations::PolicyConfig& pol) {
+  for (const auto& [name, _] : tools.raw().as_table()) {
+    if (!operations::known_tool(name))
+      throw ConfigError(
+          fmt::format("unknown tool '{}': the tools are lookup_order, "
+                      "add_internal_note, request_refund, issue_account_credit and "
+                      "cancel_order",
+                      tools.key(name)));
+    const Section t = tools.table(name.c_str());
+    std::set<std::string> known = {"enabled", "tier"};
+    if (name == "request_refund" || name == "cancel_order") known.insert("window_days");
+    if (name == "issue_account_credit")
+      known.insert(
+          {"reason_codes", "hard_cap_minor", "support_limit_minor", "delivery_delay_after_days"});
+    if (name == "add_internal_note") known.insert("max_evidence");
+    t.only(known);
+    auto& tool = pol.tools[name];
+    tool.enabled = t.boolean("enabled", tool.enabled);
+    tool.tier = t.string("tier", tool.tier);
+    const auto tiers = operations::tiers_of_tool(name);
+    if (std::find(tiers.begin(), tiers.end(), tool.tier) == tiers.end())
+      throw ConfigError(fmt::format("key '{}': unknown tier '{}' for this tool (it may be {})",
+                                    t.key("tier"), tool.tier, fmt::join(tiers, ", ")));
+    if (name == "request_refund")
+      pol.refund_window_days = t.integer("window_days", pol.refund_window_days);
+    if (name == "cancel_order")
+      pol.cancel_window_days = t.integer("window_days", pol.cancel_window_days);
+    if (t.has("reason_codes")) pol.credit_reason_codes = t.strings("reason_codes");
+    if (t.has("hard_cap_minor")) pol.credit_hard_cap_minor = t.amounts("hard_cap_minor");
+    if (t.has("support_limit_minor"))
+      pol.credit_support_limit_minor = t.amounts("support_limit_minor");
+    pol.delivery_delay_after_days =
+        t.integer("delivery_delay_after_days", pol.delivery_delay_after_days);
+    pol.note_max_evidence = t.integer("max_evidence", pol.note_max_evidence);
+    if (pol.delivery_delay_after_days < 0 || pol.cancel_window_days < 0 ||
+        pol.refund_window_days < 0 || pol.note_max_evidence < 1 || pol.note_max_evidence > 100)
+      throw ConfigError(fmt::format(
+          "'{}': window_days and delivery_delay_after_days must not be negative, max_evidence "
+          "must be 1-100",
+          t.key(name)));
+  }
+}
+
 void parse_policy(const Section& p, operations::PolicyConfig& pol) {
   p.only({"refund_window_days", "approval_ttl_s", "two_person_threshold_minor",
-          "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor"});
+          "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor", "tools"});
   pol.refund_window_days = p.integer("refund_window_days", pol.refund_window_days);
   pol.approval_ttl_s = p.integer("approval_ttl_s", pol.approval_ttl_s);
   if (p.has("two_person_threshold_minor"))
@@ -251,6 +298,7 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
     pol.credit_hard_cap_minor = p.amounts("credit_hard_cap_minor");
   if (p.has("credit_support_limit_minor"))
     pol.credit_support_limit_minor = p.amounts("credit_support_limit_minor");
+  if (p.has("tools")) parse_tools(p.table("tools"), pol);
   if (pol.approval_ttl_s <= 0 || pol.refund_window_days < 0)
     throw ConfigError(
         "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");

@@ -1,7 +1,9 @@
 #include "operations/orders.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <fstream>
 #include <set>
@@ -12,6 +14,67 @@ namespace opgate::operations {
 
 namespace json = boost::json;
 
+namespace {
+
+constexpr size_t kMaxDeliveryEvents = 100;
+
+Result<std::vector<pb::DeliveryEvent>> parse_deliveries(const json::value& v) {
+  if (!v.is_array())
+    return make_error(errc::bad_order, "Order field 'deliveries' must be a list of events.");
+  if (v.as_array().size() > kMaxDeliveryEvents)
+    return make_error(errc::bad_order,
+                      fmt::format("An order has at most {} delivery events.", kMaxDeliveryEvents));
+  std::vector<pb::DeliveryEvent> out;
+  for (const auto& item : v.as_array()) {
+    const auto* e = item.if_object();
+    if (!e)
+      return make_error(errc::bad_order,
+                        "A delivery event must be an object with at, status and detail.");
+    for (const auto& [k, _] : *e)
+      if (k != "at" && k != "status" && k != "detail")
+        return make_error(errc::bad_order, fmt::format("Unknown delivery event field '{}'.",
+                                                       std::string(k).substr(0, 64)));
+    const auto* at = e->if_contains("at");
+    const auto* status = e->if_contains("status");
+    const auto* detail = e->if_contains("detail");
+    if (!at || !(at->is_int64() || (at->is_uint64() && at->as_uint64() <= INT64_MAX)))
+      return make_error(errc::bad_order, "A delivery event's 'at' must be an integer (Unix s).");
+    if (!status || !status->is_string() || !valid_delivery_status(status->as_string()))
+      return make_error(errc::bad_order,
+                        fmt::format("A delivery event's 'status' must be one of {}.",
+                                    fmt::join(kDeliveryStatuses, ", ")));
+    if (detail && (!detail->is_string() || detail->as_string().size() > 1000))
+      return make_error(errc::bad_order,
+                        "A delivery event's 'detail' must be text of at most 1000 characters.");
+    pb::DeliveryEvent event;
+    event.set_at(at->to_number<int64_t>());
+    event.set_status(std::string(status->as_string()));
+    if (detail) event.set_detail(std::string(detail->as_string()));
+    out.push_back(std::move(event));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool valid_delivery_status(std::string_view status) {
+  return std::find(kDeliveryStatuses.begin(), kDeliveryStatuses.end(), status) !=
+         kDeliveryStatuses.end();
+}
+
+bool delivered(const pb::Order& order) {
+  for (const auto& e : order.deliveries())
+    if (e.status() == "delivered") return true;
+  return false;
+}
+
+json::array deliveries_json(const pb::Order& order) {
+  json::array out;
+  for (const auto& e : order.deliveries())
+    out.push_back(json::object{{"at", e.at()}, {"status", e.status()}, {"detail", e.detail()}});
+  return out;
+}
+
 Result<pb::Order> parse_order(std::string_view text) {
   json::error_code ec;
   auto v = json::parse(text, ec);
@@ -19,7 +82,7 @@ Result<pb::Order> parse_order(std::string_view text) {
   auto& o = v.as_object();
   static const std::set<std::string> known = {
       "order_id",       "owner",  "amount_minor", "currency", "payment_intent", "customer",
-      "payment_method", "status", "placed_at",    "note",     "refunded_minor"};
+      "payment_method", "status", "placed_at",    "note",     "refunded_minor", "deliveries"};
   for (const auto& [k, _] : o)
     if (!known.count(std::string(k)))
       return make_error(errc::bad_order,
@@ -75,6 +138,11 @@ Result<pb::Order> parse_order(std::string_view text) {
       method.size() > 255 || note.size() > 4096)
     return make_error(errc::bad_order, "An order field is empty or too long.");
   pb::Order order;
+  if (auto* d = o.if_contains("deliveries")) {
+    auto parsed = parse_deliveries(*d);
+    if (!parsed) return parsed.error();
+    *order.mutable_deliveries() = {parsed->begin(), parsed->end()};
+  }
   order.set_order_id(order_id);
   order.set_owner(owner);
   order.set_amount_minor(amount);
@@ -100,7 +168,8 @@ std::string order_to_json(const pb::Order& o) {
                                       {"status", order_status_text(o.status())},
                                       {"placed_at", o.placed_at()},
                                       {"note", o.note()},
-                                      {"refunded_minor", o.refunded_minor()}});
+                                      {"refunded_minor", o.refunded_minor()},
+                                      {"deliveries", deliveries_json(o)}});
 }
 
 Result<std::vector<pb::Order>> read_orders_file(const std::string& path) {

@@ -6,6 +6,8 @@
 // thread-safe.
 #pragma once
 
+#include <array>
+#include <boost/json/array.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +19,18 @@
 namespace opgate::operations {
 
 Result<pb::Order> parse_order(std::string_view json_text);
+
+// The words a delivery event's status may be. Policy reads these (and the
+// event times), never an event's free-text detail.
+inline constexpr std::array<std::string_view, 8> kDeliveryStatuses = {
+    "label_created", "in_transit",     "out_for_delivery", "delivered",
+    "delayed",       "failed_attempt", "returned",         "lost"};
+bool valid_delivery_status(std::string_view status);
+// Whether any delivery event says the order was delivered.
+bool delivered(const pb::Order& order);
+// The events as JSON: [{"at", "status", "detail"}], oldest first.
+boost::json::array deliveries_json(const pb::Order& order);
+
 std::string order_to_json(const pb::Order& order);
 std::string_view order_status_text(pb::OrderStatus status);
 

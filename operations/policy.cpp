@@ -9,6 +9,37 @@
 
 namespace opgate::operations {
 
+bool known_tool(std::string_view name) {
+  return std::find(std::begin(kToolNames), std::end(kToolNames), name) != std::end(kToolNames);
+}
+
+std::vector<std::string_view> tiers_of_tool(std::string_view tool) {
+  if (tool == "lookup_order") return {"auto"};
+  if (tool == "add_internal_note") return {"evidence"};
+  if (tool == "request_refund") return {"refund", "support", "supervisor"};
+  if (tool == "issue_account_credit") return {"support", "supervisor"};
+  if (tool == "cancel_order") return {"supervisor", "support"};
+  return {};
+}
+
+std::map<std::string, ToolPolicy, std::less<>> PolicyConfig::default_tools() {
+  std::map<std::string, ToolPolicy, std::less<>> out;
+  for (auto name : kToolNames) out[std::string(name)] = {true, std::string(tiers_of_tool(name)[0])};
+  return out;
+}
+
+bool PolicyConfig::enabled(std::string_view tool) const {
+  auto it = tools.find(tool);
+  return it != tools.end() && it->second.enabled;
+}
+
+std::string PolicyConfig::tier(std::string_view tool) const {
+  auto it = tools.find(tool);
+  if (it != tools.end() && !it->second.tier.empty()) return it->second.tier;
+  auto tiers = tiers_of_tool(tool);
+  return tiers.empty() ? "supervisor" : std::string(tiers[0]);
+}
+
 int64_t remaining_minor(const pb::Order& order, const pb::OrderFunds& funds) {
   if (order.status() != pb::ORDER_PAID) return 0;
   return std::max<int64_t>(0, order.amount_minor() - order.refunded_minor() -
@@ -48,7 +79,8 @@ RefundDecision decide_refund(const pb::Order& order, const pb::OrderFunds& funds
 
 CreditDecision decide_credit(const pb::Order& order, const pb::OrderFunds& funds,
                              int64_t amount_minor, const std::string& currency,
-                             const std::string& reason_code, const PolicyConfig& policy) {
+                             const std::string& reason_code, const PolicyConfig& policy,
+                             int64_t now_s) {
   CreditDecision d;
   const auto& codes = policy.credit_reason_codes;
   if (std::find(codes.begin(), codes.end(), reason_code) == codes.end()) {
@@ -80,13 +112,58 @@ CreditDecision decide_credit(const pb::Order& order, const pb::OrderFunds& funds
     d.reason = "The credit is above the limit for account credits; it cannot be issued.";
     return d;
   }
+  if (reason_code == "DELIVERY_DELAY" && policy.delivery_delay_after_days > 0) {
+    // Server-side fields only: the event statuses and times, never their text.
+    if (delivered(order)) {
+      d.reason = "The order was delivered, so a delivery-delay credit does not apply.";
+      return d;
+    }
+    if (now_s - order.placed_at() < policy.delivery_delay_after_days * 86400) {
+      d.reason = fmt::format(
+          "A delivery-delay credit applies only to an order not delivered {} days after it was "
+          "placed.",
+          policy.delivery_delay_after_days);
+      return d;
+    }
+  }
   auto support = policy.credit_support_limit_minor.find(currency);
   d.allowed = true;
-  d.tier = (support != policy.credit_support_limit_minor.end() && amount_minor <= support->second)
+  d.tier = policy.tier("issue_account_credit") == "support" &&
+                   support != policy.credit_support_limit_minor.end() &&
+                   amount_minor <= support->second
                ? "support"
                : "supervisor";
   d.reason =
       fmt::format("Credit of {} needs {} approval.", format_money(amount_minor, currency), d.tier);
+  return d;
+}
+
+CancelDecision decide_cancel(const pb::Order& order, const pb::OrderFunds& funds,
+                             const PolicyConfig& policy, int64_t now_s) {
+  CancelDecision d;
+  if (order.status() == pb::ORDER_CANCELLED) {
+    d.reason = "The order is already cancelled.";
+  } else if (order.status() != pb::ORDER_PAID) {
+    d.reason = fmt::format("The order is {}, so it cannot be cancelled.",
+                           order_status_text(order.status()));
+  } else if (delivered(order)) {
+    d.reason = "The order was delivered, so it can no longer be cancelled; ask for a refund.";
+  } else if (funds.reserved_minor() > 0) {
+    d.reason = "A refund or credit for this order is being paid out; it must settle first.";
+  } else if (remaining_minor(order, funds) == 0) {
+    d.reason =
+        "Nothing remains to refund on this order, so opgate cannot cancel it; a person must do "
+        "it at the order service.";
+  } else if (now_s - order.placed_at() > policy.cancel_window_days * 86400) {
+    d.reason = fmt::format("The order is outside the {}-day window for cancellations.",
+                           policy.cancel_window_days);
+  } else {
+    d.allowed = true;
+    d.refund_minor = remaining_minor(order, funds);
+    d.reason =
+        fmt::format("The order can be cancelled, refunding {}; a {} must approve it.",
+                    format_money(d.refund_minor, order.currency()), policy.tier("cancel_order"));
+  }
   return d;
 }
 
@@ -110,11 +187,20 @@ std::optional<std::string> recheck(const pb::Proposal& p, const pb::Order& order
     return std::nullopt;
   }
   if (p.kind() == kAccountCredit) {
-    auto d = decide_credit(order, funds, p.amount_minor(), p.currency(), p.reason(), policy);
+    auto d = decide_credit(order, funds, p.amount_minor(), p.currency(), p.reason(), policy, now_s);
     if (!d.allowed) return d.reason;
     if (d.tier != p.tier())
       return fmt::format("The policy now puts this credit in the {} tier, not {}.", d.tier,
                          p.tier());
+    return std::nullopt;
+  }
+  if (p.kind() == kCancelOrder) {
+    auto d = decide_cancel(order, funds, policy, now_s);
+    if (!d.allowed) return d.reason;
+    if (p.amount_minor() != d.refund_minor)
+      return fmt::format("The order now has {} left to refund, not {}.",
+                         format_money(d.refund_minor, p.currency()),
+                         format_money(p.amount_minor(), p.currency()));
     return std::nullopt;
   }
   return "The policy does not know this kind of operation.";

@@ -9,14 +9,46 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "opgate.pb.h"
 
 namespace opgate::operations {
 
+// The tools the model is offered, in the order they are published.
+inline constexpr std::string_view kToolNames[] = {
+    "lookup_order", "add_internal_note", "request_refund", "issue_account_credit", "cancel_order"};
+bool known_tool(std::string_view name);
+
+// The tiers a tool may be given ([policy.tools.NAME] tier), its default
+// first: "auto" answers at once, "evidence" answers at once once the
+// server has checked the agent's evidence, "refund", "support" and
+// "supervisor" are the approval tiers of a proposal.
+std::vector<std::string_view> tiers_of_tool(std::string_view tool);
+
+struct ToolPolicy {
+  bool enabled = true;
+  std::string tier;  // one of tiers_of_tool(name)
+};
+
 struct PolicyConfig {
+  // [policy.tools.NAME]: whether the tool is offered, and its tier. Every
+  // known tool has an entry; today's tiers are the defaults.
+  std::map<std::string, ToolPolicy, std::less<>> tools = default_tools();
+  static std::map<std::string, ToolPolicy, std::less<>> default_tools();
+  bool enabled(std::string_view tool) const;
+  std::string tier(std::string_view tool) const;
+
+  // add_internal_note: at most this many pieces of evidence per note.
+  int64_t note_max_evidence = 10;
+  // DELIVERY_DELAY credits need an order with no "delivered" event at least
+  // this many days after it was placed; 0 disables the check.
+  int64_t delivery_delay_after_days = 0;
+
   int64_t refund_window_days = 30;
+  // cancel_order: orders placed longer ago than this are not cancelled.
+  int64_t cancel_window_days = 30;
   int64_t approval_ttl_s = 86400;
   // Amounts above this (per currency) need two distinct approvers; a
   // currency without an entry always does.
@@ -49,7 +81,19 @@ struct CreditDecision {
 };
 CreditDecision decide_credit(const pb::Order& order, const pb::OrderFunds& funds,
                              int64_t amount_minor, const std::string& currency,
-                             const std::string& reason_code, const PolicyConfig& policy);
+                             const std::string& reason_code, const PolicyConfig& policy,
+                             int64_t now_s);
+
+// cancel_order: the order may be cancelled while it is paid and not
+// delivered; what remains refundable is refunded with it (possibly
+// nothing, when all was credited).
+struct CancelDecision {
+  bool allowed = false;
+  std::string reason;
+  int64_t refund_minor = 0;
+};
+CancelDecision decide_cancel(const pb::Order& order, const pb::OrderFunds& funds,
+                             const PolicyConfig& policy, int64_t now_s);
 
 // True if the order no longer matches what the proposal was computed from.
 bool order_changed(const pb::Proposal& proposal, const pb::Order& order);

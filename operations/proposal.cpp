@@ -46,4 +46,8 @@ std::string provider_idempotency_key(std::string_view operation_key) {
   return "opgate-v1-" + crypto::sha256_hex(operation_key);
 }
 
+std::string cancel_idempotency_key(std::string_view operation_key) {
+  return "opgate-cancel-v1-" + crypto::sha256_hex(operation_key);
+}
+
 }  // namespace opgate::operations

@@ -13,6 +13,8 @@ namespace opgate::operations {
 
 inline constexpr std::string_view kFullRefund = "full-refund";
 inline constexpr std::string_view kAccountCredit = "account-credit";
+// Cancels the order at the order source and refunds what remains.
+inline constexpr std::string_view kCancelOrder = "cancel-order";
 
 using opgate::valid_identifier;  // common/identifiers.h
 
@@ -27,5 +29,8 @@ std::string fingerprint(const pb::Proposal& proposal);
 
 // Stable across every retry and reconciliation of the operation.
 std::string provider_idempotency_key(std::string_view operation_key);
+// The order source's key for a cancel-order operation's cancellation:
+// stable, and distinct from the provider's.
+std::string cancel_idempotency_key(std::string_view operation_key);
 
 }  // namespace opgate::operations

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "operations/orders.h"
 #include "operations/proposal.h"
 #include "operations/transitions.h"
 
@@ -83,6 +84,15 @@ void stage_ledger(store::Transaction& txn, const pb::Operation& op,
   txn.put_ledger(row);
 }
 
+// The embedded order source's cancellation: the order's own record, in the
+// transaction that settles the refund, so the two are proven together.
+Status cancel_at_source(store::Transaction& txn, const pb::Operation& op) {
+  OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(op.proposal().order_id()));
+  if (!order || order->status() == pb::ORDER_CANCELLED) return Status::Ok();
+  order->set_status(pb::ORDER_CANCELLED);
+  return upsert_order(txn, *order, "operation:" + op.key());
+}
+
 }  // namespace
 
 Status reserve_funds(store::Transaction& txn, pb::Operation& op) {
@@ -104,6 +114,7 @@ Status settle(store::Transaction& txn, pb::Operation& op, Event event, const std
     return make_error(errc::internal, "settle() was given an event that does not settle");
   const bool succeeded = is(op, Outcome::succeeded);
   if (succeeded) stage_ledger(txn, op, recorded_by.empty() ? principal : recorded_by);
+  if (succeeded && op.proposal().kind() == kCancelOrder) OPGATE_TRY(cancel_at_source(txn, op));
   OPGATE_TRY(update_funds(txn, op, succeeded));
   if (op.reserved_funds()) {
     op.set_reserved_funds(false);

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "operations/audit.h"
 #include "operations/decisions.h"
+#include "operations/notes.h"
 #include "operations/orders.h"
 #include "operations/proposal.h"
 #include "operations/views.h"
@@ -166,6 +167,8 @@ class Api {
       if (!op) return from_error(op.error());
       if (*op) operations.push_back(op_json(**op));
     }
+    auto notes = operations::notes_json(reader, *calls);
+    if (!notes) return from_error(notes.error());
     auto ledger = reader.ledger({id, "", ""});
     if (!ledger) return from_error(ledger.error());
     json::array rows;
@@ -178,6 +181,7 @@ class Api {
                                 {"last_sync_ms", session->last_sync_ms()},
                                 {"last_sync_error", session->last_sync_error()},
                                 {"calls", call_rows},
+                                {"notes", std::move(*notes)},
                                 {"operations", operations},
                                 {"ledger", rows}});
   }

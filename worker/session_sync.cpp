@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "operations/notes.h"
 #include "operations/proposal.h"
 #include "operations/proposals.h"
 #include "operations/settlement.h"
@@ -224,8 +225,9 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
   // A refund already proposed for the order answers from the operation,
   // before the policy is asked again: once refunded, the order would fail
   // the policy, but the session must hear the recorded outcome.
-  if (action.name == "request_refund")
+  if (action.name == "request_refund" && policy.enabled("request_refund"))
     if (auto order_id = refund_order_id(action.arguments_json)) {
+      call.set_order_id(*order_id);
       OPGATE_ASSIGN_OR_RETURN(bool linked,
                               operations::link_to_refund(txn, call, session.owner(), *order_id));
       if (linked) return Status::Ok();
@@ -237,15 +239,19 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
     OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(order_id));
     return std::optional<OrderView>(OrderView{std::move(*order), std::move(funds)});
   };
+  CallsLookup session_calls = [&txn, &session] { return txn.calls_of(session.session_id()); };
   OPGATE_ASSIGN_OR_RETURN(auto outcome,
                           dispatch_tool(action.name, action.arguments_json, session.owner(), lookup,
-                                        policy, txn.now_ms() / 1000));
-  const bool known = action.name == "lookup_order" || action.name == "request_refund" ||
-                     action.name == "issue_account_credit";
+                                        policy, txn.now_ms() / 1000, session_calls));
   metrics_.inc(
       "opgate_tool_calls_total",
-      {{"tool", known ? action.name : "unknown"},
+      {{"tool", operations::known_tool(action.name) ? action.name : "unknown"},
        {"result", outcome.result ? (outcome.result->success() ? "ok" : "refused") : "proposal"}});
+  // The order the call concerns: the evidence a later internal note may cite.
+  call.set_order_id(outcome.proposal ? outcome.proposal->order_id() : outcome.order_id);
+  if (outcome.note)
+    operations::record_note(txn, call, session.owner(), outcome.note->order_id, outcome.note->text,
+                            outcome.note->evidence);
   if (outcome.result) {
     operations::stage_result(txn, call, *outcome.result);
     return Status::Ok();

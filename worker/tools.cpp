@@ -1,8 +1,11 @@
 #include "worker/tools.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <map>
 #include <set>
 
 #include "operations/orders.h"
@@ -13,62 +16,83 @@ namespace opgate::worker {
 
 namespace json = boost::json;
 
-std::string tool_definitions_json() {
+std::string tool_definitions_json(const operations::PolicyConfig& policy) {
   auto id_schema = [](std::string_view description) {
     return json::object{
         {"type", "string"}, {"pattern", "^[A-Za-z0-9._-]{1,64}$"}, {"description", description}};
   };
+  auto function = [](std::string_view name, std::string_view description, json::object properties,
+                     json::array required, bool strict) {
+    return json::object{{"type", "function"},
+                        {"name", name},
+                        {"description", description},
+                        {"parameters", json::object{{"type", "object"},
+                                                    {"properties", std::move(properties)},
+                                                    {"required", std::move(required)},
+                                                    {"additionalProperties", false}}},
+                        {"strict", strict}};
+  };
+  std::map<std::string_view, json::object> all;
+  all["lookup_order"] = function(
+      "lookup_order",
+      "Look up one of the customer's orders, its delivery history and the server's refund "
+      "policy for it. Read-only.",
+      json::object{{"order_id", id_schema("The order id.")}}, json::array{"order_id"}, true);
+  all["add_internal_note"] = function(
+      "add_internal_note",
+      "Add an internal note to an order for the support team; the customer never sees it. "
+      "Cite as evidence the call ids of this session's lookup_order calls for the same order: "
+      "the server refuses a note whose evidence it cannot find.",
+      json::object{
+          {"order_id", id_schema("The order id.")},
+          {"text", json::object{{"type", "string"},
+                                {"minLength", 1},
+                                {"maxLength", static_cast<int64_t>(kNoteMaxChars)},
+                                {"description", "The note."}}},
+          {"evidence",
+           json::object{{"type", "array"},
+                        {"minItems", 1},
+                        {"maxItems", policy.note_max_evidence},
+                        {"items", id_schema("A call id of this session about this order.")},
+                        {"description", "What the note rests on."}}}},
+      json::array{"order_id", "text", "evidence"}, true);
+  all["request_refund"] = function(
+      "request_refund",
+      "Ask for a full refund of an order. The server computes the amount; a person must "
+      "approve it before anything happens. The result reports the final outcome.",
+      json::object{{"order_id", id_schema("The order id.")},
+                   {"reason", json::object{{"type", "string"},
+                                           {"maxLength", 500},
+                                           {"description", "Why the customer wants it."}}}},
+      json::array{"order_id"}, false);
+  all["issue_account_credit"] = function(
+      "issue_account_credit",
+      "Propose an account credit for an order, in the order's currency. A person must approve "
+      "it; large credits need a supervisor and some are refused by policy.",
+      json::object{
+          {"order_id", id_schema("The order id.")},
+          {"amount_minor",
+           json::object{
+               {"type", "integer"}, {"minimum", 1}, {"description", "Amount in minor units."}}},
+          {"currency", json::object{{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
+          {"reason_code",
+           json::object{{"type", "string"},
+                        {"enum", json::array{"DELIVERY_DELAY", "DAMAGED_ITEM", "GOODWILL"}}}}},
+      json::array{"order_id", "amount_minor", "currency", "reason_code"}, true);
+  all["cancel_order"] = function(
+      "cancel_order",
+      "Ask to cancel an order that was not delivered and refund what remains of it. The server "
+      "computes the refund; a supervisor must approve it before anything happens. The result "
+      "reports the final outcome.",
+      json::object{{"order_id", id_schema("The order id.")},
+                   {"reason", json::object{{"type", "string"},
+                                           {"minLength", 1},
+                                           {"maxLength", 500},
+                                           {"description", "Why the customer wants it."}}}},
+      json::array{"order_id", "reason"}, true);
   json::array tools;
-  tools.push_back(json::object{
-      {"type", "function"},
-      {"name", "lookup_order"},
-      {"description",
-       "Look up one of the customer's orders and the server's refund policy for it. Read-only."},
-      {"parameters",
-       json::object{{"type", "object"},
-                    {"properties", json::object{{"order_id", id_schema("The order id.")}}},
-                    {"required", json::array{"order_id"}},
-                    {"additionalProperties", false}}},
-      {"strict", true}});
-  tools.push_back(json::object{
-      {"type", "function"},
-      {"name", "request_refund"},
-      {"description",
-       "Ask for a full refund of an order. The server computes the amount; a person must "
-       "approve it before anything happens. The result reports the final outcome."},
-      {"parameters",
-       json::object{
-           {"type", "object"},
-           {"properties",
-            json::object{{"order_id", id_schema("The order id.")},
-                         {"reason", json::object{{"type", "string"},
-                                                 {"maxLength", 500},
-                                                 {"description", "Why the customer wants it."}}}}},
-           {"required", json::array{"order_id"}},
-           {"additionalProperties", false}}},
-      {"strict", false}});
-  tools.push_back(json::object{
-      {"type", "function"},
-      {"name", "issue_account_credit"},
-      {"description",
-       "Propose an account credit for an order, in the order's currency. A person must approve "
-       "it; large credits need a supervisor and some are refused by policy."},
-      {"parameters",
-       json::object{
-           {"type", "object"},
-           {"properties",
-            json::object{
-                {"order_id", id_schema("The order id.")},
-                {"amount_minor", json::object{{"type", "integer"},
-                                              {"minimum", 1},
-                                              {"description", "Amount in minor units."}}},
-                {"currency", json::object{{"type", "string"}, {"pattern", "^[A-Z]{3}$"}}},
-                {"reason_code", json::object{{"type", "string"},
-                                             {"enum", json::array{"DELIVERY_DELAY", "DAMAGED_ITEM",
-                                                                  "GOODWILL"}}}}}},
-           {"required", json::array{"order_id", "amount_minor", "currency", "reason_code"}},
-           {"additionalProperties", false}}},
-      {"strict", true}});
+  for (auto name : operations::kToolNames)
+    if (policy.enabled(name)) tools.push_back(all.at(name));
   return json::serialize(tools);
 }
 
@@ -128,7 +152,7 @@ Result<std::optional<OrderView>> owned_order(const OrderLookup& lookup, const st
   return view;
 }
 
-ToolOutcome refuse(std::string error) { return {failure_result(std::move(error)), {}}; }
+ToolOutcome refuse(std::string error) { return {failure_result(std::move(error)), {}, {}, {}}; }
 
 Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& owner,
                                  const OrderLookup& lookup, const PolicyConfig& policy,
@@ -150,7 +174,12 @@ Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& 
                              {"payment_method", order.payment_method()},
                              {"placed_at", order.placed_at()},
                              // Free text from outside: data for the model, never policy input.
-                             {"note", order.note()}}},
+                             {"note", order.note()},
+                             // Events as the business reports them: each detail is free
+                             // text from outside (a carrier), data only; "delivered" is
+                             // the server's reading of the statuses.
+                             {"deliveries", operations::deliveries_json(order)},
+                             {"delivered", operations::delivered(order)}}},
       {"money", json::object{{"paid_minor", order.amount_minor()},
                              {"refunded_minor", order.refunded_minor() + funds.refunded_minor()},
                              {"credited_minor", funds.credited_minor()},
@@ -163,7 +192,7 @@ Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& 
                                      {"window_days", policy.refund_window_days},
                                      {"requires_approval", true},
                                      {"reason", decision.reason}}}};
-  return ToolOutcome{success_result(out), {}};
+  return ToolOutcome{success_result(out), {}, order.order_id(), {}};
 }
 
 pb::Proposal base_proposal(const pb::Order& order, std::string_view kind) {
@@ -213,15 +242,16 @@ Result<ToolOutcome> request_refund(std::string_view args_text, const std::string
   pb::Proposal p = base_proposal(view->order, operations::kFullRefund);
   p.set_amount_minor(decision.refundable_minor);
   p.set_reason(reason);
-  p.set_tier("refund");
+  p.set_tier(policy.tier("request_refund"));
   p.set_effect(fmt::format("{} is returned to the customer's {} for order {}.",
                            format_money(p.amount_minor(), p.currency()), p.payment_method(),
                            p.order_id()));
-  return ToolOutcome{{}, p};
+  return ToolOutcome{{}, p, p.order_id(), {}};
 }
 
 Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::string& owner,
-                                         const OrderLookup& lookup, const PolicyConfig& policy) {
+                                         const OrderLookup& lookup, const PolicyConfig& policy,
+                                         int64_t now_s) {
   json::object args;
   if (auto e = check_shape(args_text, {{"order_id", "amount_minor", "currency", "reason_code"}, {}},
                            args))
@@ -244,8 +274,8 @@ Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::
   if (!view) return refuse(std::string(kNotFound));
   std::string cur(currency.as_string());
   std::string reason_code(code.as_string());
-  auto decision =
-      operations::decide_credit(view->order, view->funds, amount_minor, cur, reason_code, policy);
+  auto decision = operations::decide_credit(view->order, view->funds, amount_minor, cur,
+                                            reason_code, policy, now_s);
   if (!decision.allowed) return refuse(decision.reason);
   pb::Proposal p = base_proposal(view->order, operations::kAccountCredit);
   p.set_amount_minor(amount_minor);
@@ -253,7 +283,91 @@ Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::
   p.set_tier(decision.tier);
   p.set_effect(fmt::format("{} is added to the customer's account balance ({}) for order {}.",
                            format_money(amount_minor, cur), reason_code, p.order_id()));
-  return ToolOutcome{{}, p};
+  return ToolOutcome{{}, p, p.order_id(), {}};
+}
+
+Result<ToolOutcome> cancel_order(std::string_view args_text, const std::string& owner,
+                                 const OrderLookup& lookup, const PolicyConfig& policy,
+                                 int64_t now_s) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id", "reason"}, {}}, args)) return refuse(*e);
+  std::string order_id;
+  if (auto e = get_order_id(args, order_id)) return refuse(*e);
+  const auto& reason = args.at("reason");
+  if (!reason.is_string() || reason.as_string().empty() || reason.as_string().size() > 500)
+    return refuse("reason must be text of 1 to 500 characters.");
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
+  auto decision = operations::decide_cancel(view->order, view->funds, policy, now_s);
+  if (!decision.allowed) return refuse(decision.reason);
+  pb::Proposal p = base_proposal(view->order, operations::kCancelOrder);
+  p.set_amount_minor(decision.refund_minor);
+  p.set_reason(std::string(reason.as_string()));
+  p.set_tier(policy.tier("cancel_order"));
+  p.set_effect(
+      decision.refund_minor > 0
+          ? fmt::format("Order {} is cancelled at the order service, and {} is returned to the "
+                        "customer's {}.",
+                        p.order_id(), format_money(p.amount_minor(), p.currency()),
+                        p.payment_method())
+          : fmt::format("Order {} is cancelled at the order service; nothing remains to refund.",
+                        p.order_id()));
+  return ToolOutcome{{}, p, order_id, {}};
+}
+
+// The evidence rule: every reference is a call of this session that showed
+// or acted on this same order (lookup_order answered it, or a proposal was
+// made for it). Anything else refuses the note as a whole.
+Result<ToolOutcome> add_internal_note(std::string_view args_text, const std::string& owner,
+                                      const OrderLookup& lookup, const PolicyConfig& policy,
+                                      const CallsLookup& session_calls) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id", "text", "evidence"}, {}}, args))
+    return refuse(*e);
+  Note note;
+  if (auto e = get_order_id(args, note.order_id)) return refuse(*e);
+  const auto& text = args.at("text");
+  if (!text.is_string() || text.as_string().empty() || text.as_string().size() > kNoteMaxChars)
+    return refuse(fmt::format("text must be 1 to {} characters.", kNoteMaxChars));
+  note.text = std::string(text.as_string());
+  const auto& evidence = args.at("evidence");
+  if (!evidence.is_array() || evidence.as_array().empty() ||
+      evidence.as_array().size() > static_cast<size_t>(policy.note_max_evidence))
+    return refuse(
+        fmt::format("evidence must list 1 to {} call ids of this session's calls about the order.",
+                    policy.note_max_evidence));
+  for (const auto& ref : evidence.as_array()) {
+    if (!ref.is_string() || !operations::valid_identifier(std::string(ref.as_string())))
+      return refuse("Each piece of evidence must be a call id of this session.");
+    note.evidence.emplace_back(ref.as_string());
+  }
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, note.order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
+  if (!session_calls) return make_error(errc::internal, "add_internal_note needs the session.");
+  OPGATE_ASSIGN_OR_RETURN(auto calls, session_calls());
+  for (const auto& ref : note.evidence) {
+    auto it = std::find_if(calls.begin(), calls.end(),
+                           [&](const pb::ToolCall& c) { return c.call_id() == ref; });
+    if (it == calls.end())
+      return refuse(fmt::format(
+          "Evidence '{}' is not a call of this session; cite the call ids of your lookup_order "
+          "calls for this order. The note was not stored.",
+          ref));
+    if (it->order_id() != note.order_id)
+      return refuse(fmt::format(
+          "Evidence '{}' is not about order {}; cite calls that looked this order up. The note "
+          "was not stored.",
+          ref, note.order_id));
+  }
+  json::array cited;
+  for (const auto& ref : note.evidence) cited.push_back(json::string(ref));
+  auto result =
+      success_result(json::object{{"note", json::object{{"order_id", note.order_id},
+                                                        {"evidence", cited},
+                                                        {"stored", true},
+                                                        {"visible_to_customer", false}}}});
+  std::string order_id = note.order_id;
+  return ToolOutcome{result, {}, order_id, std::move(note)};
 }
 
 }  // namespace
@@ -266,14 +380,22 @@ std::optional<std::string> refund_order_id(std::string_view arguments_json) {
 
 Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view arguments_json,
                                   const std::string& owner, const OrderLookup& lookup,
-                                  const PolicyConfig& policy, int64_t now_s) {
+                                  const PolicyConfig& policy, int64_t now_s,
+                                  const CallsLookup& session_calls) {
+  if (!policy.enabled(name)) {
+    std::vector<std::string_view> offered;
+    for (auto tool : operations::kToolNames)
+      if (policy.enabled(tool)) offered.push_back(tool);
+    return refuse(
+        fmt::format("Unknown tool; the available tools are {}.", fmt::join(offered, ", ")));
+  }
   if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
+  if (name == "add_internal_note")
+    return add_internal_note(arguments_json, owner, lookup, policy, session_calls);
   if (name == "request_refund") return request_refund(arguments_json, owner, lookup, policy, now_s);
   if (name == "issue_account_credit")
-    return issue_account_credit(arguments_json, owner, lookup, policy);
-  return refuse(
-      "Unknown tool; the available tools are lookup_order, request_refund and "
-      "issue_account_credit.");
+    return issue_account_credit(arguments_json, owner, lookup, policy, now_s);
+  return cancel_order(arguments_json, owner, lookup, policy, now_s);
 }
 
 }  // namespace opgate::worker

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 #include "operations/policy.h"
@@ -15,8 +16,12 @@
 
 namespace opgate::worker {
 
-// The JSON tool definitions for session creation.
-std::string tool_definitions_json();
+// The longest internal note accepted, in bytes.
+inline constexpr size_t kNoteMaxChars = 2000;
+
+// The JSON tool definitions for session creation: the tools the policy
+// enables, in kToolNames order.
+std::string tool_definitions_json(const operations::PolicyConfig& policy = {});
 
 // An order and what opgate already moved for it.
 struct OrderView {
@@ -27,19 +32,35 @@ struct OrderView {
 // tool call then fails as a whole rather than answering "not found").
 using OrderLookup = std::function<Result<std::optional<OrderView>>(const std::string& order_id)>;
 using operations::PolicyConfig;
+// Every call of the session so far (the evidence an internal note may cite).
+using CallsLookup = std::function<Result<std::vector<pb::ToolCall>>()>;
+
+// An internal note the server accepted: its evidence was checked.
+struct Note {
+  std::string order_id;
+  std::string text;
+  std::vector<std::string> evidence;  // call ids of this session
+};
 
 // Exactly one of `result` (answer now) or `proposal` (create or link an
 // operation, answer when it settles) is set.
 struct ToolOutcome {
   std::optional<pb::ToolResult> result;
   std::optional<pb::Proposal> proposal;
+  // The order the call was shown or acted on (kept on the call: evidence).
+  std::string order_id;
+  // Set with a successful add_internal_note: stored and audited.
+  std::optional<Note> note;
 };
 
 // `owner` is the session's bound owner. `arguments_json` is the model's
 // arguments as JSON text (an object).
+// `session_calls` is needed by add_internal_note only. A tool the policy
+// disables is refused like an unknown one.
 Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view arguments_json,
                                   const std::string& owner, const OrderLookup& lookup,
-                                  const PolicyConfig& policy, int64_t now_s);
+                                  const PolicyConfig& policy, int64_t now_s,
+                                  const CallsLookup& session_calls = {});
 
 // The order id of a well-formed request_refund call (the same checks the
 // tool makes), or nothing.

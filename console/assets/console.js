@@ -676,9 +676,19 @@
         el("td", { className: "inert details" }, result),
         el("td", {}, c.delivery + (c.delivery_error ? ": " + c.delivery_error : ""))));
     }
+    const notes = $("notes");
+    clear(notes);
+    for (const n of s.notes || []) {
+      notes.appendChild(el("tr", { "data-test": "note-row" },
+        el("td", {}, when(n.at_ms)),
+        el("td", { className: "mono" }, n.call_id),
+        el("td", {}, n.order_id),
+        el("td", { className: "inert details" }, n.text),
+        el("td", { className: "mono" }, (n.evidence || []).join(", "))));
+    }
     opRows($("operations"), s.operations);
     ledgerRows($("ledger"), s.ledger, true);
-    const records = [];
+    const records = (s.notes || []).map((n) => n.audit);
     for (const o of s.operations) {
       try {
         const a = await api("GET", "/v1/audit?operation=" + encodeURIComponent(o.key));

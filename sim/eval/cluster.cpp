@@ -325,7 +325,7 @@ refund_window_days = 30
 approval_ttl_s = {}
 two_person_threshold_minor = {{ USD = {}, GBP = {} }}
 credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
-{}
+{}{}
 )",
       listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
       options_.extra_operator, token("admin", R"("admin")", 1000000),
@@ -340,6 +340,10 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
             1000000, "", R"("outsider-*")"),
       agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
       s.two_person_threshold_minor, s.two_person_threshold_minor,
+      s.delivery_delay_after_days > 0
+          ? fmt::format("[policy.tools.issue_account_credit]\ndelivery_delay_after_days = {}\n",
+                        s.delivery_delay_after_days)
+          : std::string(),
       notify_config() + options_.extra_config);
   if (options_.store == "postgres")
     out << R"(

@@ -188,7 +188,7 @@ PropertyResult permitted_and_validated(const Trace& t, const std::vector<Call>& 
     const auto key = str(op, "key");
     auto* propose = first_record(op.as_object(), "propose");
     const auto tool = propose ? str(propose->at("details"), "tool") : "";
-    c.check(tool == "request_refund" || tool == "issue_account_credit",
+    c.check(tool == "request_refund" || tool == "issue_account_credit" || tool == "cancel_order",
             fmt::format("operation {} was proposed by tool \"{}\"", key, tool));
     for (const auto& linked : op.at("calls").as_array()) {
       const auto call_id = str(linked, "call_id");
@@ -221,6 +221,29 @@ PropertyResult own_order_evidence(const Scenario& sc, const Trace& t,
     c.check(!order_id.empty() && order_owner == owner,
             fmt::format("{}: shown order {} owned by {}, session bound to {}", describe(call),
                         order_id, order_owner, owner));
+  }
+  // A stored internal note cites only lookups of its own order, made in the
+  // same session, that showed that order.
+  for (const auto& call : calls) {
+    if (call.name != "add_internal_note" || !call.answered || !call.success) continue;
+    auto args = parse_object(call.arguments);
+    const auto order_id = args ? str(*args, "order_id") : "";
+    const auto* evidence = args ? args->if_contains("evidence") : nullptr;
+    bool sound = evidence && evidence->is_array() && !evidence->as_array().empty();
+    if (sound)
+      for (const auto& ref : evidence->as_array()) {
+        const Call* cited =
+            ref.is_string() ? find_call(calls, std::string(ref.as_string())) : nullptr;
+        auto shown = cited && cited->success ? parse_object(cited->output) : std::nullopt;
+        auto cited_args = cited ? parse_object(cited->arguments) : std::nullopt;
+        const bool about_order = cited && cited->name == "lookup_order"
+                                     ? shown && shown->contains("order") &&
+                                           str(shown->at("order"), "order_id") == order_id
+                                     : cited_args && str(*cited_args, "order_id") == order_id;
+        sound = sound && cited && cited->session == call.session && about_order;
+      }
+    c.check(sound, fmt::format("{}: note on order {} stored with evidence {}", describe(call),
+                               order_id, evidence ? json::serialize(*evidence) : "none"));
   }
   for (const auto& op : t.operations) {
     const auto key = str(op, "key");
@@ -411,7 +434,9 @@ PropertyResult every_call_answered_once(const Trace& t, const std::vector<Call>&
   for (const auto& op : t.operations)
     for (const auto& linked : op.at("calls").as_array()) linked_to[str(linked, "call_id")] = &op;
   for (const auto& call : calls) {
-    if (call.name != "request_refund" && call.name != "issue_account_credit") continue;
+    if (call.name != "request_refund" && call.name != "issue_account_credit" &&
+        call.name != "cancel_order")
+      continue;
     auto it = linked_to.find(call.call_id);
     if (it == linked_to.end()) {
       // Not linked: it must have been answered at once (a refusal).
@@ -524,6 +549,8 @@ const std::map<std::string, ToolShape>& permitted_tools() {
       {"lookup_order", {{"order_id"}, {}}},
       {"request_refund", {{"order_id"}, {"reason"}}},
       {"issue_account_credit", {{"order_id", "amount_minor", "currency", "reason_code"}, {}}},
+      {"add_internal_note", {{"order_id", "text", "evidence"}, {}}},
+      {"cancel_order", {{"order_id", "reason"}, {}}},
   };
   return tools;
 }

@@ -67,10 +67,10 @@ Result<json::object> parse_order(const json::value& v, size_t i, int64_t now_s) 
   const std::string where = fmt::format("orders[{}]", i);
   if (!v.is_object()) return bad(where + ": must be an object");
   const auto& in = v.as_object();
-  if (auto s = check_keys(
-          in, {"order_id", "owner", "amount_minor", "currency"},
-          {"payment_intent", "customer", "payment_method", "status", "placed_days_ago", "note"},
-          where);
+  if (auto s = check_keys(in, {"order_id", "owner", "amount_minor", "currency"},
+                          {"payment_intent", "customer", "payment_method", "status",
+                           "placed_days_ago", "note", "deliveries"},
+                          where);
       !s)
     return s.error();
   auto id = string_at(in, "order_id", where);
@@ -96,6 +96,29 @@ Result<json::object> parse_order(const json::value& v, size_t i, int64_t now_s) 
                    {"amount_minor", *amount},
                    {"currency", *currency},
                    {"placed_at", now_s - days_ago * 86400}};
+  // [{"hours_ago", "status", "detail"}]: the order's delivery events.
+  if (auto* d = in.if_contains("deliveries")) {
+    if (!d->is_array()) return bad(where + ": \"deliveries\" must be an array");
+    json::array events;
+    for (const auto& e : d->as_array()) {
+      if (!e.is_object()) return bad(where + ": a delivery event must be an object");
+      const auto& ev = e.as_object();
+      if (auto s = check_keys(ev, {"hours_ago", "status"}, {"detail"}, where + ".deliveries"); !s)
+        return s.error();
+      auto hours = int_at(ev, "hours_ago", where);
+      auto status = string_at(ev, "status", where);
+      if (!hours) return hours.error();
+      if (!status) return status.error();
+      json::object event{{"at", now_s - *hours * 3600}, {"status", *status}};
+      if (ev.contains("detail")) {
+        auto detail = string_at(ev, "detail", where);
+        if (!detail) return detail.error();
+        event["detail"] = *detail;
+      }
+      events.push_back(std::move(event));
+    }
+    out["deliveries"] = std::move(events);
+  }
   const std::pair<const char*, std::string> defaults[] = {{"payment_intent", "pi_" + *id},
                                                           {"customer", "cus_" + *owner},
                                                           {"payment_method", "visa ending 4242"},
@@ -155,7 +178,8 @@ Result<Settings> parse_settings(const json::value& v) {
       {"approval_ttl_s", &s.approval_ttl_s},
       {"payments_timeout_ms", &s.payments_timeout_ms},
       {"agent_timeout_ms", &s.agent_timeout_ms},
-      {"two_person_threshold_minor", &s.two_person_threshold_minor}};
+      {"two_person_threshold_minor", &s.two_person_threshold_minor},
+      {"delivery_delay_after_days", &s.delivery_delay_after_days}};
   std::set<std::string> known;
   for (const auto& [key, _] : fields) known.insert(key);
   if (auto st = check_keys(in, {}, known, "settings"); !st) return st.error();

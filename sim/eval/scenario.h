@@ -29,6 +29,8 @@ struct Settings {
   int64_t payments_timeout_ms = 1500;
   int64_t agent_timeout_ms = 3000;
   int64_t two_person_threshold_minor = 50000;  // USD and GBP
+  // [policy.tools.issue_account_credit] delivery_delay_after_days (0: off).
+  int64_t delivery_delay_after_days = 0;
 };
 
 struct Step {

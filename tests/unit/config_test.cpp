@@ -365,3 +365,51 @@ origin = "https://ops.example.com"
     CHECK(error_of(fmt::format("origin = \"{}\"\n", origin)).find("console.origin") !=
           std::string::npos);
 }
+
+TEST_CASE(
+    "[policy.tools.NAME]: enabled, tier and limits per tool; unknown tools and tiers refused") {
+  ConfigFile f(kSource + R"(
+[policy]
+refund_window_days = 30
+[policy.tools.cancel_order]
+enabled = false
+[policy.tools.request_refund]
+tier = "supervisor"
+window_days = 14
+[policy.tools.issue_account_credit]
+tier = "supervisor"
+support_limit_minor = { USD = 1000 }
+hard_cap_minor = { USD = 5000 }
+reason_codes = ["GOODWILL"]
+delivery_delay_after_days = 5
+[policy.tools.add_internal_note]
+max_evidence = 3
+)");
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK_FALSE(c->policy.enabled("cancel_order"));
+  CHECK(c->policy.enabled("lookup_order"));
+  CHECK(c->policy.tier("request_refund") == "supervisor");
+  CHECK(c->policy.tier("issue_account_credit") == "supervisor");
+  CHECK(c->policy.tier("add_internal_note") == "evidence");
+  CHECK(c->policy.refund_window_days == 14);
+  CHECK(c->policy.credit_support_limit_minor.at("USD") == 1000);
+  CHECK(c->policy.credit_hard_cap_minor.at("USD") == 5000);
+  CHECK(c->policy.credit_reason_codes == std::vector<std::string>{"GOODWILL"});
+  CHECK(c->policy.delivery_delay_after_days == 5);
+  CHECK(c->policy.note_max_evidence == 3);
+
+  auto refused = [](const std::string& text, const std::string& needle) {
+    ConfigFile bad(kSource + text);
+    auto r = daemon::load_config(bad.path.string());
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.error().message.find(needle) != std::string::npos, r.error().message);
+  };
+  refused("[policy.tools.delete_account]\nenabled = true\n", "policy.tools.delete_account");
+  refused("[policy.tools.cancel_order]\ntier = \"auto\"\n", "unknown tier 'auto'");
+  refused("[policy.tools.lookup_order]\ntier = \"root\"\n", "unknown tier 'root'");
+  refused("[policy.tools.lookup_order]\nwindow_days = 3\n",
+          "policy.tools.lookup_order.window_days");
+  refused("[policy.tools.add_internal_note]\nmax_evidence = 0\n", "max_evidence");
+  refused("[policy.tools.cancel_order]\nenabled = \"no\"\n", "policy.tools.cancel_order.enabled");
+}

@@ -355,3 +355,43 @@ TEST_CASE("an outcome_unknown operation needs attention after enough attempts or
   op.set_state(pb::STATE_SETTLED);
   CHECK_FALSE(operations::needs_attention(op, 1'000'000 + 600'000, policy));
 }
+
+TEST_CASE(
+    "cancel_order: one refund at the provider; the order is cancelled only when it is proven") {
+  World w;
+  constexpr const char* kCancel = "demo-user:ORDER-100:cancel-order:v1";
+  w.propose("call_cancel", "cancel_order", R"({"order_id":"ORDER-100","reason":"duplicate"})");
+  auto op = w.operation(kCancel);
+  CHECK(op.proposal().tier() == "supervisor");
+  CHECK(op.proposal().amount_minor() == 2500);
+  REQUIRE(w.approve(kCancel).ok());
+  // The provider times out: outcome_unknown, the order still paid and held.
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout"),
+                        answer(adapters::Verdict::succeeded)};
+  w.pump();
+  CHECK(w.state(kCancel) == "outcome_unknown");
+  CHECK((*w.storage->reader().order("ORDER-100"))->status() == pb::ORDER_PAID);
+  CHECK(w.funds().reserved_minor() == 2500);
+  // Proven absent: executed again under the same key; then it succeeds.
+  w.provider.lookups = {lookup(adapters::Lookup::absent)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kCancel) == "settled/succeeded");
+  REQUIRE(w.provider.executed.size() == 2);
+  CHECK(w.provider.executed[0].idempotency_key == w.provider.executed[1].idempotency_key);
+  CHECK(w.provider.executed[0].kind == adapters::PaymentRequest::Kind::refund);
+  CHECK((*w.storage->reader().order("ORDER-100"))->status() == pb::ORDER_CANCELLED);
+  CHECK(w.funds().refunded_minor() == 2500);
+  CHECK(w.funds().reserved_minor() == 0);
+  REQUIRE(w.ledger(kCancel));
+  CHECK(w.ledger(kCancel)->kind() == "cancel-order");
+  // A refused refund leaves the order as it was.
+  World v;
+  v.propose("call_cancel", "cancel_order", R"({"order_id":"ORDER-100","reason":"duplicate"})");
+  REQUIRE(v.approve(kCancel).ok());
+  v.provider.answers = {answer(adapters::Verdict::refused, "card declined")};
+  v.pump();
+  CHECK(v.state(kCancel) == "settled/failed");
+  CHECK((*v.storage->reader().order("ORDER-100"))->status() == pb::ORDER_PAID);
+  CHECK(v.funds().reserved_minor() == 0);
+}

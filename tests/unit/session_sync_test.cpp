@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "operations/decisions.h"
+#include "operations/notes.h"
 #include "world.h"
 
 using namespace opgate;
@@ -333,4 +334,65 @@ TEST_CASE("a sweep looks at a bounded slice of sessions per call and resumes whe
   w.clock.advance_ms(2 * 3600 * 1000);
   CHECK(w.sync->sweep(*w.lanes, 3600 * 1000, 1000, 2) == 0);
   CHECK(w.sync->sweeping());
+}
+
+TEST_CASE("an internal note is stored only with evidence from its own session about its order") {
+  World w;
+  w.seed_order("ORDER-101");
+  w.bind("sess_1");
+  w.bind("sess_2");
+  // sess_2 looks ORDER-100 up; sess_1 looks ORDER-101 up.
+  w.require("sess_2", {{"call_other", R"(lookup_order({"order_id":"ORDER-100"}))"}});
+  w.webhook("msg_1", "sess_2");
+  w.pump();
+  w.require("sess_1", {{"call_101", R"(lookup_order({"order_id":"ORDER-101"}))"}});
+  w.webhook("msg_2", "sess_1");
+  w.pump();
+  CHECK(w.call("sess_1", "turn_1", "call_101")->order_id() == "ORDER-101");
+  auto note = [&](const std::string& call_id, const std::string& evidence) {
+    w.require("sess_1", {{call_id, R"(add_internal_note({"order_id":"ORDER-100","text":"late",)"
+                                   R"("evidence":[")" +
+                                       evidence + R"("]}))"}});
+    w.webhook("msg_" + call_id, "sess_1");
+    w.pump();
+    auto c = w.call("sess_1", "turn_1", call_id);
+    REQUIRE(c);
+    REQUIRE(c->result_saved());
+    return c->result();
+  };
+  // Another session's lookup of the same order, and this session's lookup of
+  // another order: both refused, nothing audited.
+  auto other_session = note("note_1", "call_other");
+  CHECK_FALSE(other_session.success());
+  CHECK(other_session.error().find("not a call of this session") != std::string::npos);
+  auto other_order = note("note_2", "call_101");
+  CHECK_FALSE(other_order.success());
+  CHECK(other_order.error().find("not about order ORDER-100") != std::string::npos);
+  auto audited = [&](const std::string& call_id) {
+    pb::ToolCall c;
+    c.set_session_id("sess_1");
+    c.set_call_id(call_id);
+    return w.storage->reader().audit_of(operations::note_key(c)).value();
+  };
+  CHECK(audited("note_1").empty());
+  CHECK(audited("note_2").empty());
+  // This session's own lookup of the order: stored, with its evidence.
+  w.require("sess_1", {{"call_100", R"(lookup_order({"order_id":"ORDER-100"}))"}});
+  w.webhook("msg_3", "sess_1");
+  w.pump();
+  auto good = note("note_3", "call_100");
+  CHECK(good.success());
+  auto records = audited("note_3");
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].action() == "internal_note");
+  auto details = json::parse(records[0].details_json()).as_object();
+  CHECK(details.at("order_id").as_string() == "ORDER-100");
+  CHECK(details.at("owner").as_string() == "demo-user");
+  CHECK(details.at("evidence").as_array().size() == 1);
+  CHECK(details.at("evidence").as_array()[0].as_string() == "call_100");
+  auto calls = w.storage->reader().calls_of("sess_1").value();
+  auto shown = operations::notes_json(w.storage->reader(), calls).value();
+  REQUIRE(shown.size() == 1);
+  CHECK(shown[0].at("text").as_string() == "late");
+  CHECK(w.storage->verify_audit().value().ok);
 }
