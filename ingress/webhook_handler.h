@@ -1,4 +1,4 @@
-// POST /v1/webhooks/{source}: the status table of DESIGN.md §3.1. Checking a
+// POST /v1/webhooks/{source}: every status it answers, and why. Checking a
 // request (source, draining, media type, headers, signature, envelope,
 // backlog) is pure; the only I/O is the inbox's group commit, and the answer
 // is sent when the write that holds the event is on disk. Thread-safe.

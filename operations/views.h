@@ -1,6 +1,6 @@
 // JSON views of the domain's records, as the operator API, the console and
-// outbound notifications show them (the operation's fields are the
-// contract of DESIGN §3.8). Pure; thread-safe.
+// outbound notifications show them (the operation's fields are a stable
+// contract: clients and receivers read them). Pure; thread-safe.
 #pragma once
 
 #include <boost/json/object.hpp>

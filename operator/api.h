@@ -1,4 +1,4 @@
-// The operator and on-call API (DESIGN §3.5, §3.8) plus /healthz, /readyz
+// The operator and on-call API plus /healthz, /readyz
 // and /metrics: HTTP mapping only. Each route authenticates, checks the
 // scope, parses its input and calls the domain (operations/), the session
 // sync or the drainer; what a principal may read or act on is limited to

@@ -1,4 +1,4 @@
-// The tools offered to the model (DESIGN.md §3.3) and their dispatch: the
+// The tools offered to the model and their dispatch: the
 // arguments are validated outside the model, and the server computes every
 // consequential field. Pure: orders come through a lookup function and time
 // is a parameter. Thread-safe.

@@ -1,4 +1,4 @@
-// The agent platform as opgate sees it (DESIGN.md §3.2): read a session's
+// The agent platform as opgate sees it: read a session's
 // required actions, submit tool results, read turns and items. An interface,
 // so the worker and outbox never see HTTP; AgentsHttpClient implements it.
 // Implementations are thread-safe.

@@ -1,4 +1,4 @@
-// The payment provider as opgate sees it (DESIGN.md §3.4): execute a refund
+// The payment provider as opgate sees it: execute a refund
 // or credit under an idempotency key, and look an operation up by its key
 // for reconciliation. Every answer is classified here, so the outbox decides
 // on verdicts, not on HTTP. Implementations are thread-safe.

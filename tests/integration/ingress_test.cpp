@@ -1,4 +1,4 @@
-// The webhook ingress status table (DESIGN.md §3.1) against the real daemon.
+// The webhook ingress, every status it answers, against the real daemon.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 using namespace opgate::operations;
 
 namespace {
-// The whole table of DESIGN.md §2; every pair not in it must be refused.
+// The whole transition table (operations/state_machine.h); every pair not in it must be refused.
 const std::map<std::pair<State, Event>, Target> kAllowed = {
     {{State::pending, Event::approve}, {State::approved}},
     {{State::pending, Event::deny}, {State::settled, Outcome::denied}},
