@@ -71,7 +71,7 @@ TEST_CASE("kill -9 while deliveries are in flight loses none; a repeat keeps its
     ids_of[type].insert(str(d, "webhook_id"));
   }
   CHECK(proposed_arrivals >= 2);  // sent before the kill and again after it
-  for (const auto& [type, ids] : ids_of) CHECK_MESSAGE(ids.size() == 1, type);
+  for (const auto& entry : ids_of) CHECK_MESSAGE(entry.second.size() == 1, entry.first);
   REQUIRE(first_seen.size() >= 3);
   CHECK(first_seen.front() == "operation.proposed");
   CHECK(first_seen.at(1) == "operation.approved");
@@ -124,7 +124,8 @@ TEST_CASE(
   const auto witnessed = fmt::format("{}:{}", seq, hash);
 
   auto [ok_rc, ok_out] = c.cli({"audit", "verify", "--expect-head", witnessed});
-  CHECK_MESSAGE(ok_rc == 0, ok_out);
+  const std::string ok_text = ok_out;  // doctest cannot capture a binding
+  CHECK_MESSAGE(ok_rc == 0, ok_text);
   CHECK(ok_out.find("audit chain verifies") != std::string::npos);
 
   std::string forged = hash;
@@ -147,5 +148,6 @@ TEST_CASE(
   c.stop_daemon_gracefully();
   auto [off_rc, off_out] = c.cli(
       {"audit", "verify", "--data-dir", (c.dir() / "data").string(), "--expect-head", witnessed});
-  CHECK_MESSAGE(off_rc == 0, off_out);
+  const std::string off_text = off_out;
+  CHECK_MESSAGE(off_rc == 0, off_text);
 }
