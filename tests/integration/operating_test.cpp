@@ -257,20 +257,23 @@ TEST_CASE("a backup taken while webhooks and approvals flow restores without los
     CHECK(json::serialize(refused.body).find("pg_basebackup") != std::string::npos);
     return;
   }
-  CHECK_MESSAGE(brc == 0, bout);
+  const std::string backup_out = bout;  // doctest cannot capture a binding
+  CHECK_MESSAGE(brc == 0, backup_out);
 
   // Restore into a new data directory and start the daemon on it.
   c.stop_daemon_gracefully();
   fs::rename(c.dir() / "data", c.dir() / "data-before");
   auto [rrc, rout] = c.cli(
       {"backup", "restore", "--from", backup.string(), "--data-dir", (c.dir() / "data").string()});
-  CHECK_MESSAGE(rrc == 0, rout);
+  const std::string restore_out = rout;
+  CHECK_MESSAGE(rrc == 0, restore_out);
   c.start_daemon();
 
   // Every webhook acknowledged before the backup began is in the copy: the
   // same id and body again is a duplicate.
-  for (const auto& [id, body] : before_backup) {
-    auto r = c.webhook("agents", signed_with(c.webhook_secret(), id, body), body);
+  for (const auto& event : before_backup) {
+    const std::string& id = event.first;
+    auto r = c.webhook("agents", signed_with(c.webhook_secret(), id, event.second), event.second);
     CHECK_MESSAGE(r.body.find("\"duplicate\":true") != std::string::npos, id);
   }
   CHECK(c.op("GET", "/v1/audit/verify").body.at("ok").as_bool());
