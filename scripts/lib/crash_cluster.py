@@ -8,7 +8,7 @@ import threading
 import time
 
 from crash_ingest import event, headers_for, send
-from crash_outbox import FAULTS
+from crash_outbox import FAULTS, settle_all
 from nodes import Nodes
 from cluster import orders
 
@@ -101,18 +101,7 @@ def main():
             f.result()
         stop.set()
         pool.shutdown()
-        c.payments_admin("DELETE", "/_sim/faults")
-        settle_deadline = time.time() + 300
-        while time.time() < settle_deadline:
-            ops = c.operations()
-            open_ops = [o for o in ops if o["state"] != "settled"]
-            if not open_ops:
-                break
-            for o in open_ops:
-                if o["state"] == "outcome_unknown":
-                    c.op("POST", f"/v1/operations/{o['key']}/reconcile")
-            time.sleep(0.5)
-        ops = c.operations()
+        ops = settle_all(c, poll_s=0.5)
         # Every acknowledged webhook is there: resent to any node, a duplicate.
         lost = 0
         for wid, body in acked.items():

@@ -10,6 +10,23 @@ FAULTS = ["drop_before_commit", "drop_after_commit", "error_500_before_commit",
           "error_500_after_commit", "rate_limit", "delay"]
 
 
+def settle_all(c, poll_s, seconds=300):
+    """Clears the provider's faults and asks for reconciliation of every
+    outcome_unknown operation until all are settled (or time runs out);
+    returns the operations as they then are."""
+    c.payments_admin("DELETE", "/_sim/faults")
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        open_ops = [o for o in c.operations() if o["state"] != "settled"]
+        if not open_ops:
+            break
+        for o in open_ops:
+            if o["state"] == "outcome_unknown":
+                c.op("POST", f"/v1/operations/{o['key']}/reconcile")
+        time.sleep(poll_s)
+    return c.operations()
+
+
 def main():
     bin_dir, n, kills = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(int(time.time()))
@@ -51,18 +68,7 @@ def main():
                     c.start_daemon()
             time.sleep(0.05)
         # Let the provider recover, then wait for every operation to settle.
-        c.payments_admin("DELETE", "/_sim/faults")
-        settle_deadline = time.time() + 300
-        while time.time() < settle_deadline:
-            ops = c.operations()
-            open_ops = [o for o in ops if o["state"] != "settled"]
-            if not open_ops:
-                break
-            for o in open_ops:
-                if o["state"] == "outcome_unknown":
-                    c.op("POST", f"/v1/operations/{o['key']}/reconcile")
-            time.sleep(0.2)
-        ops = c.operations()
+        ops = settle_all(c, poll_s=0.2)
         status, ledger = c.op("GET", "/v1/ledger")
         _, truth = c.payments_admin("GET", "/_sim/ledger")
         per_key = {}
