@@ -60,6 +60,8 @@ Result<OpenedStore> open_store(const Config& config, const Clock& clock,
   }
   store::rocks::OpenOptions o;
   o.max_open_files = rocksdb_max_open_files;
+  o.block_cache_bytes = static_cast<size_t>(config.store.block_cache_bytes);
+  o.write_buffer_bytes = static_cast<size_t>(config.store.write_buffer_bytes);
   o.inbox_retention_ms = config.inbox_retention_s * 1000;
   o.clock = &clock;
   OPGATE_ASSIGN_OR_RETURN(auto rocks, store::rocks::RocksStorage::open(config.data_dir, o, clock));

@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/statistics.h>
 #include <rocksdb/table.h>
@@ -161,6 +162,13 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
     rocksdb::BlockBasedTableOptions table;
     table.block_cache = cache;
     table.cache_index_and_filter_blocks = true;
+    // Point reads (an incoming webhook-id's duplicate check above all) look
+    // for keys that mostly do not exist: a Bloom filter answers for each
+    // table file without reading and decompressing its blocks, and the
+    // filters and indexes of level 0 stay in the cache. Without them ingest
+    // fell from 15,000 to 5,000 acks/s as level 0 filled.
+    table.pin_l0_filter_and_index_blocks_in_cache = true;
+    table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
     cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     if (name == cf_name(Cf::inbox)) cf_options.compaction_filter = inbox_filter.get();
     cfs.emplace_back(std::string(name), cf_options);

@@ -71,7 +71,7 @@ struct OpenOptions {
   // Memory: the block cache shared by every column family, and the size of
   // each memtable. Larger values trade resident memory for fewer reads.
   size_t block_cache_bytes = 32 << 20;
-  size_t write_buffer_bytes = 8 << 20;
+  size_t write_buffer_bytes = 64 << 20;
   // Table files kept open (each a file descriptor); -1 keeps them all.
   int max_open_files = -1;
   // Tests inject faults (a sync that fails or blocks) through this.
