@@ -306,7 +306,14 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
 
 void parse_store(const Section& st, Config::Store& s, const std::filesystem::path& base_dir) {
   st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms",
-           "sslmode", "sslrootcert", "sslcert", "sslkey"});
+           "sslmode", "sslrootcert", "sslcert", "sslkey", "block_cache_bytes",
+           "write_buffer_bytes"});
+  s.block_cache_bytes = st.integer("block_cache_bytes", s.block_cache_bytes);
+  s.write_buffer_bytes = st.integer("write_buffer_bytes", s.write_buffer_bytes);
+  if (s.block_cache_bytes < (1 << 20) || s.block_cache_bytes > (int64_t{1} << 40))
+    throw ConfigError("key 'store.block_cache_bytes' must be between 1 MiB and 1 TiB");
+  if (s.write_buffer_bytes < (1 << 20) || s.write_buffer_bytes > (int64_t{1} << 32))
+    throw ConfigError("key 'store.write_buffer_bytes' must be between 1 MiB and 4 GiB");
   s.sslmode = st.string("sslmode", s.sslmode);
   static const std::set<std::string> kModes = {"disable", "allow",     "prefer",
                                                "require", "verify-ca", "verify-full"};
@@ -492,13 +499,32 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
 
   if (root.has("orders")) {
     const Section o = root.table("orders");
-    o.only({"source", "seed_file", "base_url"});
+    o.only({"source", "seed_file", "base_url", "token_env", "timeout_ms", "ca_file"});
     c.orders_source = o.string("source", "embedded");
-    if (c.orders_source != "embedded")
-      throw ConfigError("orders.source: only \"embedded\" is supported in this version");
+    if (c.orders_source != "embedded" && c.orders_source != "http")
+      throw ConfigError("orders.source must be \"embedded\" or \"http\"");
+    const bool http = c.orders_source == "http";
     c.orders_seed_file = o.string("seed_file", "");
+    if (http && !c.orders_seed_file.empty())
+      throw ConfigError(
+          "orders.seed_file is for embedded orders; with source = \"http\" the order service "
+          "is the truth");
     if (!c.orders_seed_file.empty() && std::filesystem::path(c.orders_seed_file).is_relative())
       c.orders_seed_file = (base_dir / c.orders_seed_file).string();
+    c.orders.base_url = o.string("base_url", "");
+    if (http && !c.orders.base_url.starts_with("http://") &&
+        !c.orders.base_url.starts_with("https://"))
+      throw ConfigError(
+          "orders.base_url must be an http:// or https:// URL with source = \"http\"");
+    if (!http && (o.has("base_url") || o.has("token_env") || o.has("timeout_ms")))
+      throw ConfigError("orders.base_url, token_env and timeout_ms need source = \"http\"");
+    c.orders.timeout_ms = static_cast<int>(o.integer("timeout_ms", c.orders.timeout_ms));
+    if (c.orders.timeout_ms < 100 || c.orders.timeout_ms > 60'000)
+      throw ConfigError("orders.timeout_ms must be between 100 and 60000");
+    c.orders.ca_file = o.string("ca_file", "");
+    if (!c.orders.ca_file.empty() && std::filesystem::path(c.orders.ca_file).is_relative())
+      c.orders.ca_file = (base_dir / c.orders.ca_file).string();
+    if (http) c.orders.secret = env_or_empty(o.string("token_env", "OPGATE_ORDERS_TOKEN"));
   }
   if (root.has("policy")) parse_policy(root.table("policy"), c.policy);
   if (root.has("notify")) parse_notify(root.table("notify"), c.notify);
@@ -566,6 +592,10 @@ Status check_serviceable(const Config& c) {
     return make_error(errc::config,
                       "the payment provider's secret key is empty: set the variable named by "
                       "payments.secret_key_env");
+  if (c.orders_source == "http" && c.orders.secret.empty())
+    return make_error(errc::config,
+                      "the order service's token is empty: set the variable named by "
+                      "orders.token_env");
   return Status::Ok();
 }
 
@@ -591,13 +621,18 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
             a.payments.timeout_ms == b.payments.timeout_ms &&
             a.payments.ca_file == b.payments.ca_file,
         "payments");
-  check(a.orders_source == b.orders_source && a.orders_seed_file == b.orders_seed_file, "orders");
+  check(a.orders_source == b.orders_source && a.orders_seed_file == b.orders_seed_file &&
+            a.orders.base_url == b.orders.base_url && a.orders.secret == b.orders.secret &&
+            a.orders.timeout_ms == b.orders.timeout_ms && a.orders.ca_file == b.orders.ca_file,
+        "orders");
   check(a.store.backend == b.store.backend && a.store.url == b.store.url &&
             a.store.pool_size == b.store.pool_size &&
             a.store.connect_timeout_s == b.store.connect_timeout_s &&
             a.store.statement_timeout_ms == b.store.statement_timeout_ms &&
             a.store.sslmode == b.store.sslmode && a.store.sslrootcert == b.store.sslrootcert &&
-            a.store.sslcert == b.store.sslcert && a.store.sslkey == b.store.sslkey,
+            a.store.sslcert == b.store.sslcert && a.store.sslkey == b.store.sslkey &&
+            a.store.block_cache_bytes == b.store.block_cache_bytes &&
+            a.store.write_buffer_bytes == b.store.write_buffer_bytes,
         "store");
   return keys;
 }

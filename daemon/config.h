@@ -46,6 +46,10 @@ struct Config {
     // when set: sslmode (disable ... verify-full) and the PEM files (a
     // relative path is relative to the config file's directory).
     std::string sslmode, sslrootcert, sslcert, sslkey;
+    // rocksdb: memory for the block cache shared by every column family,
+    // and for each memtable (store/rocksdb/db.h).
+    int64_t block_cache_bytes = 32 << 20;
+    int64_t write_buffer_bytes = 64 << 20;
   };
   Store store;
 
@@ -93,8 +97,12 @@ struct Config {
   int64_t sweep_window_s = 3600;
   Upstream payments{"http://127.0.0.1:9002", "", 5000, ""};
 
+  // [orders] "embedded" (kept in the store: seed file, PUT /v1/orders) or
+  // "http" (the business's order service at orders.base_url, with the
+  // bearer token from the variable orders.token_env).
   std::string orders_source = "embedded";
   std::string orders_seed_file;  // relative paths are relative to the config file
+  Upstream orders{"", "", 3000, ""};
 
   operations::PolicyConfig policy;
 

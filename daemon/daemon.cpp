@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "adapters/agents/agents_client.h"
+#include "adapters/orders/order_service.h"
 #include "adapters/payments/provider.h"
 #include "common/clock.h"
 #include "common/crypto.h"
@@ -324,9 +325,21 @@ int serve(const Config& initial, const ServeOptions& options) {
 
   auto agents = adapters::make_agents_http_client(
       {config.agent.base_url, config.agent.secret, config.agent.timeout_ms, config.agent.ca_file});
-  auto provider =
+  auto payments =
       adapters::make_stripe_provider({config.payments.base_url, config.payments.secret,
                                       config.payments.timeout_ms, config.payments.ca_file});
+  // orders.source = "http": the business's order service is read afresh at
+  // each step, and cancellations go to it before the refund goes out.
+  std::unique_ptr<adapters::OrderService> order_service;
+  std::unique_ptr<adapters::PaymentProvider> cancelling;
+  if (config.orders_source == "http") {
+    order_service = adapters::make_http_order_service(
+        {config.orders.base_url, config.orders.secret, config.orders.timeout_ms,
+         config.orders.ca_file},
+        [](std::string_view text) { return operations::parse_order(text); });
+    cancelling = adapters::make_cancelling_provider(*payments, *order_service);
+  }
+  adapters::PaymentProvider* provider = cancelling ? cancelling.get() : payments.get();
 
   auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
   auto dist = std::make_shared<std::uniform_real_distribution<double>>(0.0, 1.0);
@@ -340,12 +353,16 @@ int serve(const Config& initial, const ServeOptions& options) {
   // Session syncs and outbox items run here, one lane per session,
   // operation or tool call; a slow one holds only its own lane.
   Lanes lanes("lane", 32, 1024);
-  worker::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random);
+  worker::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random,
+                               order_service.get());
   outbox::DrainerOptions drainer_options;
-  drainer_options.claim_lease_ms = config.payments.timeout_ms + 10'000;
+  // Longer than an execution can take: a cancellation at the order service
+  // and then the refund.
+  drainer_options.claim_lease_ms =
+      config.payments.timeout_ms + (order_service ? config.orders.timeout_ms : 0) + 10'000;
   drainer_options.shared_store = opened->rocks == nullptr;
   outbox::Drainer drainer(storage, lanes, *provider, *agents, policy, metrics, clock, random,
-                          drainer_options);
+                          drainer_options, order_service.get());
   if (Status s = drainer.recover_after_restart(); !s) {
     spdlog::critical("cannot start: {}", s.error().message);
     return 2;
@@ -416,6 +433,7 @@ int serve(const Config& initial, const ServeOptions& options) {
                              principals, policy,           [&] { engine.wake(); },
                              ready,      config.attention, &notifier,
                              &notify};
+  deps.orders = order_service.get();
   // The approval console: pages under /console/, and the API for them under
   // /console/api/ with its session cookie.
   console::Options console_options = config.console;

@@ -32,7 +32,7 @@ Status settle_expired(store::Transaction& txn, pb::Operation& op, const std::str
 
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
-                         const PolicyConfig& policy) {
+                         const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced) {
   OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
   const auto& p = op.proposal();
   OPGATE_ASSIGN_OR_RETURN(const ApprovalStep step,
@@ -48,7 +48,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                              "expired and the session is told.");
     return out;
   }
-  OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(p.order_id()));
+  OPGATE_ASSIGN_OR_RETURN(auto order, order_for_recheck(txn, p.order_id(), sourced));
   OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
   std::optional<std::string> reason =
       order ? recheck(p, *order, funds, policy, txn.now_ms() / 1000)

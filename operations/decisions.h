@@ -10,6 +10,7 @@
 
 #include "common/result.h"
 #include "operations/authority.h"
+#include "operations/orders.h"
 #include "operations/policy.h"
 #include "operations/state_machine.h"
 #include "store/port.h"
@@ -32,11 +33,13 @@ struct Approved {
 // An approval of exactly the proposal the principal saw. Checks, in order:
 // visibility, scope, state, the exact proposal, tier, limit, self-approval;
 // then that the approval time has not run out and that the order and the
-// policy still allow the proposal. The last approval needed moves it to
+// policy still allow the proposal (the order as `sourced` from the order
+// service, if given: see orders.h). The last approval needed moves it to
 // approved with an execute item.
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
-                         const PolicyConfig& policy);
+                         const PolicyConfig& policy,
+                         const std::optional<SourcedOrder>& sourced = std::nullopt);
 
 // Denies a pending operation; the reason is what the session is told.
 // Denying again by the same principal is not an error.

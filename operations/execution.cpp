@@ -24,7 +24,8 @@ Status recover_executing(store::Transaction& txn, pb::Operation& op, const std::
   return Status::Ok();
 }
 
-Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy) {
+Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy,
+                    const std::optional<SourcedOrder>& sourced) {
   Claim out;
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op) return out;
@@ -35,7 +36,7 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
   }
   if (!is(*op, State::approved)) return out;  // nothing left to execute
   const auto& p = op->proposal();
-  OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(p.order_id()));
+  OPGATE_ASSIGN_OR_RETURN(auto order, order_for_recheck(txn, p.order_id(), sourced));
   OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
   std::optional<std::string> reason =
       order ? recheck(p, *order, funds, policy, txn.now_ms() / 1000)

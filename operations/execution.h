@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "operations/orders.h"
 #include "operations/policy.h"
 #include "opgate.pb.h"
 #include "store/port.h"
@@ -43,7 +44,9 @@ struct Claim {
 // change rejects it), holds its amount against the order and moves it to
 // executing. An operation found executing (its call may have happened,
 // nothing was recorded) goes to outcome_unknown with a reconcile item.
-Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy);
+// The order is as `sourced` from the order service, if given (orders.h).
+Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy,
+                    const std::optional<SourcedOrder>& sourced = std::nullopt);
 
 // Records the provider's answer for an executing operation: settled
 // (succeeded or failed), or outcome_unknown with a reconcile item due at

@@ -214,6 +214,16 @@ Status upsert_order(store::Transaction& txn, pb::Order order, const std::string&
   return Status::Ok();
 }
 
+Result<std::optional<pb::Order>> order_for_recheck(store::Transaction& txn,
+                                                   const std::string& order_id,
+                                                   const std::optional<SourcedOrder>& sourced) {
+  if (sourced) {
+    if (!sourced->order) return std::optional<pb::Order>();
+    OPGATE_TRY(upsert_order(txn, *sourced->order, kOrderServicePrincipal));
+  }
+  return txn.order(order_id);
+}
+
 Result<size_t> import_orders(store::Storage& storage, std::vector<pb::Order> orders,
                              const std::string& principal) {
   OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <boost/json/array.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,10 @@
 namespace opgate::operations {
 
 Result<pb::Order> parse_order(std::string_view json_text);
+
+// Who changes the store's copy of an order read from the business's order
+// service (orders.source = "http"), in the audit chain.
+inline constexpr const char* kOrderServicePrincipal = "order-service";
 
 // The words a delivery event's status may be. Policy reads these (and the
 // event times), never an event's free-text detail.
@@ -41,6 +46,20 @@ Result<std::vector<pb::Order>> read_orders_file(const std::string& path);
 // Inserts or replaces an order, with an audit record of the change by
 // `principal`. Unchanged orders write nothing.
 Status upsert_order(store::Transaction& txn, pb::Order order, const std::string& principal);
+
+// The business's order service's answer for one order, read just before a
+// decision or an execution (orders.source = "http"): the order, or nothing
+// when the service has no such order.
+struct SourcedOrder {
+  std::optional<pb::Order> order;
+};
+
+// The order a re-check reads: with an answer from the order service, the
+// store's copy is first brought up to date with it (nothing if the service
+// no longer has the order); without one, the store's copy (embedded orders).
+Result<std::optional<pb::Order>> order_for_recheck(store::Transaction& txn,
+                                                   const std::string& order_id,
+                                                   const std::optional<SourcedOrder>& sourced);
 
 // Upserts every order in one transaction.
 Result<size_t> import_orders(store::Storage& storage, std::vector<pb::Order> orders,

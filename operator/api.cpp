@@ -401,10 +401,13 @@ class Api {
                             "approve exactly what the operation shows.");
     const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp};
     const std::string key = params.at("key");
+    auto sourced = source_order(key, p);
+    if (!sourced) return from_error(sourced.error());
     auto policy = d_.policy.get();
     std::optional<Error> refusal;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(auto approved, operations::approve(txn, key, p, request, *policy));
+      OPGATE_ASSIGN_OR_RETURN(auto approved,
+                              operations::approve(txn, key, p, request, *policy, *sourced));
       refusal = approved.refusal;
       return Status::Ok();
     });
@@ -413,6 +416,29 @@ class Api {
       return conflict_with_state(key, *refusal, p);
     }
     return after_decision(s, key, p);
+  }
+
+  // With an order service, the order of a pending operation as it reads
+  // there now (read before the transaction: no network call inside one);
+  // orders_unavailable if the service cannot say, so nothing is approved on
+  // stale data. Nothing for embedded orders, or an operation the principal
+  // cannot see or that is no longer pending (approve() answers those).
+  Result<std::optional<operations::SourcedOrder>> source_order(const std::string& key,
+                                                               const Principal& p) {
+    using Sourced = std::optional<operations::SourcedOrder>;
+    if (!d_.orders) return Sourced();
+    auto op = operations::visible_operation(d_.storage.reader(), key, p);
+    if (!op || !operations::is(*op, operations::State::pending)) return Sourced();
+    auto fetched = d_.orders->get(op->proposal().order_id());
+    d_.metrics.inc("opgate_order_service_reads_total",
+                   {{"result", std::string(adapters::read_name(fetched.read))}});
+    if (fetched.read == adapters::OrderRead::unavailable)
+      return make_error(errc::orders_unavailable,
+                        "The order service cannot be read (" + fetched.error +
+                            "), so the order cannot be re-checked; nothing was approved. Try "
+                            "again shortly.");
+    if (fetched.read == adapters::OrderRead::absent) return Sourced(operations::SourcedOrder{});
+    return Sourced(operations::SourcedOrder{std::move(fetched.order)});
   }
 
   Response deny(const Request& req, const http::PathParams& params, const Principal& p) {
@@ -530,6 +556,10 @@ class Api {
   }
 
   Response put_order(const Request& req, const http::PathParams& params, const Principal& p) {
+    if (d_.orders)
+      return error_response(409, "conflict",
+                            "Orders come from the order service (orders.source = \"http\"); "
+                            "change them there.");
     auto order = operations::parse_order(req.body);
     if (!order) return from_error(order.error());
     if (order->order_id() != params.at("order_id"))

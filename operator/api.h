@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "adapters/agents/agents_client.h"
+#include "adapters/orders/order_service.h"
 #include "common/live.h"
 #include "common/metrics.h"
 #include "http/router.h"
@@ -67,6 +68,9 @@ struct ApiDeps {
   // If set, the routes are served under kConsoleApiPrefix too, and a
   // request there without a bearer token is authenticated by it.
   Authenticator console_auth = {};
+  // The business's order service (orders.source = "http"): an approval
+  // re-checks the order as it reads there now; nullptr for embedded orders.
+  adapters::OrderService* orders = nullptr;
 };
 
 http::Router make_router(ApiDeps& deps);

@@ -66,7 +66,9 @@ adapters::PaymentRequest request_for(const pb::Operation& op) {
           p.customer(),
           p.amount_minor(),
           p.currency(),
-          p.reason()};
+          p.reason(),
+          p.kind() == operations::kCancelOrder,
+          p.order_id()};
 }
 
 std::string call_text(const pb::CallRef& c) {
@@ -90,7 +92,8 @@ std::string result_idempotency_key(const pb::CallRef& call) {
 
 Drainer::Drainer(store::Storage& storage, Lanes& lanes, adapters::PaymentProvider& provider,
                  adapters::AgentsClient& agents, const Live<operations::PolicyConfig>& policy,
-                 Metrics& metrics, const Clock& clock, Random random, DrainerOptions options)
+                 Metrics& metrics, const Clock& clock, Random random, DrainerOptions options,
+                 adapters::OrderService* orders)
     : storage_(storage),
       lanes_(lanes),
       provider_(provider),
@@ -99,7 +102,8 @@ Drainer::Drainer(store::Storage& storage, Lanes& lanes, adapters::PaymentProvide
       metrics_(metrics),
       clock_(clock),
       random_(std::move(random)),
-      options_(options) {}
+      options_(options),
+      orders_(orders) {}
 
 std::string Drainer::lane_of(const pb::OutboxItem& item) {
   if (item.kind() == pb::OUTBOX_DELIVER_RESULT) return "call:" + call_text(item.call());
@@ -215,8 +219,29 @@ void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& er
   if (!s) spdlog::error("cannot reschedule outbox item {}: {}", entry.id, s.error().message);
 }
 
+Result<std::optional<operations::SourcedOrder>> Drainer::source_order(const std::string& key) {
+  using Sourced = std::optional<operations::SourcedOrder>;
+  if (!orders_) return Sourced();
+  OPGATE_ASSIGN_OR_RETURN(auto op, storage_.reader().operation(key));
+  if (!op || !operations::is(*op, operations::State::approved)) return Sourced();
+  auto fetched = orders_->get(op->proposal().order_id());
+  metrics_.inc("opgate_order_service_reads_total",
+               {{"result", std::string(adapters::read_name(fetched.read))}});
+  if (fetched.read == adapters::OrderRead::unavailable)
+    return make_error(errc::orders_unavailable, "order service: " + fetched.error);
+  if (fetched.read == adapters::OrderRead::absent) return Sourced(operations::SourcedOrder{});
+  return Sourced(operations::SourcedOrder{std::move(fetched.order)});
+}
+
 void Drainer::execute(const store::OutboxEntry& entry) {
   const std::string& key = entry.item.operation_key();
+  // The order is re-read before the claim: nothing is executed on an order
+  // the service could not confirm just now.
+  auto sourced = source_order(key);
+  if (!sourced) {
+    spdlog::warn("operation {} waits: {}", key, sourced.error().message);
+    return retry_later(entry, sourced.error().message);
+  }
   std::optional<pb::Operation> claimed;
   store::OutboxEntry leased;
   auto policy = policy_.get();
@@ -226,7 +251,7 @@ void Drainer::execute(const store::OutboxEntry& entry) {
     // Taken by another process since this one read it: its work now.
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     if (!ours) return Status::Ok();
-    OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, *policy));
+    OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, *policy, *sourced));
     claimed = std::move(claim.claimed);
     if (claimed) {
       // Kept, out of the way, until the answer is recorded; the token

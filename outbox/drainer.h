@@ -13,6 +13,7 @@
 #include <string>
 
 #include "adapters/agents/agents_client.h"
+#include "adapters/orders/order_service.h"
 #include "adapters/payments/provider.h"
 #include "common/backoff.h"
 #include "common/clock.h"
@@ -21,6 +22,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "operations/authority.h"
+#include "operations/orders.h"
 #include "operations/policy.h"
 #include "store/port.h"
 
@@ -43,9 +45,14 @@ struct DrainerOptions {
 
 class Drainer {
  public:
+  // `orders`: the business's order service (orders.source = "http"); an
+  // operation's order is read there afresh before it is claimed, and its
+  // cancellations go through `provider` (adapters/orders). nullptr for
+  // embedded orders.
   Drainer(store::Storage& storage, Lanes& lanes, adapters::PaymentProvider& provider,
           adapters::AgentsClient& agents, const Live<operations::PolicyConfig>& policy,
-          Metrics& metrics, const Clock& clock, Random random, DrainerOptions options = {});
+          Metrics& metrics, const Clock& clock, Random random, DrainerOptions options = {},
+          adapters::OrderService* orders = nullptr);
 
   // On start-up: every `executing` operation becomes `outcome_unknown`
   // (with a reconcile item), because its provider call may have happened;
@@ -65,6 +72,9 @@ class Drainer {
   void deliver(const store::OutboxEntry& entry);
   // Calls the provider for a claimed operation (timed, counted) and records
   // its answer; the entry is removed in the same transaction.
+  // With an order service: the order of the approved operation `key` as the
+  // service reads now; an error (the item waits) when it cannot say.
+  Result<std::optional<operations::SourcedOrder>> source_order(const std::string& key);
   void call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
                      const std::string& principal);
   // Reschedules with jittered backoff, and no sooner than the peer asked.
@@ -90,6 +100,7 @@ class Drainer {
   Mutex random_mu_;
   Random random_ GUARDED_BY(random_mu_);
   DrainerOptions options_;
+  adapters::OrderService* orders_;
   int64_t last_stale_check_ms_ = 0;  // dispatcher thread only
 };
 

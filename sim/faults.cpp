@@ -9,7 +9,7 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr std::array<std::pair<FaultAction, std::string_view>, 9> kActionNames{{
+constexpr std::array<std::pair<FaultAction, std::string_view>, 10> kActionNames{{
     {FaultAction::kDelay, "delay"},
     {FaultAction::kDropBeforeCommit, "drop_before_commit"},
     {FaultAction::kDropAfterCommit, "drop_after_commit"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<FaultAction, std::string_view>, 9> kActionNames{{
     {FaultAction::kDecline, "decline"},
     {FaultAction::kPending, "pending"},
     {FaultAction::kGone, "gone"},
+    {FaultAction::kMalformed, "malformed"},
 }};
 
 constexpr int64_t kMaxDelayMs = 600'000;

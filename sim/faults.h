@@ -28,6 +28,7 @@ enum class FaultAction {
   kDecline,               // answer 402 card_declined (payments)
   kPending,               // create the refund as "pending" (payments, refunds)
   kGone,                  // answer 410 Gone (notification receiver)
+  kMalformed,             // answer 200 with a body that is not what was asked (orders)
 };
 
 std::string_view to_string(FaultAction action);

@@ -36,6 +36,7 @@
 #include "sim/history.h"
 #include "sim/load_generator.h"
 #include "sim/log.h"
+#include "sim/orders_sim.h"
 #include "sim/payments_sim.h"
 #include "sim/receiver_sim.h"
 #include "sim/sim_http.h"
@@ -128,7 +129,8 @@ static int write_history(const std::string& dir, const opgate::sim::HistoryOptio
 int main(int argc, char** argv) {
   const sigset_t signals = opgate::block_daemon_signals();
 
-  CLI::App app{"opgate-sim: simulators of the agent platform and the payment provider"};
+  CLI::App app{
+      "opgate-sim: simulators of the agent platform, the payment provider and the order service"};
   app.require_subcommand(1);
 
   CommonFlags payments_flags;
@@ -152,6 +154,16 @@ int main(int argc, char** argv) {
                     "POST /_sim/webhook_target; until then webhooks wait)");
   agent->add_option("--webhook-secret", webhook_secret, "whsec_... signing secret")->required();
   agent->add_option("--api-key", api_key, "the only accepted API key (default: any)");
+
+  CommonFlags orders_flags;
+  std::string orders_seed;
+  std::string orders_token;
+  auto* orders = app.add_subcommand(
+      "orders", "the business's order service (orders.source = \"http\"), with faults");
+  add_common(orders, orders_flags);
+  orders->add_option("--orders", orders_seed, "NDJSON orders to serve (the seed-file format)")
+      ->check(CLI::ExistingFile);
+  orders->add_option("--token", orders_token, "the only accepted bearer token (default: any)");
 
   CommonFlags receiver_flags;
   std::string receiver_secret;
@@ -235,6 +247,18 @@ int main(int argc, char** argv) {
     return serve(
         receiver_flags, signals,
         [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "receiver");
+  }
+  if (orders->parsed()) {
+    opgate::sim::OrdersSim sim(orders_token, clock);
+    if (!orders_seed.empty()) {
+      if (auto loaded = sim.load_orders(orders_seed); !loaded) {
+        log_warn("cannot load orders", {{"error", loaded.error().message}});
+        return 1;
+      }
+    }
+    return serve(
+        orders_flags, signals,
+        [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "orders");
   }
   if (payments->parsed()) {
     opgate::sim::PaymentsOptions options;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "operations/notes.h"
+#include "operations/orders.h"
 #include "operations/proposal.h"
 #include "operations/proposals.h"
 #include "operations/settlement.h"
@@ -16,13 +17,14 @@ namespace opgate::worker {
 SessionSync::SessionSync(store::Storage& storage, ingress::Inbox& inbox,
                          adapters::AgentsClient& agents,
                          const Live<operations::PolicyConfig>& policy, Metrics& metrics,
-                         const Clock& clock, Random random)
+                         const Clock& clock, Random random, adapters::OrderService* orders)
     : storage_(storage),
       inbox_(inbox),
       agents_(agents),
       policy_(policy),
       metrics_(metrics),
       clock_(clock),
+      orders_(orders),
       random_(std::move(random)) {}
 
 bool SessionSync::backing_off(const std::string& session_id, int64_t now_ms) {
@@ -165,12 +167,29 @@ void SessionSync::process(const std::string& session_id,
   inbox_.processed(events.size());
 }
 
+SessionSync::FetchedOrders SessionSync::fetch_orders(const adapters::SessionView& view) {
+  FetchedOrders fetched;
+  if (!orders_) return fetched;
+  for (const auto& action : view.required_actions) {
+    auto id = order_id_argument(action.arguments_json);
+    if (!id || fetched.contains(*id)) continue;
+    auto order = orders_->get(*id);
+    metrics_.inc("opgate_order_service_reads_total",
+                 {{"result", std::string(adapters::read_name(order.read))}});
+    if (order.read == adapters::OrderRead::unavailable)
+      spdlog::warn("cannot read order {} from the order service: {}", *id, order.error);
+    fetched.emplace(*id, std::move(order));
+  }
+  return fetched;
+}
+
 Status SessionSync::answer_all(const pb::Session& session, const adapters::SessionView& view,
                                const std::vector<store::QueuedEvent>& events) {
   auto policy = policy_.get();
+  const FetchedOrders fetched = fetch_orders(view);
   return storage_.transact([&](store::Transaction& txn) -> Status {
     for (const auto& action : view.required_actions)
-      OPGATE_TRY(answer(txn, session, action, *policy));
+      OPGATE_TRY(answer(txn, session, action, *policy, fetched));
     for (const auto& e : events) txn.finish_event(e);
     OPGATE_ASSIGN_OR_RETURN(auto current, txn.session(session.session_id()));
     pb::Session updated = current ? *current : session;
@@ -194,7 +213,7 @@ Status SessionSync::sync(const std::string& session_id) {
 
 Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
                            const adapters::RequiredAction& action,
-                           const operations::PolicyConfig& policy) {
+                           const operations::PolicyConfig& policy, const FetchedOrders& fetched) {
   if (!operations::valid_identifier(action.call_id) ||
       !operations::valid_identifier(action.turn_id)) {
     spdlog::warn("session {} has a required action with an invalid id; skipped",
@@ -233,7 +252,19 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
       if (linked) return Status::Ok();
     }
 
-  OrderLookup lookup = [&txn](const std::string& order_id) -> Result<std::optional<OrderView>> {
+  OrderLookup lookup = [&](const std::string& order_id) -> Result<std::optional<OrderView>> {
+    if (orders_) {
+      // The order service is the truth: its answer, read just now, is kept
+      // as the store's copy (audited when it changed), which the proposal,
+      // the console and the later re-checks read.
+      auto it = fetched.find(order_id);
+      if (it == fetched.end() || it->second.read == adapters::OrderRead::unavailable)
+        return make_error(errc::orders_unavailable,
+                          it == fetched.end() ? "the order was not read" : it->second.error);
+      if (it->second.read == adapters::OrderRead::absent) return std::optional<OrderView>();
+      OPGATE_TRY(
+          operations::upsert_order(txn, it->second.order, operations::kOrderServicePrincipal));
+    }
     OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(order_id));
     if (!order) return std::optional<OrderView>();
     OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(order_id));

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "adapters/agents/agents_client.h"
+#include "adapters/orders/order_service.h"
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/lanes.h"
@@ -33,9 +34,12 @@ class SessionSync {
  public:
   // One dispatch pass looks at most at this many queue entries.
   static constexpr size_t kPassEntries = 4096;
+  // `orders`: the business's order service (orders.source = "http"), read
+  // afresh for every order a sync's tool calls name; nullptr when the
+  // orders are kept in the store (embedded).
   SessionSync(store::Storage& storage, ingress::Inbox& inbox, adapters::AgentsClient& agents,
               const Live<operations::PolicyConfig>& policy, Metrics& metrics, const Clock& clock,
-              Random random);
+              Random random, adapters::OrderService* orders = nullptr);
 
   // Hands the queued events of each session that is neither busy nor
   // backing off to its lane; returns how many sessions it handed over.
@@ -63,8 +67,13 @@ class SessionSync {
  private:
   // Syncs one session and settles its queued events.
   void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events);
+  // What the order service answered for each order the view's calls name,
+  // read before the transaction (no network call is made inside one).
+  using FetchedOrders = std::map<std::string, adapters::FetchedOrder>;
+  FetchedOrders fetch_orders(const adapters::SessionView& view);
   Status answer(store::Transaction& txn, const pb::Session& session,
-                const adapters::RequiredAction& action, const operations::PolicyConfig& policy);
+                const adapters::RequiredAction& action, const operations::PolicyConfig& policy,
+                const FetchedOrders& fetched);
   Status answer_all(const pb::Session& session, const adapters::SessionView& view,
                     const std::vector<store::QueuedEvent>& events);
   bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
@@ -77,6 +86,7 @@ class SessionSync {
   const Live<operations::PolicyConfig>& policy_;
   Metrics& metrics_;
   const Clock& clock_;
+  adapters::OrderService* orders_;
 
   struct Retry {
     int attempts = 0;

@@ -389,13 +389,33 @@ Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view argume
     return refuse(
         fmt::format("Unknown tool; the available tools are {}.", fmt::join(offered, ", ")));
   }
-  if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
-  if (name == "add_internal_note")
-    return add_internal_note(arguments_json, owner, lookup, policy, session_calls);
-  if (name == "request_refund") return request_refund(arguments_json, owner, lookup, policy, now_s);
-  if (name == "issue_account_credit")
-    return issue_account_credit(arguments_json, owner, lookup, policy, now_s);
-  return cancel_order(arguments_json, owner, lookup, policy, now_s);
+  auto outcome = [&]() -> Result<ToolOutcome> {
+    if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
+    if (name == "add_internal_note")
+      return add_internal_note(arguments_json, owner, lookup, policy, session_calls);
+    if (name == "request_refund")
+      return request_refund(arguments_json, owner, lookup, policy, now_s);
+    if (name == "issue_account_credit")
+      return issue_account_credit(arguments_json, owner, lookup, policy, now_s);
+    return cancel_order(arguments_json, owner, lookup, policy, now_s);
+  }();
+  // The order service could not answer: a temporary refusal the model can
+  // retry, never a guess from stale data.
+  if (!outcome && outcome.error().is(errc::orders_unavailable))
+    return refuse(
+        "The order service is unavailable right now, so nothing was looked up or done. Try "
+        "again in a minute.");
+  return outcome;
+}
+
+std::optional<std::string> order_id_argument(std::string_view arguments_json) {
+  json::error_code ec;
+  auto v = json::parse(arguments_json, ec);
+  if (ec || !v.is_object()) return std::nullopt;
+  auto* id = v.as_object().if_contains("order_id");
+  if (!id || !id->is_string() || !operations::valid_identifier(id->as_string()))
+    return std::nullopt;
+  return std::string(id->as_string());
 }
 
 }  // namespace opgate::worker

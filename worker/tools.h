@@ -29,7 +29,9 @@ struct OrderView {
   pb::OrderFunds funds;
 };
 // The order with this id, or nothing; an error if it cannot be read (the
-// tool call then fails as a whole rather than answering "not found").
+// tool call then fails as a whole rather than answering "not found"), except
+// "orders_unavailable" (the order service did not answer), which the tool
+// answers as a temporary refusal.
 using OrderLookup = std::function<Result<std::optional<OrderView>>(const std::string& order_id)>;
 using operations::PolicyConfig;
 // Every call of the session so far (the evidence an internal note may cite).
@@ -61,6 +63,9 @@ Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view argume
                                   const std::string& owner, const OrderLookup& lookup,
                                   const PolicyConfig& policy, int64_t now_s,
                                   const CallsLookup& session_calls = {});
+
+// The valid order_id argument of any tool call, or nothing.
+std::optional<std::string> order_id_argument(std::string_view arguments_json);
 
 // The order id of a well-formed request_refund call (the same checks the
 // tool makes), or nothing.

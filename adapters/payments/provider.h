@@ -21,6 +21,10 @@ struct PaymentRequest {
   int64_t amount_minor = 0;
   std::string currency;
   std::string reason;
+  // A refund that cancels the order first, at the order service (see
+  // adapters/orders/order_service.h); the order it names.
+  bool cancel_order = false;
+  std::string order_id;
 };
 
 enum class Verdict {
