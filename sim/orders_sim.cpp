@@ -15,13 +15,13 @@ namespace json = boost::json;
 namespace {
 
 http::Response server_error() {
-  return json_reply(500, json::object{{"error", json::object{{"code", "server_error"},
-                                                             {"message", "The order service failed."}}}});
+  return json_reply(
+      500, json::object{{"error", json::object{{"code", "server_error"},
+                                               {"message", "The order service failed."}}}});
 }
 http::Response rate_limited() {
-  return json_reply(429,
-                    json::object{{"error", json::object{{"code", "rate_limited"},
-                                                        {"message", "Too many requests."}}}});
+  return json_reply(429, json::object{{"error", json::object{{"code", "rate_limited"},
+                                                             {"message", "Too many requests."}}}});
 }
 constexpr FaultReplies kReplies{server_error, rate_limited};
 constexpr FaultActionSet kAllowed = kTransportFaults | fault_bit(FaultAction::kMalformed);
@@ -92,8 +92,8 @@ Status OrdersSim::load_orders(const std::string& path) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto value = parse_json(line);
-    const json::value* id = value && value->is_object() ? value->as_object().if_contains("order_id")
-                                                        : nullptr;
+    const json::value* id =
+        value && value->is_object() ? value->as_object().if_contains("order_id") : nullptr;
     if (!id || !id->is_string())
       return make_error(errc::orders_file, fmt::format("{}:{}: not an order (a JSON object with "
                                                        "an order_id)",
@@ -122,8 +122,8 @@ http::Response OrdersSim::handle(http::Request&& request) {
 }
 
 http::Response OrdersSim::get_order(const http::Request& request, const std::string& id) {
-  auto fault = faults_.take(
-      {.method = "GET", .path = request.path(), .subject = id, .supported = kAllowed});
+  auto fault =
+      faults_.take({.method = "GET", .path = request.path(), .subject = id, .supported = kAllowed});
   if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"order_id", id}});
   apply_delay(fault);
   if (is_before_commit(fault)) return before_commit_response(*fault, kReplies);
@@ -145,10 +145,8 @@ http::Response OrdersSim::cancel(const http::Request& request, const std::string
     std::lock_guard lock(mu_);
     ++counts_[id].cancel_requests;
   }
-  auto fault = faults_.take({.method = "POST",
-                             .path = request.path(),
-                             .subject = id,
-                             .supported = kTransportFaults});
+  auto fault = faults_.take(
+      {.method = "POST", .path = request.path(), .subject = id, .supported = kTransportFaults});
   if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"order_id", id}});
   apply_delay(fault);
   if (is_before_commit(fault)) return before_commit_response(*fault, kReplies);

@@ -133,15 +133,16 @@ class CancellingProvider final : public PaymentProvider {
     auto cancelled = orders_.cancel(req.order_id, req.idempotency_key + "-cancel", req.reason);
     if (cancelled.verdict != Verdict::succeeded) {
       PaymentResult out;
-      out.verdict = cancelled.verdict == Verdict::refused ? Verdict::refused : Verdict::indeterminate;
+      out.verdict =
+          cancelled.verdict == Verdict::refused ? Verdict::refused : Verdict::indeterminate;
       out.error = cancelled.error;
       return out;
     }
     // The cancellation is proven; now, and only now, the refund.
     PaymentResult refunded = payments_.execute(req);
     if (refunded.verdict == Verdict::refused)
-      refunded.error = "the order is cancelled, but the provider refused the refund: " +
-                       refunded.error;
+      refunded.error =
+          "the order is cancelled, but the provider refused the refund: " + refunded.error;
     return refunded;
   }
 
