@@ -25,11 +25,31 @@ void Lanes::stop() {
     stopping_ = true;
   }
   work_cv_.notify_all();
+  free_cv_.notify_all();
 }
 
 bool Lanes::try_post(const std::string& lane, std::function<void()> task) {
   {
     MutexLock lock(mu_);
+    if (stopping_ || busy_.count(lane) || reserved_.count(lane) || waiting_.size() >= max_waiting_)
+      return false;
+    busy_.insert(lane);
+    waiting_.push_back({lane, std::move(task)});
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+bool Lanes::post_when_free(const std::string& lane, std::function<void()> task,
+                           std::chrono::milliseconds max_wait) {
+  const auto deadline = std::chrono::steady_clock::now() + max_wait;
+  {
+    MutexLock lock(mu_);
+    auto reservation = reserved_.insert(lane);
+    while (!stopping_ && (busy_.count(lane) || waiting_.size() >= max_waiting_)) {
+      if (free_cv_.wait_until(mu_, deadline) == std::cv_status::timeout) break;
+    }
+    reserved_.erase(reservation);
     if (stopping_ || busy_.count(lane) || waiting_.size() >= max_waiting_) return false;
     busy_.insert(lane);
     waiting_.push_back({lane, std::move(task)});
@@ -41,6 +61,11 @@ bool Lanes::try_post(const std::string& lane, std::function<void()> task) {
 bool Lanes::busy(const std::string& lane) const {
   MutexLock lock(mu_);
   return busy_.count(lane) > 0;
+}
+
+bool Lanes::awaited(const std::string& lane) const {
+  MutexLock lock(mu_);
+  return reserved_.count(lane) > 0;
 }
 
 void Lanes::on_done(std::function<void()> notify) {
@@ -68,6 +93,7 @@ void Lanes::run() {
       task = std::move(waiting_.front());
       waiting_.pop_front();
     }
+    free_cv_.notify_all();
     try {
       task.fn();
     } catch (const std::exception& e) {
@@ -80,6 +106,7 @@ void Lanes::run() {
       notify = on_done_;
       if (busy_.empty()) idle_cv_.notify_all();
     }
+    free_cv_.notify_all();
     if (notify) notify();
   }
 }

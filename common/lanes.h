@@ -6,6 +6,7 @@
 // Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -30,7 +31,15 @@ class Lanes {
 
   // Accepts the task unless its lane is busy or the pool is full.
   bool try_post(const std::string& lane, std::function<void()> task);
+  // Like try_post, but waits up to `max_wait` for the lane to be free and
+  // the pool to have room. While it waits, try_post turns the lane away, so
+  // the waiter goes next (an operator's request is not starved by the
+  // dispatcher). False when the wait ran out or the pool stopped.
+  bool post_when_free(const std::string& lane, std::function<void()> task,
+                      std::chrono::milliseconds max_wait);
   bool busy(const std::string& lane) const;
+  // A post_when_free waits for this lane.
+  bool awaited(const std::string& lane) const;
   // Called (on a pool thread) after each task: e.g. to wake a dispatcher.
   void on_done(std::function<void()> notify);
   // Tasks accepted and not finished.
@@ -49,8 +58,10 @@ class Lanes {
   mutable Mutex mu_;
   CondVar work_cv_;
   CondVar idle_cv_;
+  CondVar free_cv_;  // a lane was freed, or a waiting task started
   std::deque<Task> waiting_ GUARDED_BY(mu_);
-  std::set<std::string, std::less<>> busy_ GUARDED_BY(mu_);  // accepted and not finished
+  std::set<std::string, std::less<>> busy_ GUARDED_BY(mu_);           // accepted and not finished
+  std::multiset<std::string, std::less<>> reserved_ GUARDED_BY(mu_);  // post_when_free waits
   std::function<void()> on_done_ GUARDED_BY(mu_);
   const size_t max_waiting_;
   bool stopping_ GUARDED_BY(mu_) = false;

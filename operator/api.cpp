@@ -34,7 +34,11 @@ Response from_error(const Error& e) {
   }
   int status = e.http_status;
   if (status < 400 || status > 599) status = 500;
-  return error_response(status, e.code, e.message);
+  auto r = error_response(status, e.code, e.message);
+  if (status == 503)
+    r.headers["Retry-After"] =
+        std::to_string(std::max<int64_t>(1, (e.retry_after_ms + 999) / 1000));
+  return r;
 }
 
 namespace {

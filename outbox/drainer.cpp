@@ -273,11 +273,11 @@ void Drainer::execute(const store::OutboxEntry& entry) {
 void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
                             const std::string& principal) {
   // Durably executing: now, and only now, the provider is called.
-  const auto started = std::chrono::steady_clock::now();
+  const int64_t started_ns = clock_.monotonic_ns();
   auto result = provider_.execute(request_for(claimed));
   metrics_
       .histogram("opgate_provider_call_seconds", {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
-      .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      .observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
   metrics_.inc("opgate_provider_attempts_total",
                {{"result", std::string(verdict_name(result.verdict))}});
   const int64_t reconcile_in = backoff(0);
@@ -395,20 +395,28 @@ Status Drainer::reconcile_now(const std::string& key, const operations::Principa
                                   "{}.",
                                   operations::state_text(op)));
   // A pass of its own in the operation's lane, so it never runs beside the
-  // scheduled one; the scheduled item, if any, finds the operation settled.
+  // scheduled one. When a scheduled pass (or a re-execution) holds the lane,
+  // this one waits for it and goes next, so the provider is read after the
+  // operator asked; it finds the operation settled if that pass settled it.
   store::OutboxEntry entry;
   entry.id = kManual;
   entry.item.set_kind(pb::OUTBOX_RECONCILE);
   entry.item.set_operation_key(key);
   auto done = std::make_shared<std::promise<void>>();
   auto finished = done->get_future();
-  if (!lanes_.try_post(lane_of(entry.item), [this, entry, done] {
-        reconcile(entry);
-        done->set_value();
-      }))
-    return make_error(errc::conflict,
-                      "The operation is being executed or reconciled right now; ask again in a "
-                      "moment.");
+  if (!lanes_.post_when_free(
+          lane_of(entry.item),
+          [this, entry, done] {
+            reconcile(entry);
+            done->set_value();
+          },
+          std::chrono::milliseconds(options_.claim_lease_ms))) {
+    Error e = make_error(errc::overloaded,
+                         "The operation's provider call or reconciliation is still running; ask "
+                         "again in a moment.");
+    e.retry_after_ms = 5'000;
+    return e;
+  }
   finished.wait();
   return Status::Ok();
 }

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <future>
+#include <utility>
 
 #include "operations/attention.h"
 #include "operations/decisions.h"
@@ -198,6 +200,44 @@ TEST_CASE("an unreachable provider leaves it outcome_unknown and tries again lat
   CHECK(op.last_error().find("connection refused") != std::string::npos);
   CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms()) == 0);  // backing off
   CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);
+}
+
+TEST_CASE(
+    "reconcile now while a scheduled pass reads the provider: it waits its turn, then reads") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.pump();
+  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  // The scheduled pass finds the provider unreachable, but only once the
+  // operator has asked; the operator's pass then finds the refund.
+  std::promise<void> entered;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  bool first = true;
+  w.provider.during_find = [&] {
+    if (!std::exchange(first, false)) return;
+    entered.set_value();
+    released.wait();
+  };
+  w.provider.lookups = {lookup(adapters::Lookup::unreachable), lookup(adapters::Lookup::found)};
+  w.clock.advance_ms(60'000);
+  REQUIRE(w.drainer->dispatch() == 1);
+  entered.get_future().wait();
+  auto manual =
+      std::async(std::launch::async, [&] { return w.drainer->reconcile_now(kRefund, alice()); });
+  const std::string lane = "operation:" + std::string(kRefund);
+  while (!w.lanes->awaited(lane) &&
+         manual.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+  }
+  release.set_value();
+  Status s = manual.get();
+  CHECK_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  w.lanes->wait_idle();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.looked_up.size() == 2);
+  CHECK(w.provider.executed.size() == 1);
 }
 
 TEST_CASE("a provider call that throws leaves no operation stuck: after the lease, reconciled") {

@@ -104,6 +104,8 @@ class FakeProvider final : public adapters::PaymentProvider {
   bool throw_on_execute = false;
   // Runs while the provider is being called (another process acting then).
   std::function<void()> during_execute;
+  // Runs while the provider's records are being read.
+  std::function<void()> during_find;
 
   adapters::PaymentResult execute(const adapters::PaymentRequest& r) override {
     if (during_execute) during_execute();
@@ -113,6 +115,7 @@ class FakeProvider final : public adapters::PaymentProvider {
     return next(answers, succeeded(r));
   }
   adapters::LookupResult find(const adapters::PaymentRequest& r) override {
+    if (during_find) during_find();
     std::lock_guard lock(mu);
     looked_up.push_back(r);
     adapters::LookupResult unreachable;
