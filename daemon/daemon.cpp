@@ -233,15 +233,14 @@ class Leadership {
  public:
   using Hold = std::function<Result<std::optional<int64_t>>(const std::string&, const std::string&,
                                                             int64_t)>;
-  Leadership(Hold hold, int64_t ttl_ms)
+  Leadership(Hold hold, int64_t ttl_ms, const Clock& clock)
       : hold_(std::move(hold)),
         holder_(fmt::format("{}-{}", ::getpid(), crypto::random_hex(6))),
-        ttl_ms_(ttl_ms) {}
+        ttl_ms_(ttl_ms),
+        clock_(clock) {}
 
   bool leads() {
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
+    const int64_t now = clock_.monotonic_ms();
     if (now - last_try_ms_ >= ttl_ms_ / 3) {
       last_try_ms_ = now;
       auto token = hold_("duties", holder_, ttl_ms_);
@@ -261,6 +260,7 @@ class Leadership {
   Hold hold_;
   std::string holder_;
   int64_t ttl_ms_;
+  const Clock& clock_;
   int64_t last_try_ms_ = INT64_MIN / 2;
   int64_t until_ms_ = 0;
   int64_t token_ = 0;
@@ -368,7 +368,7 @@ int serve(const Config& initial, const ServeOptions& options) {
     return 2;
   }
   std::optional<Leadership> leadership;
-  if (opened->hold_lease) leadership.emplace(opened->hold_lease, 10'000);
+  if (opened->hold_lease) leadership.emplace(opened->hold_lease, 10'000, clock);
   Engine engine(storage, sessions, drainer, lanes, clock,
                 {std::chrono::milliseconds(200), std::chrono::seconds(config.sweep_interval_s),
                  std::chrono::seconds(config.sweep_window_s),

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <limits>
+
 #include "common/thread_name.h"
 #include "operations/decisions.h"
 
@@ -15,7 +17,8 @@ Engine::Engine(store::Storage& storage, worker::SessionSync& sessions, outbox::D
       lanes_(lanes),
       clock_(clock),
       options_(options),
-      last_sweep_(std::chrono::steady_clock::now()) {}
+      last_sweep_ms_(clock.monotonic_ms()),
+      last_pass_ms_(std::numeric_limits<int64_t>::min() / 2) {}  // no pass yet: not alive
 
 Engine::~Engine() { stop(); }
 
@@ -65,9 +68,7 @@ size_t Engine::expire_pending() {
 }
 
 bool Engine::alive(std::chrono::milliseconds within) const {
-  const auto last = std::chrono::steady_clock::time_point(
-      std::chrono::steady_clock::duration(last_pass_ns_.load()));
-  return std::chrono::steady_clock::now() - last <= within;
+  return clock_.monotonic_ms() - last_pass_ms_.load() <= within.count();
 }
 
 void Engine::notify_with(outbox::Notifier& notifier, operations::AttentionPolicy attention) {
@@ -108,21 +109,24 @@ size_t Engine::pass() {
   size_t work = leads ? expire_pending() : 0;
   work += sessions_.dispatch(lanes_);
   work += drainer_.dispatch();
-  const auto now = std::chrono::steady_clock::now();
+  const int64_t now = clock_.monotonic_ms();
   if (notifier_) {
     work += notifier_->dispatch();
     // outcome_unknown operations are few; looked at once a second, by the
     // node that leads (any node would do: the flag is set in a transaction).
-    if (leads && now - last_attention_scan_ >= std::chrono::seconds(1)) {
-      last_attention_scan_ = now;
+    if (leads && (!last_attention_scan_ms_ || now - *last_attention_scan_ms_ >= 1000)) {
+      last_attention_scan_ms_ = now;
       work += raise_attention();
     }
   }
   // A sweep cycle starts every interval and goes on over the next passes
   // until it has looked at every session, a bounded slice each pass.
   if (leads && options_.sweep_interval.count() > 0 &&
-      (sessions_.sweeping() || now - last_sweep_ >= options_.sweep_interval)) {
-    if (!sessions_.sweeping()) last_sweep_ = now;
+      (sessions_.sweeping() ||
+       now - last_sweep_ms_ >=
+           std::chrono::duration_cast<std::chrono::milliseconds>(options_.sweep_interval)
+               .count())) {
+    if (!sessions_.sweeping()) last_sweep_ms_ = now;
     sessions_.sweep(
         lanes_,
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.sweep_window).count());
@@ -143,7 +147,7 @@ void Engine::loop() {
     } catch (const std::exception& e) {
       spdlog::error("dispatcher pass failed: {}", e.what());
     }
-    last_pass_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+    last_pass_ms_ = clock_.monotonic_ms();
     MutexLock lock(mu_);
     if (stopping_) return;
     // More may be waiting: go again at once; otherwise sleep until woken or

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/clock.h"
@@ -43,7 +44,8 @@ class Engine {
 
   // One pass (tests drive the engine by hand): returns the work handed out.
   size_t pass();
-  // True if a pass finished within `within` (the dispatcher is not stuck).
+  // True if a pass finished within `within` (the dispatcher is not stuck),
+  // on the clock's monotonic time.
   bool alive(std::chrono::milliseconds within) const;
   // Pending operations past their approval time become settled/expired.
   size_t expire_pending();
@@ -66,11 +68,12 @@ class Engine {
   CondVar cv_;
   bool woken_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::chrono::steady_clock::time_point last_sweep_;
+  // Monotonic milliseconds (clock_.monotonic_ms()).
+  int64_t last_sweep_ms_;
   outbox::Notifier* notifier_ = nullptr;
   operations::AttentionPolicy attention_;
-  std::chrono::steady_clock::time_point last_attention_scan_;
-  std::atomic<int64_t> last_pass_ns_{0};  // steady clock
+  std::optional<int64_t> last_attention_scan_ms_;
+  std::atomic<int64_t> last_pass_ms_;
   std::thread thread_;
 };
 

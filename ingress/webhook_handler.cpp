@@ -85,7 +85,7 @@ std::optional<http::Response> WebhookHandler::check(const http::Request& req,
 }
 
 http::Response WebhookHandler::answer(const std::string& source, const Result<Accepted>& accepted,
-                                      std::chrono::steady_clock::time_point started) {
+                                      int64_t started_ns) {
   if (!accepted) {
     if (accepted.error().code == "conflict")
       return reject(source, 409, "conflict", accepted.error().message);
@@ -96,8 +96,7 @@ http::Response WebhookHandler::answer(const std::string& source, const Result<Ac
     return reject(source, 503, "storage_unavailable",
                   "The event could not be stored; retry later.");
   }
-  latency_.observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  latency_.observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
   if (accepted->duplicate) {
     metrics_.inc("opgate_webhooks_duplicate_total", {{"source", source}});
     return http::json_response(200, R"({"accepted":true,"duplicate":true})");
@@ -107,7 +106,7 @@ http::Response WebhookHandler::answer(const std::string& source, const Result<Ac
 }
 
 void WebhookHandler::handle(http::Request&& req, const std::string& source, http::Respond respond) {
-  const auto started = std::chrono::steady_clock::now();
+  const int64_t started = clock_.monotonic_ns();
   Submission submission;
   if (auto rejected = check(req, source, submission)) return respond(std::move(*rejected));
   submission.body = std::move(req.body);

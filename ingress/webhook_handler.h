@@ -55,7 +55,7 @@ class WebhookHandler {
   http::Response reject(const std::string& source, int status, std::string_view reason,
                         std::string_view message, std::string_view webhook_id = "");
   http::Response answer(const std::string& source, const Result<Accepted>& accepted,
-                        std::chrono::steady_clock::time_point started);
+                        int64_t started_ns);
 
   Live<IngressConfig> config_;
   Inbox& inbox_;
