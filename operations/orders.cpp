@@ -20,7 +20,7 @@ constexpr size_t kMaxDeliveryEvents = 100;
 
 Result<std::vector<pb::DeliveryEvent>> parse_deliveries(const json::value& v) {
   if (!v.is_array())
-    return make_error(errc::bad_order, "Order field 'deliveries' must be a list of events.");
+    return make_error(errc::bad_order, "Order field 'delivery' must be a list of events.");
   if (v.as_array().size() > kMaxDeliveryEvents)
     return make_error(errc::bad_order,
                       fmt::format("An order has at most {} delivery events.", kMaxDeliveryEvents));
@@ -81,8 +81,9 @@ Result<pb::Order> parse_order(std::string_view text) {
   if (ec || !v.is_object()) return make_error(errc::bad_order, "An order must be a JSON object.");
   auto& o = v.as_object();
   static const std::set<std::string> known = {
-      "order_id",       "owner",  "amount_minor", "currency", "payment_intent", "customer",
-      "payment_method", "status", "placed_at",    "note",     "refunded_minor", "deliveries"};
+      "order_id",       "owner",          "amount_minor", "currency",  "payment_intent",
+      "customer",       "payment_method", "status",       "placed_at", "note",
+      "refunded_minor", "delivery",       "deliveries"};
   for (const auto& [k, _] : o)
     if (!known.count(std::string(k)))
       return make_error(errc::bad_order,
@@ -138,7 +139,13 @@ Result<pb::Order> parse_order(std::string_view text) {
       method.size() > 255 || note.size() > 4096)
     return make_error(errc::bad_order, "An order field is empty or too long.");
   pb::Order order;
-  if (auto* d = o.if_contains("deliveries")) {
+  // "delivery" is the field's name; "deliveries" is read too, from seed
+  // files written before the name was fixed.
+  if (o.contains("delivery") && o.contains("deliveries"))
+    return make_error(errc::bad_order, "An order has one 'delivery' list, not two.");
+  const json::value* d = o.if_contains("delivery");
+  if (!d) d = o.if_contains("deliveries");
+  if (d) {
     auto parsed = parse_deliveries(*d);
     if (!parsed) return parsed.error();
     *order.mutable_deliveries() = {parsed->begin(), parsed->end()};
@@ -169,7 +176,7 @@ std::string order_to_json(const pb::Order& o) {
                                       {"placed_at", o.placed_at()},
                                       {"note", o.note()},
                                       {"refunded_minor", o.refunded_minor()},
-                                      {"deliveries", deliveries_json(o)}});
+                                      {"delivery", deliveries_json(o)}});
 }
 
 Result<std::vector<pb::Order>> read_orders_file(const std::string& path) {

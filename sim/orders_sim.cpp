@@ -32,7 +32,7 @@ http::Response error_reply(int status, std::string_view code, std::string_view m
 }
 
 bool delivered(const json::object& order) {
-  auto* events = order.if_contains("deliveries");
+  auto* events = order.if_contains("delivery");
   if (!events || !events->is_array()) return false;
   for (const auto& e : events->as_array())
     if (e.is_object())

@@ -274,15 +274,17 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
   OPGATE_ASSIGN_OR_RETURN(auto outcome,
                           dispatch_tool(action.name, action.arguments_json, session.owner(), lookup,
                                         policy, txn.now_ms() / 1000, session_calls));
+  // The order the call concerns: the evidence a later internal note may cite.
+  call.set_order_id(outcome.proposal ? outcome.proposal->order_id() : outcome.order_id);
+  if (outcome.note) {
+    operations::record_note(txn, call, session.owner(), outcome.note->order_id, outcome.note->text,
+                            outcome.note->evidence);
+    outcome.result = note_result(*outcome.note, operations::note_key(call));
+  }
   metrics_.inc(
       "opgate_tool_calls_total",
       {{"tool", operations::known_tool(action.name) ? action.name : "unknown"},
        {"result", outcome.result ? (outcome.result->success() ? "ok" : "refused") : "proposal"}});
-  // The order the call concerns: the evidence a later internal note may cite.
-  call.set_order_id(outcome.proposal ? outcome.proposal->order_id() : outcome.order_id);
-  if (outcome.note)
-    operations::record_note(txn, call, session.owner(), outcome.note->order_id, outcome.note->text,
-                            outcome.note->evidence);
   if (outcome.result) {
     operations::stage_result(txn, call, *outcome.result);
     return Status::Ok();

@@ -178,7 +178,7 @@ Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& 
                              // Events as the business reports them: each detail is free
                              // text from outside (a carrier), data only; "delivered" is
                              // the server's reading of the statuses.
-                             {"deliveries", operations::deliveries_json(order)},
+                             {"delivery", operations::deliveries_json(order)},
                              {"delivered", operations::delivered(order)}}},
       {"money", json::object{{"paid_minor", order.amount_minor()},
                              {"refunded_minor", order.refunded_minor() + funds.refunded_minor()},
@@ -353,24 +353,32 @@ Result<ToolOutcome> add_internal_note(std::string_view args_text, const std::str
           "Evidence '{}' is not a call of this session; cite the call ids of your lookup_order "
           "calls for this order. The note was not stored.",
           ref));
+    if (it->name() != "lookup_order")
+      return refuse(fmt::format(
+          "Evidence '{}' is not a lookup_order call; cite the calls that looked this order up. "
+          "The note was not stored.",
+          ref));
     if (it->order_id() != note.order_id)
       return refuse(fmt::format(
           "Evidence '{}' is not about order {}; cite calls that looked this order up. The note "
           "was not stored.",
           ref, note.order_id));
   }
-  json::array cited;
-  for (const auto& ref : note.evidence) cited.push_back(json::string(ref));
-  auto result =
-      success_result(json::object{{"note", json::object{{"order_id", note.order_id},
-                                                        {"evidence", cited},
-                                                        {"stored", true},
-                                                        {"visible_to_customer", false}}}});
   std::string order_id = note.order_id;
-  return ToolOutcome{result, {}, order_id, std::move(note)};
+  return ToolOutcome{{}, {}, order_id, std::move(note)};
 }
 
 }  // namespace
+
+pb::ToolResult note_result(const Note& note, std::string_view note_id) {
+  json::array cited;
+  for (const auto& ref : note.evidence) cited.push_back(json::string(ref));
+  return success_result(json::object{{"status", "noted"},
+                                     {"note_id", note_id},
+                                     {"order_id", note.order_id},
+                                     {"evidence", std::move(cited)},
+                                     {"visible_to_customer", false}});
+}
 
 std::optional<std::string> refund_order_id(std::string_view arguments_json) {
   RefundArgs parsed;

@@ -44,8 +44,9 @@ struct Note {
   std::vector<std::string> evidence;  // call ids of this session
 };
 
-// Exactly one of `result` (answer now) or `proposal` (create or link an
-// operation, answer when it settles) is set.
+// Exactly one of `result` (answer now), `proposal` (create or link an
+// operation, answer when it settles) or `note` (store it, then answer with
+// note_result) is set.
 struct ToolOutcome {
   std::optional<pb::ToolResult> result;
   std::optional<pb::Proposal> proposal;
@@ -63,6 +64,10 @@ Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view argume
                                   const std::string& owner, const OrderLookup& lookup,
                                   const PolicyConfig& policy, int64_t now_s,
                                   const CallsLookup& session_calls = {});
+
+// The answer to a stored note: {"status":"noted","note_id",...}; `note_id`
+// is the note's key (operations::note_key of its call).
+pb::ToolResult note_result(const Note& note, std::string_view note_id);
 
 // The valid order_id argument of any tool call, or nothing.
 std::optional<std::string> order_id_argument(std::string_view arguments_json);

@@ -69,7 +69,7 @@ Result<json::object> parse_order(const json::value& v, size_t i, int64_t now_s) 
   const auto& in = v.as_object();
   if (auto s = check_keys(in, {"order_id", "owner", "amount_minor", "currency"},
                           {"payment_intent", "customer", "payment_method", "status",
-                           "placed_days_ago", "note", "deliveries"},
+                           "placed_days_ago", "note", "delivery"},
                           where);
       !s)
     return s.error();
@@ -97,13 +97,13 @@ Result<json::object> parse_order(const json::value& v, size_t i, int64_t now_s) 
                    {"currency", *currency},
                    {"placed_at", now_s - days_ago * 86400}};
   // [{"hours_ago", "status", "detail"}]: the order's delivery events.
-  if (auto* d = in.if_contains("deliveries")) {
-    if (!d->is_array()) return bad(where + ": \"deliveries\" must be an array");
+  if (auto* d = in.if_contains("delivery")) {
+    if (!d->is_array()) return bad(where + ": \"delivery\" must be an array");
     json::array events;
     for (const auto& e : d->as_array()) {
       if (!e.is_object()) return bad(where + ": a delivery event must be an object");
       const auto& ev = e.as_object();
-      if (auto s = check_keys(ev, {"hours_ago", "status"}, {"detail"}, where + ".deliveries"); !s)
+      if (auto s = check_keys(ev, {"hours_ago", "status"}, {"detail"}, where + ".delivery"); !s)
         return s.error();
       auto hours = int_at(ev, "hours_ago", where);
       auto status = string_at(ev, "status", where);
@@ -117,7 +117,7 @@ Result<json::object> parse_order(const json::value& v, size_t i, int64_t now_s) 
       }
       events.push_back(std::move(event));
     }
-    out["deliveries"] = std::move(events);
+    out["delivery"] = std::move(events);
   }
   const std::pair<const char*, std::string> defaults[] = {{"payment_intent", "pi_" + *id},
                                                           {"customer", "cus_" + *owner},

@@ -305,7 +305,7 @@ TEST_CASE("lookup_order shows the delivery history as data and the server's read
   REQUIRE(out.result->success());
   CHECK(out.order_id == "ORDER-100");
   auto v = json::parse(out.result->output()).as_object();
-  const auto& events = v.at("order").at("deliveries").as_array();
+  const auto& events = v.at("order").at("delivery").as_array();
   REQUIRE(events.size() == 1);
   CHECK(events[0].at("status").as_string() == "in_transit");
   CHECK(events[0].at("at").as_int64() == kNow - 3600);
@@ -317,12 +317,18 @@ TEST_CASE("lookup_order shows the delivery history as data and the server's read
 TEST_CASE("orders parse delivery events strictly") {
   const std::string base =
       R"({"order_id":"O-1","owner":"u","amount_minor":100,"currency":"USD","payment_intent":"pi",)"
-      R"("customer":"c","payment_method":"card","status":"paid","placed_at":1,"deliveries":)";
+      R"("customer":"c","payment_method":"card","status":"paid","placed_at":1,"delivery":)";
   auto good =
       operations::parse_order(base + R"([{"at":5,"status":"delivered","detail":"porch"}]})");
   REQUIRE(good.ok());
   CHECK(operations::delivered(*good));
-  CHECK(json::parse(operations::order_to_json(*good)).at("deliveries").as_array().size() == 1);
+  CHECK(json::parse(operations::order_to_json(*good)).at("delivery").as_array().size() == 1);
+  // The name seed files used before it was fixed is read too, but not beside it.
+  const std::string head =
+      R"({"order_id":"O-1","owner":"u","amount_minor":100,"currency":"USD","payment_intent":"pi",)"
+      R"("customer":"c","payment_method":"card","status":"paid","placed_at":1,)";
+  CHECK(operations::parse_order(head + R"("deliveries":[{"at":5,"status":"delivered"}]})").ok());
+  CHECK_FALSE(operations::parse_order(head + R"("delivery":[],"deliveries":[]})").ok());
   CHECK_FALSE(operations::parse_order(base + R"([{"at":5,"status":"teleported"}]})").ok());
   CHECK_FALSE(operations::parse_order(base + R"([{"at":"x","status":"delivered"}]})").ok());
   CHECK_FALSE(operations::parse_order(base + R"([{"at":5,"status":"delivered","by":"x"}]})").ok());
@@ -355,13 +361,19 @@ TEST_CASE("an internal note is accepted with evidence from this session about th
   auto out = f.run("add_internal_note",
                    R"({"order_id":"ORDER-100","text":"Customer says the box was empty.",)"
                    R"("evidence":["call-1"]})");
-  REQUIRE(out.result);
-  REQUIRE(out.result->success());
   REQUIRE(out.note);
   CHECK(out.note->order_id == "ORDER-100");
   CHECK(out.note->text == "Customer says the box was empty.");
   CHECK(out.note->evidence == std::vector<std::string>{"call-1"});
   CHECK_FALSE(out.proposal);
+  CHECK_FALSE(out.result);  // the caller stores the note, then answers with note_result
+  auto answer = worker::note_result(*out.note, "note:sess_1:call-2");
+  REQUIRE(answer.success());
+  auto v = json::parse(answer.output()).as_object();
+  CHECK(v.at("status").as_string() == "noted");
+  CHECK(v.at("note_id").as_string() == "note:sess_1:call-2");
+  CHECK(v.at("evidence").as_array() == json::array{"call-1"});
+  CHECK(v.at("visible_to_customer").as_bool() == false);
 }
 
 TEST_CASE("a note whose evidence is missing, fabricated or about another order is refused") {
@@ -380,6 +392,10 @@ TEST_CASE("a note whose evidence is missing, fabricated or about another order i
   CHECK(refusal(note("ORDER-100", R"(["call-1"])")).find("not about order ORDER-100") !=
         std::string::npos);
   CHECK(refusal(note("ORDER-100", R"(["call-2"])")).find("not about") != std::string::npos);
+  // A proposal about the order is not evidence: only what the agent looked up.
+  f.calls.push_back(call("call-5", "request_refund", "ORDER-100"));
+  CHECK(refusal(note("ORDER-100", R"(["call-5"])")).find("not a lookup_order call") !=
+        std::string::npos);
   // One bad piece refuses the whole note.
   f.calls.push_back(call("call-3", "lookup_order", "ORDER-100"));
   CHECK(refusal(note("ORDER-100", R"(["call-3","call-1"])")).find("call-1") != std::string::npos);
