@@ -75,7 +75,8 @@ std::optional<Reply> call(const Context& c, const std::string& method, const std
     if (c.json) {
       std::cout << json::serialize(r.body) << "\n";
     } else {
-      std::cerr << fmt::format("error ({} {}): {}\n", res->status, code, message);
+      std::cerr << fmt::format("error ({} {}): {}\n", res->status, printable(code),
+                               printable(message));
       if (res->status == 401) std::cerr << "hint: check OPGATE_TOKEN.\n";
       if (res->status == 403) std::cerr << "hint: ask for a token with the needed scope.\n";
     }
@@ -435,8 +436,13 @@ int audit_verify_online(const Context& c, const std::string& expect_head) {
   auto r = call(c, "GET", path);
   if (!r) return 1;
   bool ok = r->body.as_object().at("ok").as_bool();
+  const bool whole = r->body.as_object().contains("records");  // a token of every owner
   print_json_or(c, *r, [&] {
-    if (ok)
+    if (!whole)
+      std::cout << (ok ? "audit chain verifies (this token's owner patterns do not cover every "
+                         "owner: ask one that does for its length and head)\n"
+                       : "AUDIT CHAIN BROKEN (ask a token of every owner for where)\n");
+    else if (ok)
       std::cout << fmt::format(
           "audit chain verifies: {} records, head #{} {}; {} operations agree "
           "with their records{}\n",

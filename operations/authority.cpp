@@ -21,6 +21,10 @@ bool Principal::may_act_for(const std::string& owner) const {
   return false;
 }
 
+bool Principal::sees_every_owner() const {
+  return std::find(owners.begin(), owners.end(), "*") != owners.end();
+}
+
 Result<ApprovalStep> check_approval(const pb::Operation& op, const Principal& principal,
                                     const ApprovalRequest& request, int approvals_needed) {
   const auto& p = op.proposal();

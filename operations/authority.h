@@ -38,6 +38,9 @@ struct Principal {
   // "admin" holds every scope.
   bool has_scope(std::string_view scope) const;
   bool may_act_for(const std::string& owner) const;
+  // A pattern "*": every owner, so whole-store facts (the audit chain's
+  // length and its problems, which name other owners' keys) may be shown.
+  bool sees_every_owner() const;
 };
 
 struct ApprovalRequest {

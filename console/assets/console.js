@@ -159,9 +159,15 @@
     if (!target) return;
     try {
       const v = await api("GET", "/v1/audit/verify");
-      if (v.ok) {
+      if (v.ok && v.records === undefined) {
+        target.textContent = "Audit chain verified: intact.";
+        target.className = (target.className.replace(/\b(ok|bad)\b/g, "") + " ok").trim();
+      } else if (v.ok) {
         target.textContent = `Audit chain verified: ${v.records} records, intact.`;
         target.className = (target.className.replace(/\b(ok|bad)\b/g, "") + " ok").trim();
+      } else if (v.records === undefined) {
+        target.textContent = "Audit chain BROKEN: ask an administrator to run opgate audit verify.";
+        target.className = (target.className.replace(/\b(ok|bad)\b/g, "") + " bad").trim();
       } else {
         target.textContent =
           `Audit chain BROKEN at record ${v.first_bad_seq}: ${v.problem} (${v.records} records).`;

@@ -35,6 +35,14 @@ TEST_CASE("outside its owner patterns a principal finds nothing, on every route"
              t)
             .status == 404);
   CHECK(str(c.operation(kKey), "state") == "pending");
+  // The audit chain spans every owner: an outsider hears whether it
+  // verifies, never its length, head or a problem naming another's record.
+  auto verify = c.op("GET", "/v1/audit/verify", "", t);
+  CHECK(verify.status == 200);
+  CHECK(verify.body.at("ok").as_bool());
+  CHECK_FALSE(verify.body.as_object().contains("records"));
+  CHECK_FALSE(verify.body.as_object().contains("head"));
+  CHECK(c.op("GET", "/v1/audit/verify", "", kAdminToken).body.as_object().contains("records"));
   // An unknown id and an id of the wrong shape are answered like any other.
   CHECK(c.op("GET", "/v1/sessions/sess_unknown/transcript", "", kAdminToken).status == 404);
   CHECK(c.op("GET", "/v1/sessions/..%2Fetc/transcript", "", kAdminToken).status == 400);
