@@ -59,14 +59,14 @@ void Metrics::inc(const std::string& name, const std::map<std::string, std::stri
   {
     // The common case: the series exists. Shared with other increments and
     // with scrapes, so neither waits for the other.
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     if (auto it = counters_.find(name); it != counters_.end())
       if (auto s = it->second.find(k); s != it->second.end()) {
         *s->second += by;
         return;
       }
   }
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   auto& slot = counters_[name][k];
   if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
   *slot += by;
@@ -74,7 +74,7 @@ void Metrics::inc(const std::string& name, const std::map<std::string, std::stri
 
 uint64_t Metrics::counter_value(const std::string& name,
                                 const std::map<std::string, std::string>& labels) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = counters_.find(name);
   if (it == counters_.end()) return 0;
   auto s = it->second.find(key(labels));
@@ -90,25 +90,25 @@ Histogram& Metrics::histogram(const std::string& name,
                               const std::vector<double>& bounds) {
   const std::string k = key(labels);
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     if (auto it = histograms_.find(name); it != histograms_.end())
       if (auto h = it->second.find(k); h != it->second.end()) return *h->second;
   }
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   auto& slot = histograms_[name][k];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
   return *slot;
 }
 
 void Metrics::gauge(const std::string& name, std::function<double()> read) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   gauges_[name] = std::move(read);
 }
 
 void Metrics::gauge_family(const std::string& name,
                            std::function<std::map<std::string, double>()> read,
                            const std::string& label) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   families_[name] = {label, std::move(read)};
 }
 
@@ -116,12 +116,12 @@ void Metrics::info(const std::string& name, const std::string& help,
                    const std::vector<std::pair<std::string, std::string>>& labels) {
   std::string k;
   for (const auto& [label, value] : labels) k += (k.empty() ? "" : ",") + key({{label, value}});
-  std::lock_guard lock(mu_);
+  WriterLock lock(mu_);
   infos_[name] = {help, std::move(k)};
 }
 
 void Metrics::describe(const std::string& name, const std::string& help) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   help_[name] = help;
 }
 
@@ -139,7 +139,7 @@ std::string Metrics::render() const {
   {
     // Atomic loads only under the (shared) lock; the gauges, which may read
     // the store, are evaluated after it is released.
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     help = help_;
     for (const auto& [name, series] : counters_) {
       header(name, "counter");

@@ -9,10 +9,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace opgate {
 
@@ -55,14 +55,17 @@ class Metrics {
 
  private:
   static std::string key(const std::map<std::string, std::string>& labels);
-  mutable std::shared_mutex mu_;  // exclusive only to add a series
-  std::map<std::string, std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>>> counters_;
-  std::map<std::string, std::map<std::string, std::unique_ptr<Histogram>>> histograms_;
-  std::map<std::string, std::function<double()>> gauges_;
+  mutable SharedMutex mu_;  // exclusive only to add a series
+  std::map<std::string, std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>>> counters_
+      GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::string, std::unique_ptr<Histogram>>> histograms_
+      GUARDED_BY(mu_);
+  std::map<std::string, std::function<double()>> gauges_ GUARDED_BY(mu_);
   std::map<std::string, std::pair<std::string, std::function<std::map<std::string, double>()>>>
-      families_;
-  std::map<std::string, std::pair<std::string, std::string>> infos_;  // name → {help, labels}
-  std::map<std::string, std::string> help_;
+      families_ GUARDED_BY(mu_);
+  // name → {help, labels}
+  std::map<std::string, std::pair<std::string, std::string>> infos_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> help_ GUARDED_BY(mu_);
 };
 
 }  // namespace opgate

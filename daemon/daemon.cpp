@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "common/live.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/signals.h"
 #include "common/version.h"
 #include "console/console.h"
@@ -76,13 +78,23 @@ void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::Ro
                 [&] { return static_cast<double>(storage.stats().wal_syncs); });
   // The unknown operations are few (an alert fires long before there are
   // many); they are read from the state index, never the settled history.
-  auto unknown_stats = [&storage, &clock, attention] {
+  // A gauge whose records cannot be read is NaN (an alert on it neither
+  // fires nor clears by mistake), logged and counted.
+  auto unreadable = [&metrics](const char* gauge, const Error& e) {
+    spdlog::warn("metrics: cannot read {}: {}", gauge, e.message);
+    metrics.inc("opgate_metric_read_errors_total", {{"gauge", gauge}});
+    return std::numeric_limits<double>::quiet_NaN();
+  };
+  auto unknown_stats = [&storage, &clock, attention, unreadable] {
     std::pair<double, double> out{0, 0};
     store::OperationQuery q;
     q.state = pb::STATE_OUTCOME_UNKNOWN;
     q.limit = 10000;
     auto page = storage.reader().operations(q);
-    if (!page) return out;
+    if (!page) {
+      const double nan = unreadable("opgate_oldest_outcome_unknown_seconds", page.error());
+      return std::pair<double, double>{nan, nan};
+    }
     const int64_t now = clock.now_ms();
     for (const auto& op : page->operations) {
       out.first = std::max(out.first, (now - op.unknown_since_ms()) / 1000.0);
@@ -94,10 +106,13 @@ void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::Ro
   metrics.gauge("opgate_operations_needing_attention", [=] { return unknown_stats().second; });
   metrics.gauge_family(
       "opgate_operations",
-      [&storage] {
+      [&storage, unreadable] {
         std::map<std::string, double> out;
         auto counts = storage.reader().counts();
-        if (!counts) return out;
+        if (!counts) {
+          unreadable("opgate_operations", counts.error());
+          return out;
+        }
         for (const auto& [state, n] : counts->operations)
           out[std::string(operations::to_string(static_cast<operations::State>(state)))] =
               static_cast<double>(n);
@@ -106,10 +121,13 @@ void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::Ro
       "state");
   metrics.gauge_family(
       "opgate_operations_settled",
-      [&storage] {
+      [&storage, unreadable] {
         std::map<std::string, double> out;
         auto counts = storage.reader().counts();
-        if (!counts) return out;
+        if (!counts) {
+          unreadable("opgate_operations_settled", counts.error());
+          return out;
+        }
         for (const auto& [outcome, n] : counts->settled)
           out[std::string(operations::to_string(static_cast<operations::Outcome>(outcome)))] =
               static_cast<double>(n);
@@ -118,11 +136,13 @@ void register_gauges(Metrics& metrics, store::Storage& storage, store::rocks::Ro
       "outcome");
   // The pending proposal that expires first is the oldest one: read through
   // the expiry index, one entry.
-  metrics.gauge("opgate_oldest_pending_seconds", [&storage, &clock] {
+  metrics.gauge("opgate_oldest_pending_seconds", [&storage, &clock, unreadable] {
     auto first = storage.reader().expired_by(INT64_MAX, 1);
-    if (!first || first->empty()) return 0.0;
+    if (!first) return unreadable("opgate_oldest_pending_seconds", first.error());
+    if (first->empty()) return 0.0;
     auto op = storage.reader().operation(first->front());
-    if (!op || !*op) return 0.0;
+    if (!op) return unreadable("opgate_oldest_pending_seconds", op.error());
+    if (!*op) return 0.0;
     return std::max<double>(0, (clock.now_ms() - (*op)->created_at_ms()) / 1000.0);
   });
 }
@@ -188,11 +208,21 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
     if (tls->enabled())
       if (Status s = http::check_tls_files(*tls); !s) return fail(s.error().message);
   const auto restart = keys_needing_restart(running, *next);
-  if (running.ingress_tls.enabled() && next->ingress_tls.enabled())
-    if (Status s = r.ingress_server.load_tls(next->ingress_tls); !s) return fail(s.error().message);
-  if (running.operator_tls.enabled() && next->operator_tls.enabled())
-    if (Status s = r.operator_server.load_tls(next->operator_tls); !s)
-      return fail(s.error().message);
+  // Every certificate is loaded before anything changes: a file that fails
+  // now leaves both listeners (and everything else) as they were.
+  std::shared_ptr<const http::LoadedTls> ingress_tls, operator_tls;
+  if (running.ingress_tls.enabled() && next->ingress_tls.enabled()) {
+    auto loaded = http::load_tls_files(next->ingress_tls);
+    if (!loaded) return fail(loaded.error().message);
+    ingress_tls = *loaded;
+  }
+  if (running.operator_tls.enabled() && next->operator_tls.enabled()) {
+    auto loaded = http::load_tls_files(next->operator_tls);
+    if (!loaded) return fail(loaded.error().message);
+    operator_tls = *loaded;
+  }
+  if (ingress_tls) r.ingress_server.use_tls(ingress_tls);
+  if (operator_tls) r.operator_server.use_tls(operator_tls);
   r.principals.set(next->principals);
   r.policy.set(next->policy);
   auto notify = next->notify;
@@ -341,13 +371,18 @@ int serve(const Config& initial, const ServeOptions& options) {
   }
   adapters::PaymentProvider* provider = cancelling ? cancelling.get() : payments.get();
 
-  auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
-  auto dist = std::make_shared<std::uniform_real_distribution<double>>(0.0, 1.0);
-  auto rng_mu = std::make_shared<std::mutex>();
-  Random random = [rng, dist, rng_mu] {
-    std::lock_guard lock(*rng_mu);
-    return (*dist)(*rng);
+  // Jitter for every backoff, shared by the threads that back off.
+  struct Jitter {
+    Mutex mu;
+    std::mt19937_64 rng GUARDED_BY(mu){std::random_device{}()};
+    std::uniform_real_distribution<double> dist GUARDED_BY(mu){0.0, 1.0};
+    double next() {
+      MutexLock lock(mu);
+      return dist(rng);
+    }
   };
+  auto jitter = std::make_shared<Jitter>();
+  Random random = [jitter] { return jitter->next(); };
   Live<operations::PolicyConfig> policy(config.policy);
   Live<operator_api::Principals> principals(config.principals);
   // Session syncs and outbox items run here, one lane per session,

@@ -44,6 +44,8 @@ void describe_metrics(Metrics& m, const std::vector<std::string>& sources,
       {"opgate_operations_needing_attention",
        "outcome_unknown operations past the attention thresholds."},
       {"opgate_ready", "1 when the daemon serves and its store can be written."},
+      {"opgate_metric_read_errors_total",
+       "Scrapes in which a gauge could not read its records (it showed NaN), by gauge."},
       {"opgate_notifications_sent_total", "Notifications an endpoint accepted, by endpoint."},
       {"opgate_notifications_failed_total",
        "Notification attempts that failed (the delivery is retried or dropped), by endpoint."},
@@ -89,6 +91,9 @@ void describe_metrics(Metrics& m, const std::vector<std::string>& sources,
     m.inc("opgate_reconciliations_total", {{"result", result}}, 0);
   for (const char* result : {"delivered", "retry", "conflict", "stale"})
     m.inc("opgate_result_deliveries_total", {{"result", result}}, 0);
+  for (const char* gauge : {"opgate_oldest_outcome_unknown_seconds", "opgate_operations",
+                            "opgate_operations_settled", "opgate_oldest_pending_seconds"})
+    m.inc("opgate_metric_read_errors_total", {{"gauge", gauge}}, 0);
 }
 
 namespace {

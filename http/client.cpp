@@ -9,7 +9,8 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/url/parse.hpp>
 #include <map>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace opgate::http {
 
@@ -27,11 +28,12 @@ namespace {
 
 // One verifying TLS context per trust store, built once: loading the system
 // store for every request would dominate the cost of a call.
+Mutex tls_contexts_mu;
+std::map<std::string, std::shared_ptr<ssl::context>> tls_contexts GUARDED_BY(tls_contexts_mu);
+
 Result<std::shared_ptr<ssl::context>> tls_context(const std::string& ca_file) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<ssl::context>> contexts;
-  std::lock_guard lock(mu);
-  if (auto it = contexts.find(ca_file); it != contexts.end()) return it->second;
+  MutexLock lock(tls_contexts_mu);
+  if (auto it = tls_contexts.find(ca_file); it != tls_contexts.end()) return it->second;
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
   ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
@@ -42,7 +44,7 @@ Result<std::shared_ptr<ssl::context>> tls_context(const std::string& ca_file) {
     ctx->load_verify_file(ca_file, ec);
   if (ec) return make_error(errc::tls_setup, "cannot load trusted certificates: " + ec.message());
   ctx->set_verify_mode(ssl::verify_peer);
-  contexts[ca_file] = ctx;
+  tls_contexts[ca_file] = ctx;
   return ctx;
 }
 

@@ -318,16 +318,29 @@ Result<std::shared_ptr<ssl::context>> server_context(const TlsFiles& files) {
 }
 }  // namespace
 
+struct LoadedTls {
+  std::shared_ptr<ssl::context> context;
+};
+
 Status check_tls_files(const TlsFiles& files) {
   OPGATE_TRY(server_context(files));
   return Status::Ok();
 }
 
-Status Server::load_tls(const TlsFiles& files) {
+Result<std::shared_ptr<const LoadedTls>> load_tls_files(const TlsFiles& files) {
   OPGATE_ASSIGN_OR_RETURN(auto ctx, server_context(files));
-  MutexLock lock(impl_->mu);
-  impl_->tls = std::move(ctx);
+  return std::shared_ptr<const LoadedTls>(std::make_shared<LoadedTls>(LoadedTls{std::move(ctx)}));
+}
+
+Status Server::load_tls(const TlsFiles& files) {
+  OPGATE_ASSIGN_OR_RETURN(auto loaded, load_tls_files(files));
+  use_tls(std::move(loaded));
   return Status::Ok();
+}
+
+void Server::use_tls(std::shared_ptr<const LoadedTls> tls) {
+  MutexLock lock(impl_->mu);
+  impl_->tls = tls->context;
 }
 
 Result<uint16_t> Server::start() {

@@ -52,6 +52,11 @@ using AsyncHandler = std::function<void(Request&&, Respond)>;
 // Ok if the certificate and key load and match (nothing is changed).
 Status check_tls_files(const TlsFiles& files);
 
+// A certificate and key loaded and checked, ready for Server::use_tls: a
+// reload loads every listener's files before it changes any listener.
+struct LoadedTls;
+Result<std::shared_ptr<const LoadedTls>> load_tls_files(const TlsFiles& files);
+
 class Server {
  public:
   Server(ServerOptions options, Handler handler);
@@ -66,6 +71,8 @@ class Server {
   // (a reload); connections already open keep theirs. An error changes
   // nothing.
   Status load_tls(const TlsFiles& files);
+  // The same with files already loaded; cannot fail.
+  void use_tls(std::shared_ptr<const LoadedTls> tls);
   // Stops accepting; idle connections close; requests in flight are answered
   // with "Connection: close". Returns when all connections are gone or the
   // deadline passes.

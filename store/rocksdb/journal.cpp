@@ -175,19 +175,10 @@ Status Journal::write_unlocked() NO_THREAD_SAFETY_ANALYSIS {
   return s;
 }
 
-uint64_t Journal::commits() const {
-  MutexLock lock(mu_);
-  return commits_;
-}
+uint64_t Journal::commits() const { return commits_.load(); }
 
-uint64_t Journal::transactions() const {
-  MutexLock lock(mu_);
-  return transactions_;
-}
+uint64_t Journal::transactions() const { return transactions_.load(); }
 
-bool Journal::failing() const {
-  MutexLock lock(mu_);
-  return failing_;
-}
+bool Journal::failing() const { return failing_.load(); }
 
 }  // namespace opgate::store::rocks

@@ -20,6 +20,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -121,9 +122,11 @@ class Journal {
   std::shared_ptr<Outcome> writing_outcome_ GUARDED_BY(mu_);
   AuditHead head_ GUARDED_BY(mu_);  // the chain's head including staged records
   bool stopping_ GUARDED_BY(mu_) = false;
-  bool failing_ GUARDED_BY(mu_) = false;
-  uint64_t commits_ GUARDED_BY(mu_) = 0;
-  uint64_t transactions_ GUARDED_BY(mu_) = 0;
+  // Written by the committer, read without the lock (a metrics scrape or
+  // a readiness check must not wait behind a transaction).
+  std::atomic<bool> failing_{false};
+  std::atomic<uint64_t> commits_{0};
+  std::atomic<uint64_t> transactions_{0};
   std::thread committer_;
 };
 

@@ -310,12 +310,18 @@ class KvReader : public virtual Reader {
     std::optional<pb::AuditRecord> last;
     // Audit keys are fixed-width sequence numbers; the reader's view has no
     // reverse scan, so the durable reader overrides this with a seek.
+    bool bad = false;
     Status s = view_.scan(Cf::audit, "", [&](std::string_view, std::string_view v) {
       pb::AuditRecord r;
-      if (r.ParseFromArray(v.data(), static_cast<int>(v.size()))) last = std::move(r);
+      if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        bad = true;
+        return false;
+      }
+      last = std::move(r);
       return true;
     });
     if (!s) return s.error();
+    if (bad) return corrupt("audit record");
     if (last) head = {last->seq(), last->hash()};
     return head;
   }
