@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
     init_json_logging();
     auto config = daemon::load_config(config_path);
     if (!config) {
-      std::cerr << "error: " << config.error().message << "\n";
+      // The daemon's stderr is its log: the refusal is a JSON line too.
+      log_event(spdlog::level::critical, "config.invalid",
+                "cannot start: " + config.error().message,
+                {{"reason", config.error().message}, {"path", config_path}});
       rc = 2;
       return;
     }

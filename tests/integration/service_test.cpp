@@ -4,7 +4,11 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <stdio.h>
+#include <unistd.h>
 
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -16,6 +20,8 @@ using namespace opgate;
 using namespace opgate::testing;
 
 namespace {
+
+std::string random_suffix() { return std::to_string(::getpid()) + "-" + std::to_string(::rand()); }
 
 std::pair<int, std::string> run(const std::string& command) {
   std::string out;
@@ -34,6 +40,27 @@ TEST_CASE("opgate --version prints the version and the git revision") {
   CHECK(rc == 0);
   CHECK(out == std::string(kVersionLine) + "\n");
   CHECK(std::regex_match(out, std::regex(R"(opgate \d+\.\d+\.\d+ \([0-9A-Za-z._-]+\)\n)")));
+}
+
+TEST_CASE("a configuration the daemon refuses is one JSON log line naming the key, no secret") {
+  const auto dir = std::filesystem::temp_directory_path() / ("opgate-badconf-" + random_suffix());
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "opgate.toml";
+  // A type error on the line that holds a webhook secret.
+  std::ofstream(path) << "[[ingress.sources]]\nname = \"agents\"\n"
+                         "secrets = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+  auto [rc, out] =
+      run(std::string(OPGATE_BIN_DIR) + "/opgate serve --config " + path.string() + " 2>&1");
+  std::filesystem::remove_all(dir);
+  CHECK(rc == 2);
+  CHECK(out.find("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") == std::string::npos);
+  auto line = out.substr(0, out.find('\n'));
+  json::error_code ec;
+  auto v = json::parse(line, ec);
+  REQUIRE_MESSAGE(!ec, out);
+  CHECK(v.at("event").as_string() == "config.invalid");
+  CHECK(v.at("level").as_string() == "critical");
+  CHECK(std::string(v.at("reason").as_string()).find("ingress.sources") != std::string::npos);
 }
 
 TEST_CASE("the daemon tells the service manager: ready, alive, stopping") {
