@@ -1,8 +1,10 @@
 #include "sim/agent_session.h"
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <cctype>
+#include <charconv>
 
 namespace opgate::sim {
 namespace json = boost::json;
@@ -31,6 +33,59 @@ std::string subject_of(std::string_view function_name) {
 
 }  // namespace
 
+namespace {
+
+Result<ScriptCall> parse_call(const json::object& o, const std::string& where) {
+  ScriptCall call;
+  for (const auto& [key, v] : o) {
+    if (key == "name") {
+      if (!v.is_string() || v.as_string().empty() || v.as_string().size() > kMaxNameLength)
+        return make_error(errc::invalid_script, where + "name must be a string of 1-64 characters");
+      call.name = std::string(v.as_string());
+    } else if (key == "arguments") {
+      if (!v.is_object())
+        return make_error(errc::invalid_script, where + "arguments must be an object");
+      call.arguments = v.as_object();
+    } else {
+      return make_error(errc::invalid_script, where + "unknown field \"" + std::string(key) + "\"");
+    }
+  }
+  if (call.name.empty()) return make_error(errc::invalid_script, where + "name is required");
+  return call;
+}
+
+// A copy of `v` with every string "$call:N" replaced by the id of call N.
+Result<json::value> with_call_ids(const json::value& v, const std::vector<std::string>& ids) {
+  if (v.is_string() && v.as_string().starts_with("$call:")) {
+    const std::string n(v.as_string().subview(6));
+    size_t index = 0;
+    auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), index);
+    if (ec != std::errc() || end != n.data() + n.size() || index >= ids.size())
+      return make_error(errc::invalid_script,
+                        "\"" + std::string(v.as_string()) + "\" names no call issued before it");
+    return json::value(ids[index]);
+  }
+  if (v.is_array()) {
+    json::array out;
+    for (const auto& e : v.as_array()) {
+      OPGATE_ASSIGN_OR_RETURN(auto x, with_call_ids(e, ids));
+      out.push_back(std::move(x));
+    }
+    return json::value(std::move(out));
+  }
+  if (v.is_object()) {
+    json::object out;
+    for (const auto& [k, e] : v.as_object()) {
+      OPGATE_ASSIGN_OR_RETURN(auto x, with_call_ids(e, ids));
+      out[k] = std::move(x);
+    }
+    return json::value(std::move(out));
+  }
+  return v;
+}
+
+}  // namespace
+
 Result<std::vector<ScriptStep>> parse_script(const json::value& value) {
   if (!value.is_array()) return make_error(errc::invalid_script, "script must be an array");
   const auto& arr = value.as_array();
@@ -42,25 +97,29 @@ Result<std::vector<ScriptStep>> parse_script(const json::value& value) {
     if (!arr[i].is_object()) return make_error(errc::invalid_script, where + "must be an object");
     const auto& o = arr[i].as_object();
     ScriptStep step;
-    for (const auto& [key, v] : o) {
-      if (key == "fail") {
-        if (!v.is_bool()) return make_error(errc::invalid_script, where + "fail must be a boolean");
-        step.fail = v.as_bool();
-      } else if (key == "name") {
-        if (!v.is_string() || v.as_string().empty() || v.as_string().size() > kMaxNameLength)
-          return make_error(errc::invalid_script,
-                            where + "name must be a string of 1-64 characters");
-        step.name = std::string(v.as_string());
-      } else if (key == "arguments") {
-        if (!v.is_object())
-          return make_error(errc::invalid_script, where + "arguments must be an object");
-        step.arguments = v.as_object();
-      } else {
+    if (const auto* fail = o.if_contains("fail")) {
+      if (o.size() != 1) return make_error(errc::invalid_script, where + "fail stands alone");
+      if (!fail->is_bool())
+        return make_error(errc::invalid_script, where + "fail must be a boolean");
+      step.fail = fail->as_bool();
+    } else if (const auto* calls = o.if_contains("calls")) {
+      if (o.size() != 1) return make_error(errc::invalid_script, where + "calls stands alone");
+      if (!calls->is_array() || calls->as_array().empty() ||
+          calls->as_array().size() > kMaxCallsPerStep)
         return make_error(errc::invalid_script,
-                          where + "unknown field \"" + std::string(key) + "\"");
+                          where + "calls must be a list of 1-16 calls made together");
+      for (size_t j = 0; j < calls->as_array().size(); ++j) {
+        const auto& c = calls->as_array()[j];
+        const std::string at = where + "calls[" + std::to_string(j) + "]: ";
+        if (!c.is_object()) return make_error(errc::invalid_script, at + "must be an object");
+        OPGATE_ASSIGN_OR_RETURN(auto call, parse_call(c.as_object(), at));
+        step.calls.push_back(std::move(call));
       }
+    } else {
+      OPGATE_ASSIGN_OR_RETURN(auto call, parse_call(o, where));
+      step.calls.push_back(std::move(call));
     }
-    if (!step.fail && step.name.empty())
+    if (!step.fail && step.calls.empty())
       return make_error(errc::invalid_script, where + "name is required");
     steps.push_back(std::move(step));
   }
@@ -78,8 +137,8 @@ std::vector<ScriptStep> default_script(std::string_view input) {
       break;
     }
   }
-  return {ScriptStep{"lookup_order", json::object{{"order_id", order}}, false},
-          ScriptStep{"request_refund", json::object{{"order_id", order}}, false}};
+  return {ScriptStep{{ScriptCall{"lookup_order", json::object{{"order_id", order}}}}, false},
+          ScriptStep{{ScriptCall{"request_refund", json::object{{"order_id", order}}}}, false}};
 }
 
 Result<ToolResult> parse_tool_result(const json::value& event) {
@@ -162,7 +221,7 @@ Result<std::string> AgentSession::start_turn(std::string input, std::vector<Scri
 }
 
 bool AgentSession::wants_advance() const {
-  return status_ == "in_progress" && !pending_ && !turns_.empty() &&
+  return status_ == "in_progress" && pending_.empty() && !turns_.empty() &&
          turns_.back().status == "in_progress";
 }
 
@@ -179,14 +238,27 @@ bool AgentSession::advance(int64_t now) {
       status_ = "failed";
       return false;
     }
-    Call call{ids_("call_"), turn.id, step.name, step.arguments};
-    add_item(json::object{{"type", "function_call"},
-                          {"call_id", call.call_id},
-                          {"turn_id", call.turn_id},
-                          {"name", call.name},
-                          {"arguments", json::serialize(call.arguments)}});
-    calls_[call.call_id] = call;
-    pending_ = std::move(call);
+    for (const auto& spec : step.calls) {
+      auto arguments = with_call_ids(spec.arguments, turn.call_ids);
+      if (!arguments) {  // a script naming a call that never came: the model fails
+        add_item(json::object{{"type", "message"},
+                              {"role", "assistant"},
+                              {"content", "Sorry: " + arguments.error().message}});
+        turn.status = "failed";
+        status_ = "failed";
+        pending_.clear();
+        return false;
+      }
+      Call call{ids_("call_"), turn.id, spec.name, arguments->as_object()};
+      add_item(json::object{{"type", "function_call"},
+                            {"call_id", call.call_id},
+                            {"turn_id", call.turn_id},
+                            {"name", call.name},
+                            {"arguments", json::serialize(call.arguments)}});
+      calls_[call.call_id] = call;
+      turn.call_ids.push_back(call.call_id);
+      pending_.push_back(std::move(call));
+    }
     turn.status = "waiting";
     status_ = "requires_action";
     return true;
@@ -205,8 +277,9 @@ ResultCheck AgentSession::check(const ToolResult& result) const {
     if (it->second.turn_id != result.turn_id) return ResultCheck::kUnknown;
     return it->second == result ? ResultCheck::kDuplicate : ResultCheck::kConflict;
   }
-  if (pending_ && pending_->call_id == result.call_id && pending_->turn_id == result.turn_id)
-    return ResultCheck::kAccept;
+  for (const auto& call : pending_)
+    if (call.call_id == result.call_id && call.turn_id == result.turn_id)
+      return ResultCheck::kAccept;
   return ResultCheck::kUnknown;
 }
 
@@ -219,9 +292,12 @@ void AgentSession::record(const ToolResult& result) {
                     {"success", result.success}};
   if (!result.success) item["error"] = result.error;
   add_item(std::move(item));
-  last_call_ = std::move(*pending_);
+  auto it = std::find_if(pending_.begin(), pending_.end(),
+                         [&](const Call& c) { return c.call_id == result.call_id; });
+  last_call_ = std::move(*it);
   last_result_ = result;
-  pending_.reset();
+  pending_.erase(it);
+  if (!pending_.empty()) return;  // the step's other calls still wait for theirs
   turns_.back().status = "in_progress";
   status_ = "in_progress";
 }
@@ -235,12 +311,12 @@ void AgentSession::add_item(json::object item) {
 
 json::object AgentSession::session_json() const {
   json::array actions;
-  if (pending_)
+  for (const auto& call : pending_)
     actions.push_back(json::object{{"type", "function_call"},
-                                   {"call_id", pending_->call_id},
-                                   {"turn_id", pending_->turn_id},
-                                   {"name", pending_->name},
-                                   {"arguments", pending_->arguments}});
+                                   {"call_id", call.call_id},
+                                   {"turn_id", call.turn_id},
+                                   {"name", call.name},
+                                   {"arguments", call.arguments}});
   return json::object{{"id", id_},
                       {"object", "agents.session"},
                       {"status", status_},

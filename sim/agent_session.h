@@ -1,7 +1,8 @@
-// One agent session driven by a scripted model: a script of function calls is
-// issued one call at a time; each tool result is recorded and advances the
-// script; at the end the model answers with a message that reflects the last
-// result. Pure state machine with no clock, sockets or locks of its own.
+// One agent session driven by a scripted model: a script of steps, each one
+// function call or several issued together (as models do in one step); the
+// step's results are recorded, and once all are in the script advances; at
+// the end the model answers with a message that reflects the last result.
+// Pure state machine with no clock, sockets or locks of its own.
 // Not thread-safe: the owner serialises access.
 #pragma once
 
@@ -20,15 +21,24 @@
 
 namespace opgate::sim {
 
+struct ScriptCall {
+  std::string name;  // the function to call
+  // Its arguments. A string "$call:N" anywhere in them is replaced by the
+  // id of the turn's Nth call (0-based, in the order issued): a note cites
+  // the lookup it rests on.
+  boost::json::object arguments;
+};
+
 struct ScriptStep {
-  std::string name;               // the function to call
-  boost::json::object arguments;  // its arguments
-  bool fail = false;              // instead of a call: the model fails the turn
+  std::vector<ScriptCall> calls;  // issued together, in one step
+  bool fail = false;              // instead of calls: the model fails the turn
 };
 
 constexpr size_t kMaxScriptSteps = 100;
+constexpr size_t kMaxCallsPerStep = 16;
 
-// Parses [{"name","arguments":{...}} | {"fail":true}, ...].
+// Parses [{"name","arguments":{...}} | {"calls":[{"name","arguments"}, ...]}
+// | {"fail":true}, ...].
 Result<std::vector<ScriptStep>> parse_script(const boost::json::value& value);
 // lookup_order then request_refund for the first ORDER-xxx in the input
 // (ORDER-100 if none).
@@ -82,7 +92,7 @@ class AgentSession {
   const std::string& id() const { return id_; }
   // "idle" | "in_progress" | "requires_action" | "failed"
   const std::string& status() const { return status_; }
-  bool requires_action() const { return pending_.has_value(); }
+  bool requires_action() const { return !pending_.empty(); }
 
   boost::json::object session_json() const;  // the API's agents.session object
   boost::json::array turns_json() const;
@@ -96,6 +106,7 @@ class AgentSession {
     int64_t created_at = 0;
     std::vector<ScriptStep> script;
     size_t next_step = 0;
+    std::vector<std::string> call_ids;  // every call issued in the turn, in order
   };
   struct Call {
     std::string call_id;
@@ -112,7 +123,7 @@ class AgentSession {
   std::string status_ = "idle";
   std::vector<Turn> turns_;
   std::vector<boost::json::object> items_;
-  std::optional<Call> pending_;
+  std::vector<Call> pending_;  // the calls of the current step not answered yet
   std::optional<Call> last_call_;
   std::optional<ToolResult> last_result_;
   std::map<std::string, ToolResult> answered_;  // call_id -> recorded result

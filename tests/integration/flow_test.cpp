@@ -390,6 +390,33 @@ TEST_CASE("inspect shows root turn status, every page of items and the ledger ro
   CHECK(out.find("re_") != std::string::npos);
 }
 
+TEST_CASE("the CLI shows what customers and models wrote with control characters escaped") {
+  Cluster c;
+  // An order whose payment method, and a note whose text, carry terminal
+  // escape sequences (clear the screen, retitle the window).
+  const std::string order =
+      R"({"order_id":"ORDER-900","owner":"demo-user","amount_minor":1200,"currency":"USD",)"
+      R"("payment_intent":"pi_900","customer":"cus_900","payment_method":"visa\u001b[2J",)"
+      R"("status":"paid","placed_at":1800000000,"note":""})";
+  REQUIRE(c.op("PUT", "/v1/orders/ORDER-900", order).status == 200);
+  const std::string key = "demo-user:ORDER-900:full-refund:v1";
+  auto session =
+      c.create_session(R"([{"name":"lookup_order","arguments":{"order_id":"ORDER-900"}},)"
+                       R"({"name":"add_internal_note","arguments":{"order_id":"ORDER-900",)"
+                       R"("text":"boxed\u001b]0;pwned\u0007","evidence":["$call:0"]}},)"
+                       R"({"name":"request_refund","arguments":{"order_id":"ORDER-900"}}])");
+  c.wait_operation(key, [](auto& o) { return str(o, "state") == "pending"; });
+  auto [prc, pending] = c.cli({"pending", "--session", session});
+  CHECK(prc == 0);
+  CHECK(pending.find("visa\\x1b[2J") != std::string::npos);
+  CHECK(pending.find('\x1b') == std::string::npos);
+  auto [irc, inspected] = c.cli({"inspect", "--session", session});
+  CHECK(irc == 0);
+  CHECK(inspected.find("boxed\\x1b]0;pwned\\x07") != std::string::npos);
+  CHECK(inspected.find('\x1b') == std::string::npos);
+  CHECK(inspected.find('\x07') == std::string::npos);
+}
+
 TEST_CASE("orders import checks the whole file first, then upserts every order") {
   Cluster c;
   const std::string order =

@@ -28,13 +28,52 @@ std::string pending_call(const AgentSession& s) {
 TEST_CASE("sim agent: default script names the order from the input") {
   auto steps = default_script("please refund ORDER-A7x, thanks (not ORDER-2)");
   REQUIRE(steps.size() == 2);
-  CHECK(steps[0].name == "lookup_order");
-  CHECK(steps[1].name == "request_refund");
-  CHECK(steps[1].arguments.at("order_id").as_string() == "ORDER-A7x");
-  CHECK(default_script("hello ORDER- x")[0].arguments.at("order_id").as_string() == "ORDER-100");
+  CHECK(steps[0].calls.at(0).name == "lookup_order");
+  CHECK(steps[1].calls.at(0).name == "request_refund");
+  CHECK(steps[1].calls.at(0).arguments.at("order_id").as_string() == "ORDER-A7x");
+  CHECK(default_script("hello ORDER- x")[0].calls.at(0).arguments.at("order_id").as_string() ==
+        "ORDER-100");
   CHECK_FALSE(parse_script(boost::json::parse(R"([{"arguments":{}}])")).ok());
   CHECK_FALSE(parse_script(boost::json::parse(R"([{"name":"x","extra":1}])")).ok());
   CHECK(parse_script(boost::json::parse(R"([{"fail":true}])")).ok());
+  CHECK_FALSE(parse_script(boost::json::parse(R"([{"calls":[]}])")).ok());
+  CHECK_FALSE(parse_script(boost::json::parse(R"([{"calls":[{"name":"x"}],"name":"y"}])")).ok());
+  CHECK_FALSE(parse_script(boost::json::parse(R"([{"calls":[{"arguments":{}}]}])")).ok());
+}
+
+TEST_CASE("sim agent: several calls in one step, each answered, and references to earlier calls") {
+  AgentSession s = make_session();
+  auto script = parse_script(boost::json::parse(
+      R"([{"name":"lookup_order","arguments":{"order_id":"ORDER-1"}},)"
+      R"({"calls":[{"name":"request_refund","arguments":{"order_id":"ORDER-1"}},)"
+      R"({"name":"add_internal_note","arguments":{"evidence":["$call:0"]}}]}])"));
+  REQUIRE(script.ok());
+  auto turn = s.start_turn("refund ORDER-1", *script, 100);
+  REQUIRE(turn.ok());
+  REQUIRE(s.advance(101));
+  const std::string lookup = pending_call(s);
+  s.record({*turn, lookup, true, "{}", ""});
+  REQUIRE(s.advance(102));
+  auto actions = s.session_json().at("required_actions").as_array();
+  REQUIRE(actions.size() == 2);
+  const std::string refund(actions[0].at("call_id").as_string());
+  const std::string note(actions[1].at("call_id").as_string());
+  CHECK(actions[1].at("arguments").at("evidence").as_array()[0].as_string() == lookup);
+  // One answered: the other still waits, and the model does not move on.
+  s.record({*turn, note, true, R"({"status":"noted"})", ""});
+  CHECK(s.status() == "requires_action");
+  CHECK_FALSE(s.wants_advance());
+  CHECK(s.session_json().at("required_actions").as_array().size() == 1);
+  s.record({*turn, refund, true, R"({"status":"denied"})", ""});
+  CHECK(s.wants_advance());
+  CHECK_FALSE(s.advance(103));
+  CHECK(s.status() == "idle");
+  // A reference to a call that never came fails the turn.
+  auto bad = parse_script(boost::json::parse(R"([{"name":"x","arguments":{"e":"$call:3"}}])"));
+  REQUIRE(bad.ok());
+  REQUIRE(s.start_turn("again", *bad, 104).ok());
+  CHECK_FALSE(s.advance(105));
+  CHECK(s.status() == "failed");
 }
 
 TEST_CASE("sim agent: one call at a time, resend safe, conflicts refused, then a closing message") {
@@ -96,7 +135,7 @@ TEST_CASE("sim agent: closing messages") {
 
 TEST_CASE("sim agent: a failing step fails the turn; a busy session refuses a new turn") {
   AgentSession s = make_session();
-  std::vector<ScriptStep> script{ScriptStep{"", {}, true}};
+  std::vector<ScriptStep> script{ScriptStep{{}, true}};
   REQUIRE(s.start_turn("hi", script, 1).ok());
   CHECK_FALSE(s.start_turn("again", script, 1).ok());
   CHECK_FALSE(s.advance(2));
