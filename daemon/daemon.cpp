@@ -324,7 +324,18 @@ int serve(const Config& initial, const ServeOptions& options) {
         "only {} file descriptors are available: connections are capped at {} (webhooks) and {} "
         "(operator); raise LimitNOFILE to allow more",
         open_files, fds.ingress_connections, fds.operator_connections);
-  auto opened = open_store(config, clock, fds.rocksdb_max_open_files);
+  // A store that stops accepting writes (a failed WAL sync makes RocksDB
+  // read-only until it is opened again) cannot settle or answer anything:
+  // the daemon stops and exits non-zero, so that the service manager starts
+  // it again on what the disk holds (a fail-stop, as PostgreSQL does on a
+  // failed fsync). Every retry after that is idempotent.
+  auto opened = open_store(config, clock, fds.rocksdb_max_open_files, [](const std::string& why) {
+    log_event(spdlog::level::critical, "store.read_only",
+              "the store stopped accepting writes; stopping so that the "
+              "service manager restarts opgate on what the disk holds",
+              {{"reason", why}});
+    ::kill(::getpid(), SIGUSR1);
+  });
   if (!opened) {
     spdlog::critical("cannot start: {}", opened.error().message);
     return 2;
@@ -540,7 +551,9 @@ int serve(const Config& initial, const ServeOptions& options) {
   int sig = 0;
   while ((sig = wait_for_signal(signals)) == SIGHUP)
     reload(options.config_path, config, reloadable);
-  spdlog::info("signal {} received; draining", sig);
+  const bool store_failed = sig == SIGUSR1;
+  spdlog::info("{}; draining", store_failed ? std::string("the store failed")
+                                            : fmt::format("signal {} received", sig));
   notify_stopping("draining");
   watchdog.stop();
   ready = false;
@@ -558,6 +571,10 @@ int serve(const Config& initial, const ServeOptions& options) {
   notify_lanes.wait_idle();
   ingress_server.stop();
   operator_server.stop();
+  if (store_failed) {
+    spdlog::critical("drained; exiting with status {} for a restart", kExitStoreFailed);
+    return kExitStoreFailed;
+  }
   spdlog::info("drained; exiting");
   return 0;
 }

@@ -18,7 +18,12 @@ struct ServeOptions {
   std::string ports_file;
 };
 
-// Returns the process exit code.
+// The exit status after the store stopped accepting writes (EX_TEMPFAIL):
+// the unit's Restart=on-failure starts the daemon again.
+inline constexpr int kExitStoreFailed = 75;
+
+// Returns the process exit code: 0 after a drain on SIGTERM, 2 when it
+// cannot start, kExitStoreFailed when the store failed while serving.
 int serve(const Config& config, const ServeOptions& options);
 
 }  // namespace opgate::daemon

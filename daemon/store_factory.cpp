@@ -36,8 +36,8 @@ Error not_built() {
 
 }  // namespace
 
-Result<OpenedStore> open_store(const Config& config, const Clock& clock,
-                               int rocksdb_max_open_files) {
+Result<OpenedStore> open_store(const Config& config, const Clock& clock, int rocksdb_max_open_files,
+                               std::function<void(const std::string&)> on_read_only) {
   OpenedStore out;
   if (config.store.backend == "postgres") {
 #ifdef OPGATE_WITH_POSTGRES
@@ -64,6 +64,7 @@ Result<OpenedStore> open_store(const Config& config, const Clock& clock,
   o.write_buffer_bytes = static_cast<size_t>(config.store.write_buffer_bytes);
   o.inbox_retention_ms = config.inbox_retention_s * 1000;
   o.clock = &clock;
+  o.on_read_only = std::move(on_read_only);
   OPGATE_ASSIGN_OR_RETURN(auto rocks, store::rocks::RocksStorage::open(config.data_dir, o, clock));
   out.rocks = rocks.get();
   out.storage = std::move(rocks);

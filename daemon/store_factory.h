@@ -35,8 +35,9 @@ struct OpenedStore {
 };
 
 // `rocksdb_max_open_files`: the table files RocksDB may keep open.
-Result<OpenedStore> open_store(const Config& config, const Clock& clock,
-                               int rocksdb_max_open_files);
+// `on_read_only` (RocksDB): called once if the store stops accepting writes.
+Result<OpenedStore> open_store(const Config& config, const Clock& clock, int rocksdb_max_open_files,
+                               std::function<void(const std::string&)> on_read_only = {});
 
 // `opgate migrate`: brings the PostgreSQL schema up to date and says what it
 // applied; for RocksDB there is nothing to migrate.

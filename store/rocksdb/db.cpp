@@ -6,6 +6,7 @@
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/statistics.h>
 #include <rocksdb/table.h>
@@ -13,6 +14,7 @@
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <vector>
 
@@ -48,6 +50,24 @@ class InboxRetentionFilter final : public rocksdb::CompactionFilter {
  private:
   const Clock& clock_;
   int64_t retention_ms_;
+};
+
+// Tells the owner, once, that RocksDB stopped accepting writes: an error of
+// hard severity or worse (a failed WAL sync always is) makes the database
+// read-only until it is opened again.
+class ReadOnlyListener final : public rocksdb::EventListener {
+ public:
+  explicit ReadOnlyListener(std::function<void(const std::string&)> notify)
+      : notify_(std::move(notify)) {}
+  void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status* error) override {
+    if (!error || error->ok() || error->severity() < rocksdb::Status::Severity::kHardError) return;
+    if (told_.exchange(true)) return;
+    notify_(error->ToString());
+  }
+
+ private:
+  std::function<void(const std::string&)> notify_;
+  std::atomic<bool> told_{false};
 };
 }  // namespace
 
@@ -145,6 +165,8 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   // Tickers only (no histograms): WAL syncs for /metrics and benchmarks.
   db_options.statistics = rocksdb::CreateDBStatistics();
   db_options.statistics->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);
+  if (o.on_read_only)
+    db_options.listeners.push_back(std::make_shared<ReadOnlyListener>(o.on_read_only));
   std::unique_ptr<rocksdb::Env> env;
   if (o.file_system) {
     env = rocksdb::NewCompositeEnv(o.file_system);

@@ -76,6 +76,10 @@ struct OpenOptions {
   int max_open_files = -1;
   // Tests inject faults (a sync that fails or blocks) through this.
   std::shared_ptr<rocksdb::FileSystem> file_system;
+  // Called once (on a RocksDB thread) when the database stops accepting
+  // writes: a WAL sync, a flush or a compaction failed hard, and RocksDB is
+  // read-only until it is opened again. The argument says why.
+  std::function<void(const std::string&)> on_read_only;
 };
 
 class Db {

@@ -16,6 +16,9 @@ struct SyncControl {
   std::mutex mu;
   std::condition_variable cv;
   bool fail = false;  // syncs fail with an I/O error
+  // A failed sync also loses what was written since the last good one (the
+  // kernel dropped the dirty pages); otherwise it may reach the disk later.
+  bool lose_unsynced = false;
   bool hold = false;  // syncs wait until released
   int waiting = 0;    // syncs waiting now
   void set_hold(bool on) {
@@ -50,16 +53,35 @@ class FaultFile final : public rocksdb::FSWritableFileOwnerWrapper {
   FaultFile(std::unique_ptr<rocksdb::FSWritableFile> file, std::shared_ptr<SyncControl> control)
       : FSWritableFileOwnerWrapper(std::move(file)), control_(std::move(control)) {}
   rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-    if (auto s = control_->on_sync(); !s.ok()) return s;
-    return FSWritableFileOwnerWrapper::Sync(o, d);
+    if (auto s = control_->on_sync(); !s.ok()) return failed(s, o, d);
+    return synced(FSWritableFileOwnerWrapper::Sync(o, d), o, d);
   }
   rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-    if (auto s = control_->on_sync(); !s.ok()) return s;
-    return FSWritableFileOwnerWrapper::Fsync(o, d);
+    if (auto s = control_->on_sync(); !s.ok()) return failed(s, o, d);
+    return synced(FSWritableFileOwnerWrapper::Fsync(o, d), o, d);
   }
 
  private:
+  rocksdb::IOStatus synced(rocksdb::IOStatus s, const rocksdb::IOOptions& o,
+                           rocksdb::IODebugContext* d) {
+    if (s.ok()) synced_size_ = GetFileSize(o, d);
+    return s;
+  }
+  rocksdb::IOStatus failed(rocksdb::IOStatus s, const rocksdb::IOOptions& o,
+                           rocksdb::IODebugContext* d) {
+    bool lose = false;
+    {
+      std::lock_guard lock(control_->mu);
+      lose = control_->lose_unsynced;
+    }
+    if (lose) {
+      (void)FSWritableFileOwnerWrapper::Truncate(synced_size_, o, d);
+      (void)FSWritableFileOwnerWrapper::Fsync(o, d);
+    }
+    return s;
+  }
   std::shared_ptr<SyncControl> control_;
+  uint64_t synced_size_ = 0;
 };
 
 // Only the WAL's syncs are affected (table files and the manifest are not).
