@@ -6,10 +6,13 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <future>
+#include <thread>
 #include <utility>
 
+#include "fault_fs.h"
 #include "operations/attention.h"
 #include "operations/decisions.h"
 #include "operations/settlement.h"
@@ -33,7 +36,7 @@ operations::Principal alice() {
 }
 
 struct World : testing::World {
-  World() {
+  explicit World(store::rocks::OpenOptions options = {}) : testing::World(options) {
     seed_order("ORDER-100");
     REQUIRE(sync->bind("sess_1", "demo-user", "admin").ok());
   }
@@ -256,6 +259,87 @@ TEST_CASE("a provider call that throws leaves no operation stuck: after the leas
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
   CHECK(w.provider.executed.size() == 1);  // never executed blindly again
+}
+
+TEST_CASE("a failed sync recording the provider's answer: read-only, restarted, paid once") {
+  auto control = std::make_shared<testing::SyncControl>();
+  std::atomic<int> told{0};
+  store::rocks::OpenOptions o;
+  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  o.on_read_only = [&](const std::string&) { ++told; };
+  World w(o);
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  bool lost = false;
+  SUBCASE("the answer never reached the disk") { lost = true; }
+  SUBCASE("the answer reached the disk after all") { lost = false; }
+  {
+    std::lock_guard lock(control->mu);
+    control->lose_unsynced = lost;
+  }
+  // The provider refunds; the synced write of its answer then fails, and
+  // RocksDB accepts no write until it is opened again.
+  w.provider.during_execute = [&] { control->set_fail(true); };
+  w.engine->pass();  // the execute item goes to its lane
+  w.lanes->wait_idle();
+  w.notify_lanes->wait_idle();
+  REQUIRE(w.provider.executed.size() == 1);
+  CHECK(told == 1);  // the daemon stops on this and its service manager restarts it
+  w.provider.during_execute = nullptr;
+  control->set_fail(false);
+  CHECK_FALSE(w.storage->check_writable().ok());
+  // The restart, on what the disk holds: the refund recorded, or an
+  // operation executing, which becomes outcome_unknown and is reconciled.
+  w.close();
+  w.open(o);
+  REQUIRE(w.drainer->recover_after_restart().ok());
+  CHECK(w.state(kRefund) == (lost ? "outcome_unknown" : "settled/succeeded"));
+  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.executed.size() == 1);  // never executed again
+  CHECK(w.ledger(kRefund)->provider_object_id() ==
+        (lost ? "re_found" : "re_" + std::string(kRefund)));
+}
+
+TEST_CASE("a slow provider call holds only its own lane: another session is answered meanwhile") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  std::promise<void> entered;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  w.provider.during_execute = [&] {
+    entered.set_value();
+    released.wait();
+  };
+  w.engine->pass();  // hands the execute item to its lane, where it waits on the provider
+  entered.get_future().wait();
+  // Meanwhile another session asks for a lookup: answered and delivered.
+  REQUIRE(w.sync->bind("sess_2", "demo-user", "admin").ok());
+  adapters::SessionView v;
+  v.required_actions = {{"call_lookup", "turn_1", "lookup_order", R"({"order_id":"ORDER-100"})"}};
+  {
+    std::lock_guard lock(w.agents.mu);
+    w.agents.views["sess_2"] = v;
+  }
+  w.webhook("msg_lookup", "sess_2");
+  auto answered = [&] {
+    auto c = w.call("sess_2", "turn_1", "call_lookup");
+    return c && c->delivery() == pb::DELIVERY_DELIVERED;
+  };
+  for (int i = 0; i < 100 && !answered(); ++i) {
+    w.engine->pass();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (w.lanes->in_flight() > 1 && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+  }
+  CHECK(answered());
+  CHECK(w.state(kRefund) == "executing");  // the provider has not answered yet
+  release.set_value();
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
 }
 
 TEST_CASE("a claim taken over while its provider call ran records nothing over the new holder") {

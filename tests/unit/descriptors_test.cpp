@@ -1,0 +1,51 @@
+// File descriptors: the soft limit is raised to the hard one at start, and
+// what the process has is shared out so that connections can never take the
+// descriptors the store and the outbound calls need.
+#include "common/descriptors.h"
+
+#include <doctest/doctest.h>
+#include <sys/resource.h>
+
+#include <initializer_list>
+
+using namespace opgate;
+
+TEST_CASE("descriptors: the soft limit is raised to the hard limit") {
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+  if (before.rlim_max == RLIM_INFINITY || before.rlim_max < 512) return;  // nothing to show
+  rlimit lowered = before;
+  lowered.rlim_cur = 256;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);
+  CHECK(raise_open_files_limit() == before.rlim_max);
+  rlimit after{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &after) == 0);
+  CHECK(after.rlim_cur == before.rlim_max);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &before) == 0);
+}
+
+TEST_CASE("descriptors: listeners get what is left after the store and the headroom") {
+  // Plenty: everyone gets what they asked for.
+  auto roomy = plan_descriptors(1 << 20, 4096, 64);
+  CHECK(roomy.ingress_connections == 4096);
+  CHECK(roomy.operator_connections == 64);
+  CHECK_FALSE(roomy.capped);
+  CHECK(roomy.rocksdb_max_open_files == 4096);
+
+  // A small limit: connections are capped below it, leaving the store its
+  // share and headroom for the WAL, logs and outbound calls.
+  for (size_t limit : {256u, 1024u, 4096u}) {
+    auto p = plan_descriptors(limit, 100000, 1000);
+    CHECK(p.capped);
+    CHECK(p.rocksdb_max_open_files >= 32);
+    CHECK(static_cast<size_t>(p.rocksdb_max_open_files) + p.ingress_connections +
+              p.operator_connections + 96 <=
+          limit);
+    CHECK(p.ingress_connections >= 4);
+    CHECK(p.operator_connections >= 4);
+  }
+  // Asking for less than there is caps nothing.
+  auto modest = plan_descriptors(4096, 256, 16);
+  CHECK_FALSE(modest.capped);
+  CHECK(modest.ingress_connections == 256);
+}
