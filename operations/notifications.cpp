@@ -23,7 +23,13 @@ std::vector<std::string_view> events_of(State from, Event event, Target to) {
   return out;
 }
 
-void emit(store::Transaction& txn, const pb::Operation& op, std::string_view type) {
+bool notified_before(const pb::Notification& a, const pb::Notification& b) {
+  return a.audit_seq() < b.audit_seq() ||
+         (a.audit_seq() == b.audit_seq() && a.order_in_change() < b.order_in_change());
+}
+
+void emit(store::Transaction& txn, const pb::Operation& op, std::string_view type,
+          int order_in_change) {
   pb::OutboxItem item;
   item.set_kind(pb::OUTBOX_NOTIFY_EVENT);
   item.set_operation_key(op.key());
@@ -37,6 +43,7 @@ void emit(store::Transaction& txn, const pb::Operation& op, std::string_view typ
   n.set_operation_json(boost::json::serialize(operation_json(op, false)));
   n.set_audit_seq(op.audit_seq());
   n.set_audit_hash(op.audit_hash());
+  n.set_order_in_change(order_in_change);
   txn.keep_notification(n);
   txn.enqueue(std::move(item));
 }

@@ -34,7 +34,14 @@ const std::vector<std::string_view>& all_events();
 std::vector<std::string_view> events_of(State from, Event event, Target to);
 
 // Queues the event for the operation (after the audit record of its change,
-// whose head the event carries) and keeps it for replay.
-void emit(store::Transaction& txn, const pb::Operation& operation, std::string_view type);
+// whose head the event carries) and keeps it for replay. `order_in_change`:
+// its place among the events of the same change, which reach an endpoint in
+// that order.
+void emit(store::Transaction& txn, const pb::Operation& operation, std::string_view type,
+          int order_in_change = 0);
+
+// True if notification `a` comes before `b` of the same operation: an
+// earlier change, or an earlier event of the same change.
+bool notified_before(const pb::Notification& a, const pb::Notification& b);
 
 }  // namespace opgate::operations

@@ -85,7 +85,8 @@ Status apply(store::Transaction& txn, pb::Operation& op, Event event, const std:
     op.set_unknown_since_ms(txn.now_ms());
   OPGATE_TRY(save_audited(
       txn, op, audit_for(op, to_string(event), to_string(from), principal, details_json)));
-  for (auto type : events_of(from, event, target)) emit(txn, op, type);
+  int order = 0;
+  for (auto type : events_of(from, event, target)) emit(txn, op, type, order++);
   log_after_commit(txn, op, to_string(event), to_string(from), principal);
   return Status::Ok();
 }

@@ -9,6 +9,7 @@
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "ingress/signature.h"
+#include "operations/notifications.h"
 #include "outbox/claim.h"
 
 namespace opgate::outbox {
@@ -229,10 +230,11 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
     const auto& o = other.item.notification();
     if (other.id == entry.id) continue;
     const bool earlier_event =
-        other.item.kind() == pb::OUTBOX_NOTIFY_EVENT && o.audit_seq() < n.audit_seq();
-    const bool earlier_delivery =
-        other.item.kind() == pb::OUTBOX_NOTIFY_DELIVERY && o.endpoint() == name &&
-        (o.audit_seq() < n.audit_seq() || (o.audit_seq() == n.audit_seq() && other.id < entry.id));
+        other.item.kind() == pb::OUTBOX_NOTIFY_EVENT && operations::notified_before(o, n);
+    const bool earlier_delivery = other.item.kind() == pb::OUTBOX_NOTIFY_DELIVERY &&
+                                  o.endpoint() == name &&
+                                  (operations::notified_before(o, n) ||
+                                   (!operations::notified_before(n, o) && other.id < entry.id));
     if (earlier_event || earlier_delivery) {
       Status s = storage_.transact([&](store::Transaction& txn) -> Status {
         OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));

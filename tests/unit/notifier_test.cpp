@@ -34,7 +34,7 @@ outbox::NotifyEndpoint endpoint(const std::string& name, std::set<std::string> e
 }
 
 struct Sent {
-  std::string endpoint, webhook_id, timestamp, type, body;
+  std::string endpoint, webhook_id, timestamp, signature, type, body;
 };
 
 struct World : testing::World {
@@ -59,8 +59,10 @@ struct World : testing::World {
       std::string type = !ec && v.is_object() && v.as_object().contains("type")
                              ? std::string(v.at("type").as_string())
                              : "slack";
+      auto sig = r.headers.find("webhook-signature");
       sent.push_back({r.url.substr(r.url.rfind('/') + 1), r.headers.at("webhook-id"),
-                      r.headers.at("webhook-timestamp"), type, r.body});
+                      r.headers.at("webhook-timestamp"), sig == r.headers.end() ? "" : sig->second,
+                      type, r.body});
       int status = answer;
       if (auto it = script.find(r.headers.at("webhook-id")); it != script.end()) {
         status = it->second.front();
@@ -111,6 +113,25 @@ struct World : testing::World {
                 .ok());
   }
 
+  void deny() {
+    operations::Principal alice;
+    alice.name = "alice";
+    alice.scopes = {"operations:approve"};
+    alice.owners = {"*"};
+    REQUIRE(storage
+                ->transact([&](store::Transaction& txn) -> Status {
+                  return operations::deny(txn, kKey, alice, "not eligible");
+                })
+                .ok());
+  }
+
+  // The types sent, as "a b c" (doctest prints strings, not vectors).
+  std::string types_sent_to(const std::string& name) {
+    std::string out;
+    for (const auto& s : sent_to(name)) out += (out.empty() ? "" : " ") + s.type;
+    return out;
+  }
+
   std::vector<Sent> sent_to(const std::string& name) {
     std::lock_guard lock(mu);
     std::vector<Sent> out;
@@ -138,11 +159,10 @@ TEST_CASE(
   const auto& s = sent[0];
   CHECK(s.type == "operation.proposed");
   auto key = ingress::decode_secret(kSecret);
-  CHECK(
-      ingress::verify({s.webhook_id, s.timestamp,
-                       ingress::sign(*key, s.webhook_id, std::stoll(s.timestamp), s.body), s.body},
-                      {*key}, std::stoll(s.timestamp), 300)
-          .ok());
+  // The signature as sent, checked by the ingress's own verifier.
+  CHECK(ingress::verify({s.webhook_id, s.timestamp, s.signature, s.body}, {*key},
+                        std::stoll(s.timestamp), 300)
+            .ok());
   auto body = json::parse(s.body).as_object();
   CHECK(body.at("type").as_string() == "operation.proposed");
   const auto& data = body.at("data").as_object();
@@ -423,4 +443,77 @@ TEST_CASE("a delivery waits for an earlier event of its operation that is not fa
   std::vector<std::string> types;
   for (const auto& s : w.sent_to("ops")) types.push_back(s.type);
   CHECK(types == std::vector<std::string>{"operation.approved", "operation.settled"});
+}
+
+TEST_CASE("each change a person must hear about is sent once: denied, expired, outcome_unknown") {
+  SUBCASE("denied") {
+    World w;
+    w.propose();
+    w.deny();
+    w.pump();
+    CHECK(w.types_sent_to("ops") == "operation.proposed operation.denied operation.settled");
+    auto last = json::parse(w.sent_to("ops").back().body).as_object();
+    CHECK(last.at("data").at("outcome").as_string() == "denied");
+  }
+  SUBCASE("expired") {
+    World w;
+    w.propose();
+    w.clock.advance_ms((w.policy.get()->approval_ttl_s + 1) * 1000);
+    w.pump();
+    CHECK(w.types_sent_to("ops") == "operation.proposed operation.expired operation.settled");
+  }
+  SUBCASE("approved, then outcome_unknown, then settled by the reconciler") {
+    World w;
+    w.propose();
+    w.approve();
+    w.provider.answers = {{adapters::Verdict::indeterminate, "", "", "timeout"}};
+    w.pump();
+    CHECK(w.types_sent_to("ops") ==
+          "operation.proposed operation.approved operation.outcome_unknown");
+    adapters::LookupResult found;
+    found.lookup = adapters::Lookup::found;
+    found.object = {adapters::Verdict::succeeded, "re_found", "succeeded", ""};
+    w.provider.lookups = {found};
+    w.clock.advance_ms(60'000);
+    w.pump();
+    CHECK(w.types_sent_to("ops").ends_with(" operation.settled"));
+  }
+}
+
+TEST_CASE("replay queues an endpoint's kept events again since a time, with the same ids") {
+  World w({endpoint("ops"), endpoint("chat")});
+  w.propose();
+  w.deny();
+  w.pump();
+  const auto first = w.sent_to("ops");
+  REQUIRE(first.size() == 3);
+  const auto chat_before = w.sent_to("chat").size();
+  // Everything since before the proposal: the three events again, to ops only.
+  auto queued = w.notifier->replay("ops", w.clock.now_ms() - 3'600'000);
+  REQUIRE(queued.ok());
+  CHECK(*queued == 3);
+  w.pump();
+  const auto after = w.sent_to("ops");
+  REQUIRE(after.size() == 6);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(after[3 + i].webhook_id == first[i].webhook_id);
+    CHECK(after[3 + i].type == first[i].type);
+  }
+  CHECK(w.sent_to("chat").size() == chat_before);
+  // Since a time after every event: nothing; an unknown endpoint: an error.
+  CHECK(*w.notifier->replay("ops", w.clock.now_ms() + 1) == 0);
+  CHECK_FALSE(w.notifier->replay("nobody", 0).ok());
+}
+
+TEST_CASE("reloaded endpoints: a new one hears later events, a removed one hears nothing more") {
+  World w({endpoint("ops")});
+  w.propose();
+  REQUIRE(w.types_sent_to("ops") == "operation.proposed");
+  outbox::NotifyConfig c = *w.notify.get();
+  c.endpoints = {endpoint("audit")};  // ops removed, audit added (a SIGHUP)
+  w.notify.set(c);
+  w.deny();
+  w.pump();
+  CHECK(w.types_sent_to("ops") == "operation.proposed");
+  CHECK(w.types_sent_to("audit") == "operation.denied operation.settled");
 }
