@@ -204,6 +204,18 @@ Status Cluster::start_processes() {
   auto agent_port = wait_port_file(dir_ / "agent.port", agent_);
   if (!agent_port) return agent_port.error();
   agent_port_ = static_cast<uint16_t>(std::stoi(*agent_port));
+  if (options_.order_service) {
+    auto orders_child =
+        start_child("opgate-sim orders", sim, "orders", "--listen", "127.0.0.1:0", "--port-file",
+                    (dir_ / "orders.port").string(), "--orders", (dir_ / "orders.ndjson").string(),
+                    "--token", "tok-orders-eval", bp::std_out > (dir_ / "orders.out").string(),
+                    bp::std_err > (dir_ / "orders.log").string());
+    if (!orders_child) return orders_child.error();
+    orders_ = std::move(*orders_child);
+    auto orders_port = wait_port_file(dir_ / "orders.port", orders_);
+    if (!orders_port) return orders_port.error();
+    orders_port_ = static_cast<uint16_t>(std::stoi(*orders_port));
+  }
   if (options_.notifications) {
     auto receiver_child =
         start_child("opgate-sim receiver", sim, "receiver", "--listen", "127.0.0.1:0",
@@ -224,6 +236,12 @@ std::string Cluster::notify_secret() { return "whsec_bm90aWZpY2F0aW9ucyBmb3IgdGh
 Result<Reply> Cluster::receiver_admin(const std::string& method, const std::string& path,
                                       const std::string& body) {
   return send_request(method, fmt::format("http://127.0.0.1:{}{}", receiver_port_, path), body, {});
+}
+
+Result<Reply> Cluster::orders_admin(const std::string& method, const std::string& path,
+                                    const std::string& body) {
+  if (!options_.order_service) return failed("this cluster has no order service");
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", orders_port_, path), body, {});
 }
 
 std::string Cluster::notify_config() const {
@@ -251,7 +269,7 @@ timeout_ms = 2000
 }
 
 Cluster::~Cluster() {
-  for (auto* c : {&daemon_, &agent_, &payments_, &receiver_}) stop_child(*c);
+  for (auto* c : {&daemon_, &agent_, &payments_, &receiver_, &orders_}) stop_child(*c);
   drop_database();
   if (!options_.keep_dir && !dir_.empty()) {
     std::error_code ec;
@@ -316,9 +334,7 @@ base_url = "http://127.0.0.1:{}"
 secret_key_env = "OPGATE_EVAL_PAYMENTS_KEY"
 timeout_ms = {}
 
-[orders]
-source = "embedded"
-seed_file = "orders.ndjson"
+{}
 
 [policy]
 refund_window_days = 30
@@ -338,8 +354,13 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
       token("outsider",
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
             1000000, "", R"("outsider-*")"),
-      agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms, s.approval_ttl_s,
-      s.two_person_threshold_minor, s.two_person_threshold_minor,
+      agent_port_, s.agent_timeout_ms, payments_port_, s.payments_timeout_ms,
+      options_.order_service
+          ? fmt::format("[orders]\nsource = \"http\"\nbase_url = \"http://127.0.0.1:{}\"\n"
+                        "token_env = \"OPGATE_EVAL_ORDERS_TOKEN\"\ntimeout_ms = {}\n",
+                        orders_port_, options_.orders_timeout_ms)
+          : std::string("[orders]\nsource = \"embedded\"\nseed_file = \"orders.ndjson\"\n"),
+      s.approval_ttl_s, s.two_person_threshold_minor, s.two_person_threshold_minor,
       s.delivery_delay_after_days > 0
           ? fmt::format("[policy.tools.issue_account_credit]\ndelivery_delay_after_days = {}\n",
                         s.delivery_delay_after_days)
@@ -363,6 +384,7 @@ Status Cluster::start_daemon() {
   auto env = boost::this_process::environment();
   env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
   env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
+  env["OPGATE_EVAL_ORDERS_TOKEN"] = "tok-orders-eval";
   if (!database_url_.empty()) env["OPGATE_EVAL_DB_URL"] = database_url_;
   ++daemon_starts_;
   const rlim_t open_files = static_cast<rlim_t>(options_.daemon_open_files);

@@ -44,6 +44,11 @@ struct ClusterOptions {
   // OPGATE_EVAL_STORE and OPGATE_EVAL_PG_URL (rocksdb if unset).
   std::string store;
   std::string pg_url;
+  // Orders come from the business's order service (orders.source = "http"):
+  // opgate-sim orders serves `orders`, and the daemon reads it with this
+  // timeout.
+  bool order_service = false;
+  int orders_timeout_ms = 2000;
 };
 
 struct Reply {
@@ -75,6 +80,9 @@ class Cluster {
                                const std::string& body = "");
   Result<Reply> receiver_admin(const std::string& method, const std::string& path,
                                const std::string& body = "");
+  // opgate-sim orders' admin routes (order_service clusters only).
+  Result<Reply> orders_admin(const std::string& method, const std::string& path,
+                             const std::string& body = "");
   static std::string notify_secret();
   // A raw POST to the daemon's webhook ingress for the "agents" source.
   Result<http::Response> webhook(const http::Headers& headers, const std::string& body);
@@ -114,9 +122,9 @@ class Cluster {
   std::filesystem::path dir_;
   std::string database_url_;  // postgres: the cluster's own database
   std::string notify_config() const;
-  boost::process::child payments_, agent_, daemon_, receiver_;
+  boost::process::child payments_, agent_, daemon_, receiver_, orders_;
   uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0,
-           receiver_port_ = 0;
+           receiver_port_ = 0, orders_port_ = 0;
   int daemon_starts_ = 0;
 };
 

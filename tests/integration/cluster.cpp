@@ -43,6 +43,8 @@ Cluster::Cluster(ClusterOptions options) {
   o.extra_operator = options.extra_operator;
   o.extra_config = options.extra_config;
   o.operator_ca_file = options.operator_ca_file;
+  o.order_service = options.order_service;
+  o.orders_timeout_ms = options.orders_timeout_ms;
   ca_file_ = options.operator_ca_file;
   o.keep_dir = std::getenv("OPGATE_KEEP_TEST_DIRS") != nullptr;
   c_ = required(eval::Cluster::start(std::move(o)), "start the cluster");
@@ -98,6 +100,11 @@ Reply Cluster::payments_admin(const std::string& method, const std::string& path
 Reply Cluster::receiver_admin(const std::string& method, const std::string& path,
                               const std::string& body) {
   return required(c_->receiver_admin(method, path, body), method + " " + path);
+}
+
+Reply Cluster::orders_admin(const std::string& method, const std::string& path,
+                            const std::string& body) {
+  return required(c_->orders_admin(method, path, body), method + " " + path);
 }
 
 http::Response Cluster::webhook(const std::string& source, const http::Headers& headers,
@@ -185,6 +192,28 @@ std::pair<int, std::string> Cluster::cli(const std::vector<std::string>& args,
   while (std::getline(out, line)) text += line + "\n";
   c.wait();
   return {c.exit_code(), text};
+}
+
+std::string root_status(const json::object& sim) {
+  return str(sim.at("turns").as_array().at(0), "status");
+}
+
+std::vector<json::object> results(const json::object& sim) {
+  std::vector<json::object> out;
+  for (const auto& item : sim.at("items").as_array()) {
+    if (str(item, "type") != "function_call") continue;
+    auto* r = sim.at("results").as_object().if_contains(str(item, "call_id"));
+    if (r) out.push_back(r->as_object());
+  }
+  return out;
+}
+
+json::array provider_refunds_for(Cluster& c, const std::string& key) {
+  auto ledger = c.payments_admin("GET", "/_sim/ledger");
+  json::array out;
+  for (const auto& r : ledger.body.at("refunds").as_array())
+    if (str(r.at("metadata"), "operation_key") == key) out.push_back(r);
+  return out;
 }
 
 }  // namespace opgate::testing

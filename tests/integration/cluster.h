@@ -30,6 +30,10 @@ struct ClusterOptions {
   std::string extra_operator;    // TOML lines appended to [operator]
   std::string extra_config;      // TOML tables appended at the end
   std::string operator_ca_file;  // the operator listener has TLS: trust this CA
+  // Orders from the business's order service (opgate-sim orders) instead of
+  // the embedded store, read with this timeout.
+  bool order_service = false;
+  int orders_timeout_ms = 2000;
 };
 
 // Tokens configured for every cluster; their principals in the comments.
@@ -59,6 +63,9 @@ class Cluster {
   // The notification receiver (opgate-sim receiver): endpoints "ops" and "chat".
   Reply receiver_admin(const std::string& method, const std::string& path,
                        const std::string& body = "");
+  // The order service's admin routes (order_service clusters).
+  Reply orders_admin(const std::string& method, const std::string& path,
+                     const std::string& body = "");
   // The agent platform's public API, as another client of it would call it.
   Reply agent_api(const std::string& method, const std::string& path, const std::string& body,
                   const std::string& idempotency_key);
@@ -102,6 +109,13 @@ class Cluster {
   std::unique_ptr<eval::Cluster> c_;
   std::string ca_file_;
 };
+
+// The status of a simulated session's root turn.
+std::string root_status(const json::object& sim);
+// The results a simulated session received, in call order.
+std::vector<json::object> results(const json::object& sim);
+// The provider's refunds carrying this operation key.
+json::array provider_refunds_for(Cluster& c, const std::string& key);
 
 // Polls `fn` until it returns true or the deadline passes.
 bool eventually(const std::function<bool()>& fn,

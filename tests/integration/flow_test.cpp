@@ -17,35 +17,12 @@ const std::string kLookupThenRefund =
     R"([{"name":"lookup_order","arguments":{"order_id":"ORDER-100"}},)"
     R"({"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])";
 
-std::string root_status(const json::object& sim) {
-  return str(sim.at("turns").as_array().at(0), "status");
-}
-
-// Results the session received, in call order.
-std::vector<json::object> results(const json::object& sim) {
-  std::vector<json::object> out;
-  for (const auto& item : sim.at("items").as_array()) {
-    if (str(item, "type") != "function_call") continue;
-    auto* r = sim.at("results").as_object().if_contains(str(item, "call_id"));
-    if (r) out.push_back(r->as_object());
-  }
-  return out;
-}
-
 std::string last_message(const json::object& sim) {
   std::string text;
   for (const auto& item : sim.at("items").as_array())
     if (str(item, "type") == "message" && str(item, "role") == "assistant")
       text = str(item, "content");
   return text;
-}
-
-json::array provider_refunds_for(Cluster& c, const std::string& key) {
-  auto ledger = c.payments_admin("GET", "/_sim/ledger");
-  json::array out;
-  for (const auto& r : ledger.body.at("refunds").as_array())
-    if (str(r.at("metadata"), "operation_key") == key) out.push_back(r);
-  return out;
 }
 
 int provider_posts_for(Cluster& c, const std::string& key) {

@@ -49,8 +49,10 @@ TEST_CASE("a configuration the daemon refuses is one JSON log line naming the ke
   // A type error on the line that holds a webhook secret.
   std::ofstream(path) << "[[ingress.sources]]\nname = \"agents\"\n"
                          "secrets = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
-  auto [rc, out] =
+  const auto ran =
       run(std::string(OPGATE_BIN_DIR) + "/opgate serve --config " + path.string() + " 2>&1");
+  const int rc = ran.first;
+  const std::string out = ran.second;  // clang 14: no structured binding in doctest messages
   std::filesystem::remove_all(dir);
   CHECK(rc == 2);
   CHECK(out.find("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") == std::string::npos);
