@@ -45,7 +45,14 @@ std::optional<uint64_t> parse_hex(std::string_view s) {
 // Reads of every record kind over a key-value view.
 class KvReader : public virtual Reader {
  public:
-  explicit KvReader(const KvView& view) : view_(view) {}
+  // `floors`: where scans of the time-keyed indexes start; `raises`: whether
+  // this reader's scans move them up (the durable reader's only: a
+  // transaction's view holds deletions that may not commit).
+  // `next_seq` peeks at the next inbox queue number (where an empty queue's
+  // floor may go).
+  KvReader(const KvView& view, ScanFloors& floors, bool raises,
+           std::function<uint64_t()> next_seq = {})
+      : view_(view), floors_(floors), raises_(raises), next_seq_(std::move(next_seq)) {}
 
   Result<std::optional<pb::InboxEvent>> event(const std::string& source,
                                               const std::string& webhook_id) override {
@@ -54,15 +61,22 @@ class KvReader : public virtual Reader {
 
   Result<std::vector<QueuedEvent>> queued(const std::string& after, size_t limit) override {
     std::vector<std::pair<std::string, std::string>> entries;  // queue id, event key
-    const std::string start = after.empty() ? "" : keys::queue(std::string_view(after)) + '\0';
+    const auto from = floors_.queue.start();
+    const std::string after_key = after.empty() ? "" : keys::queue(std::string_view(after)) + '\0';
+    const bool from_floor = after_key <= from.at;
+    const uint64_t next_seq = next_seq_ ? next_seq_() : 0;
     Status s = view_.scan(
         Cf::inbox, keys::kQueuePrefix,
         [&](std::string_view k, std::string_view v) {
           entries.emplace_back(k.substr(keys::kQueuePrefix.size()), v);
           return entries.size() < limit;
         },
-        start);
+        from_floor ? from.at : after_key);
     if (!s) return s.error();
+    if (raises_ && from_floor)
+      floors_.queue.raise(from, entries.empty()
+                                    ? keys::queue(next_seq)
+                                    : keys::queue(std::string_view(entries.front().first)));
     std::vector<QueuedEvent> out;
     out.reserve(entries.size());
     for (auto& [id, event_key] : entries) {
@@ -196,20 +210,28 @@ class KvReader : public virtual Reader {
   Result<std::vector<std::string>> expired_by(int64_t now_ms, size_t limit) override {
     std::vector<std::string> out;
     std::optional<Error> failed;
-    Status s =
-        view_.scan(Cf::operations, keys::kExpiryPrefix, [&](std::string_view k, std::string_view) {
+    const auto from = floors_.expiry.start();
+    std::optional<std::string> first;
+    Status s = view_.scan(
+        Cf::operations, keys::kExpiryPrefix,
+        [&](std::string_view k, std::string_view) {
           // "x/" + 16 hex digits + "/" + key
           auto at = k.size() > 19 ? parse_hex(k.substr(2, 16)) : std::nullopt;
           if (!at) {
             failed = corrupt("expiry index entry");
             return false;
           }
+          if (!first) first = std::string(k);
           if (*at > keys::time_part(now_ms)) return false;
           out.emplace_back(k.substr(19));
           return out.size() < limit;
-        });
+        },
+        from.at);
     if (!s) return s.error();
     if (failed) return *failed;
+    if (raises_)
+      floors_.expiry.raise(from, first.value_or(std::string(keys::kExpiryPrefix) +
+                                                keys::hex16(keys::time_part(now_ms))));
     return out;
   }
 
@@ -330,20 +352,28 @@ class KvReader : public virtual Reader {
     std::vector<std::string> ids;
     std::optional<Error> failed;
     const std::string prefix = keys::due_prefix(queue == Queue::notifications);
-    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
-      // prefix + 16 hex digits + "/" + id
-      auto at =
-          k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
-      if (!at) {
-        failed = corrupt("outbox index entry");
-        return false;
-      }
-      if (*at > keys::time_part(now_ms)) return false;
-      ids.emplace_back(k.substr(prefix.size() + 17));
-      return ids.size() < limit;
-    });
+    ScanFloor& floor = floor_of(queue);
+    const auto from = floor.start();
+    std::optional<std::string> first;
+    Status s = view_.scan(
+        Cf::outbox, prefix,
+        [&](std::string_view k, std::string_view) {
+          // prefix + 16 hex digits + "/" + id
+          auto at =
+              k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
+          if (!at) {
+            failed = corrupt("outbox index entry");
+            return false;
+          }
+          if (!first) first = std::string(k);
+          if (*at > keys::time_part(now_ms)) return false;
+          ids.emplace_back(k.substr(prefix.size() + 17));
+          return ids.size() < limit;
+        },
+        from.at);
     if (!s) return s.error();
     if (failed) return *failed;
+    if (raises_) floor.raise(from, first.value_or(prefix + keys::hex16(keys::time_part(now_ms))));
     return items(ids);
   }
 
@@ -355,15 +385,19 @@ class KvReader : public virtual Reader {
     std::optional<int64_t> at;
     std::optional<Error> failed;
     const std::string prefix = keys::due_prefix(queue == Queue::notifications);
-    Status s = view_.scan(Cf::outbox, prefix, [&](std::string_view k, std::string_view) {
-      auto t =
-          k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
-      if (!t)
-        failed = corrupt("outbox index entry");
-      else
-        at = static_cast<int64_t>(*t);
-      return false;
-    });
+    const auto from = floor_of(queue).start();
+    Status s = view_.scan(
+        Cf::outbox, prefix,
+        [&](std::string_view k, std::string_view) {
+          auto t =
+              k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
+          if (!t)
+            failed = corrupt("outbox index entry");
+          else
+            at = static_cast<int64_t>(*t);
+          return false;
+        },
+        from.at);
     if (!s) return s.error();
     if (failed) return *failed;
     return at;
@@ -411,6 +445,10 @@ class KvReader : public virtual Reader {
   }
 
  private:
+  ScanFloor& floor_of(Queue queue) {
+    return queue == Queue::notifications ? floors_.notifications : floors_.work;
+  }
+
   Result<std::vector<OutboxEntry>> items(std::vector<std::string>& ids) {
     std::vector<OutboxEntry> out;
     for (auto& id : ids) {
@@ -423,12 +461,17 @@ class KvReader : public virtual Reader {
 
  protected:
   const KvView& view_;
+  ScanFloors& floors_;
+  const bool raises_;
+  std::function<uint64_t()> next_seq_;
 };
 
 // The durable reader: the database alone; the audit head by one seek.
 class DurableReader final : public KvReader {
  public:
-  DurableReader(const KvView& view, const Db& db) : KvReader(view), db_(db) {}
+  DurableReader(const KvView& view, const Db& db, ScanFloors& floors,
+                std::function<uint64_t()> next_seq)
+      : KvReader(view, floors, true, std::move(next_seq)), db_(db) {}
   Result<AuditHead> audit_head() override {
     AuditHead head;
     auto last = db_.last_key(Cf::audit, "");
@@ -446,8 +489,11 @@ class DurableReader final : public KvReader {
 
 class RocksTransaction final : public Transaction, public KvReader {
  public:
-  RocksTransaction(Journal::Txn& txn, RocksStorage& storage)
-      : KvReader(txn.view), txn_(txn), storage_(storage) {}
+  // `pins`: the index times this transaction stages, unpinned by the
+  // caller once its commit is done.
+  RocksTransaction(Journal::Txn& txn, RocksStorage& storage,
+                   std::vector<std::pair<ScanFloor*, std::string>>& pins)
+      : KvReader(txn.view, storage.floors(), false), txn_(txn), storage_(storage), pins_(pins) {}
 
   int64_t now_ms() const override { return txn_.now_ms; }
   Result<AuditHead> audit_head() override { return txn_.head; }
@@ -478,7 +524,9 @@ class RocksTransaction final : public Transaction, public KvReader {
     if (!s) return s.error();
     for (auto& [k, v] : parked) {
       txn_.writes.del(Cf::inbox, k);
-      txn_.writes.put(Cf::inbox, keys::queue(storage_.next_queue_seq()), v);
+      const std::string entry = keys::queue(storage_.next_queue_seq());
+      pin(storage_.floors().queue, entry);
+      txn_.writes.put(Cf::inbox, entry, v);
     }
     return parked.size();
   }
@@ -524,8 +572,10 @@ class RocksTransaction final : public Transaction, public KvReader {
     const bool moved = was && (*old)->expires_at_ms() != op.expires_at_ms();
     if (was_pending && (!is_pending || moved))
       w.del(Cf::operations, keys::by_expiry((*old)->expires_at_ms(), key));
-    if (is_pending && (!was_pending || moved))
+    if (is_pending && (!was_pending || moved)) {
+      pin(storage_.floors().expiry, keys::by_expiry(op.expires_at_ms(), key));
       w.put(Cf::operations, keys::by_expiry(op.expires_at_ms(), key), "");
+    }
     w.put(Cf::operations, keys::operation(key), op.SerializeAsString());
     return Status::Ok();
   }
@@ -552,6 +602,7 @@ class RocksTransaction final : public Transaction, public KvReader {
   void enqueue(pb::OutboxItem item) override {
     const std::string id = keys::hex16(storage_.next_outbox_seq());
     item.set_created_at_ms(txn_.now_ms);
+    pin_due(item, due_key(item, id));
     txn_.writes.put(Cf::outbox, due_key(item, id), "");
     if (!item.operation_key().empty())
       txn_.writes.put(Cf::outbox, keys::outbox_of(item.operation_key(), id), "");
@@ -565,6 +616,7 @@ class RocksTransaction final : public Transaction, public KvReader {
     pb::OutboxItem item = e.item;
     item.set_kind((*old)->kind());  // an item never changes queue or operation
     item.set_operation_key((*old)->operation_key());
+    pin_due(item, due_key(item, e.id));
     txn_.writes.put(Cf::outbox, due_key(item, e.id), "");
     txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), item.SerializeAsString());
   }
@@ -594,6 +646,16 @@ class RocksTransaction final : public Transaction, public KvReader {
                             id);
   }
 
+  void pin(ScanFloor& floor, const std::string& key) {
+    floor.pin(key);
+    pins_.emplace_back(&floor, key);
+  }
+  void pin_due(const pb::OutboxItem& item, const std::string& key) {
+    pin(queue_of(item.kind()) == Queue::notifications ? storage_.floors().notifications
+                                                      : storage_.floors().work,
+        key);
+  }
+
   Status add_count(pb::OperationState state, int64_t delta) {
     return add(keys::state_count(state), delta);
   }
@@ -607,6 +669,7 @@ class RocksTransaction final : public Transaction, public KvReader {
 
   Journal::Txn& txn_;
   RocksStorage& storage_;
+  std::vector<std::pair<ScanFloor*, std::string>>& pins_;
 };
 
 }  // namespace
@@ -620,7 +683,8 @@ Result<std::unique_ptr<RocksStorage>> RocksStorage::open(const std::string& dir,
   s->db_ = std::move(*db);
   s->clock_ = &clock;
   s->durable_ = std::make_unique<DbView>(*s->db_);
-  s->reader_ = std::make_unique<DurableReader>(*s->durable_, *s->db_);
+  s->reader_ = std::make_unique<DurableReader>(*s->durable_, *s->db_, s->floors_,
+                                               [raw = s.get()] { return raw->peek_queue_seq(); });
   // Queue sequence numbers start above both the clock (in µs) and any entry
   // stored, so they stay monotonic across restarts and clock steps.
   uint64_t queue_start = static_cast<uint64_t>(std::max<int64_t>(0, clock.now_ms())) * 1000;
@@ -652,12 +716,17 @@ RocksStorage::~RocksStorage() {
 Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
   if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
   std::vector<std::function<void()>> after;
-  OPGATE_TRY(journal_->run([&](Journal::Txn& txn) {
-    RocksTransaction t(txn, *this);
+  std::vector<std::pair<ScanFloor*, std::string>> pins;
+  Status s = journal_->run([&](Journal::Txn& txn) {
+    RocksTransaction t(txn, *this, pins);
     Status s = fn(t);
     if (s) after = t.take_after_commit();
     return s;
-  }));
+  });
+  // Committed (visible to every scan from now on) or refused: either way
+  // the entries it staged no longer hold the floors down.
+  for (auto& [floor, t] : pins) floor->unpin(t);
+  OPGATE_TRY(s);
   for (auto& f : after) f();
   return Status::Ok();
 }
@@ -665,6 +734,7 @@ Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
 Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>& events) {
   std::vector<Appended> out(events.size(), Appended::stored);
   std::unordered_map<std::string, size_t> first;  // event key -> index stored here
+  std::vector<std::string> queue_pins;
   WriteSet w;
   for (size_t i = 0; i < events.size(); ++i) {
     auto& ev = events[i].event;
@@ -683,10 +753,16 @@ Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>&
     }
     first.emplace(key, i);
     w.put(Cf::inbox, key, ev.SerializeAsString());
-    if (events[i].queue) w.put(Cf::inbox, keys::queue(next_queue_seq()), key);
+    if (events[i].queue) {
+      std::string entry = keys::queue(next_queue_seq());
+      floors_.queue.pin(entry);
+      w.put(Cf::inbox, entry, key);
+      queue_pins.push_back(std::move(entry));
+    }
   }
-  if (!w.empty())
-    if (Status s = db_->write(w, true); !s) return s.error();
+  Status written = w.empty() ? Status::Ok() : db_->write(w, true);
+  for (const auto& entry : queue_pins) floors_.queue.unpin(entry);
+  if (!written) return written.error();
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "store/port.h"
 #include "store/rocksdb/db.h"
 #include "store/rocksdb/journal.h"
+#include "store/rocksdb/scan_floor.h"
 
 namespace opgate::store::rocks {
 
@@ -42,7 +43,10 @@ class RocksStorage final : public Storage {
   // Allocates an id for a queue entry or outbox item (monotonic, also
   // across restarts).
   uint64_t next_queue_seq() { return queue_seq_++; }
+  uint64_t peek_queue_seq() const { return queue_seq_.load(); }
   uint64_t next_outbox_seq() { return outbox_seq_++; }
+  // Where scans of the time-keyed indexes start (scan_floor.h).
+  ScanFloors& floors() { return floors_; }
 
  private:
   RocksStorage() = default;
@@ -53,6 +57,7 @@ class RocksStorage final : public Storage {
   const Clock* clock_ = nullptr;
   std::atomic<uint64_t> queue_seq_{1};
   std::atomic<uint64_t> outbox_seq_{1};
+  ScanFloors floors_;
 };
 
 }  // namespace opgate::store::rocks
