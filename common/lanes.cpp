@@ -78,6 +78,11 @@ size_t Lanes::in_flight() const {
   return busy_.size();
 }
 
+size_t Lanes::idle() const {
+  MutexLock lock(mu_);
+  return busy_.size() >= threads_.size() ? 0 : threads_.size() - busy_.size();
+}
+
 void Lanes::wait_idle() {
   MutexLock lock(mu_);
   while (!busy_.empty()) idle_cv_.wait(mu_);

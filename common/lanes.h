@@ -44,6 +44,8 @@ class Lanes {
   void on_done(std::function<void()> notify);
   // Tasks accepted and not finished.
   size_t in_flight() const;
+  // Threads with nothing to run now (a dispatcher loads about that much).
+  size_t idle() const;
   // Waits until no task is in flight (tests, shutdown).
   void wait_idle();
   // Stops accepting; the tasks accepted still run. Idempotent.

@@ -494,7 +494,7 @@ int serve(const Config& initial, const ServeOptions& options) {
   http::ServerOptions operator_options;
   operator_options.name = "operator";
   operator_options.listen = config.operator_listen;
-  operator_options.threads = 8;
+  operator_options.threads = 32;
   operator_options.max_connections = fds.operator_connections;
   operator_options.tls = config.operator_tls;
   http::Server operator_server(operator_options, [&](http::Request&& r) {

@@ -79,7 +79,8 @@ class Notifier {
   static constexpr int64_t kLeaseMarginMs = 10'000;
 
  private:
-  void expand(const store::OutboxEntry& entry);
+  // Fans each event out to one delivery per endpoint that wants it.
+  void expand(const std::vector<store::OutboxEntry>& events);
   // Removes a delivery nobody will send (endpoint gone or disabled).
   void drop(const store::OutboxEntry& entry);
   void deliver(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint);

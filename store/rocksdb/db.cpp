@@ -192,7 +192,14 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
     table.pin_l0_filter_and_index_blocks_in_cache = true;
     table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
     cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-    if (name == cf_name(Cf::inbox)) cf_options.compaction_filter = inbox_filter.get();
+    if (name == cf_name(Cf::inbox)) {
+      cf_options.compaction_filter = inbox_filter.get();
+      // Every incoming webhook-id is looked up before it is stored, and
+      // almost every lookup misses: a filter over the memtable's keys answers
+      // those without a search of its skip list.
+      cf_options.memtable_prefix_bloom_size_ratio = 0.05;
+      cf_options.memtable_whole_key_filtering = true;
+    }
     cfs.emplace_back(std::string(name), cf_options);
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
