@@ -47,7 +47,8 @@ std::string lookup(const std::string& order) {
 TEST_CASE("an order service that is down, slow or malformed gets a temporary refusal, no guess") {
   Cluster c(with_order_service());
   // Down: every read answers 500.
-  c.orders_admin("POST", "/_sim/faults", fault("GET", "/orders/ORDER-100", "error_500_before_commit"));
+  c.orders_admin("POST", "/_sim/faults",
+                 fault("GET", "/orders/ORDER-100", "error_500_before_commit"));
   auto down = only_result(c, c.create_session(lookup("ORDER-100")));
   CHECK_FALSE(down.at("success").as_bool());
   CHECK(str(down, "error").find("order service is unavailable") != std::string::npos);
@@ -79,11 +80,13 @@ TEST_CASE("an order service that is down, slow or malformed gets a temporary ref
         std::string::npos);
 }
 
-TEST_CASE("an approval reads the order afresh: down is a 503 that approves nothing, changed rejects") {
+TEST_CASE(
+    "an approval reads the order afresh: down is a 503 that approves nothing, changed rejects") {
   Cluster c(with_order_service());
   c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-100"}}])");
   auto op = c.wait_operation(kRefund, [](auto& o) { return str(o, "state") == "pending"; });
-  c.orders_admin("POST", "/_sim/faults", fault("GET", "/orders/ORDER-100", "error_500_before_commit"));
+  c.orders_admin("POST", "/_sim/faults",
+                 fault("GET", "/orders/ORDER-100", "error_500_before_commit"));
   auto approval = json::serialize(json::object{{"amount_minor", op.at("amount_minor")},
                                                {"currency", op.at("currency")},
                                                {"fingerprint", op.at("fingerprint")}});

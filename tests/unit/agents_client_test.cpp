@@ -2,12 +2,13 @@
 // whose error body says the platform has no such session closes a
 // session's events; a 404 from a wrong base_url, a proxy's page or an error
 // about some other session is a retryable failure.
+#include "adapters/agents/agents_client.h"
+
 #include <doctest/doctest.h>
 
 #include <mutex>
 #include <string>
 
-#include "adapters/agents/agents_client.h"
 #include "http/server.h"
 
 using namespace opgate;

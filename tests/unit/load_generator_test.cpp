@@ -33,10 +33,10 @@ struct Receiver {
                         if (!ingress::verify({id, ts, sig, r.body}, {key}, std::time(nullptr), 300))
                           ++bad;
                         if (!ids.insert(id).second) ++repeats;
-                        return http::json_response(
-                            200, call_everything_a_duplicate
-                                     ? R"({"accepted":true,"duplicate":true})"
-                                     : R"({"accepted":true,"duplicate":false})");
+                        return http::json_response(200,
+                                                   call_everything_a_duplicate
+                                                       ? R"({"accepted":true,"duplicate":true})"
+                                                       : R"({"accepted":true,"duplicate":false})");
                       }};
   uint16_t port = *server.start();
 };
