@@ -1,18 +1,15 @@
 """Driver for scripts/bench-cluster: see that script for what it measures."""
 
-import concurrent.futures
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from bench_outbox import approve
+from bench_outbox import approve_all
 from cluster import WEBHOOK_SECRET, orders
-from nodes import Nodes, psql
-
-BODY_BYTES = 1024
+from nodes import Nodes
+from pgbench import BODY_BYTES, pgbench
 
 
 def load(bin_dir, port, conns, seconds):
@@ -27,31 +24,6 @@ def ingest(c, bin_dir, nodes, conns, seconds):
     procs = [load(bin_dir, c.ports[i][0], max(1, conns // nodes), seconds) for i in range(nodes)]
     reports = [json.loads(p.communicate()[0]) for p in procs]
     return sum(r["accepted"] for r in reports) / max(r["seconds"] for r in reports)
-
-
-def pgbench(pg_url, clients, seconds):
-    """Committed single-row inserts per second, a row like an inbox event's."""
-    db = "opgate_pgbench_" + os.urandom(3).hex()
-    psql(pg_url, f"CREATE DATABASE {db}")
-    url = f"{pg_url} dbname={db}"
-    try:
-        psql(url, "CREATE TABLE events (source text, webhook_id text, body_sha256 bytea, "
-                  "processed boolean, processed_at_ms bigint, data bytea, "
-                  "PRIMARY KEY (source, webhook_id))")
-        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-            f.write("INSERT INTO events VALUES ('agents', md5(random()::text || :client_id), "
-                    "sha256(random()::text::bytea), false, 0, "
-                    f"convert_to(repeat('x', {BODY_BYTES + 100}), 'UTF8'));\n")
-            script = f.name
-        out = subprocess.run(["pgbench", "-n", "-c", str(clients), "-j", "2", "-T", str(seconds),
-                              "-f", script, url], capture_output=True, text=True, check=True).stdout
-        os.remove(script)
-        for line in out.splitlines():
-            if line.startswith("tps"):
-                return float(line.split("=")[1].split()[0])
-        raise RuntimeError("pgbench printed no tps: " + out)
-    finally:
-        psql(pg_url, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def settle(c, nodes, names):
@@ -70,8 +42,7 @@ def settle(c, nodes, names):
     pending = mine(c.operations("pending"))
     jobs = [("127.0.0.1", c.ports[k % nodes][1], op["key"], op["amount_minor"], op["currency"],
              op["fingerprint"]) for k, op in enumerate(pending)]
-    with concurrent.futures.ProcessPoolExecutor(8) as pool:
-        list(pool.map(approve, jobs, chunksize=8))
+    approve_all(jobs)
     while time.time() < deadline:
         if all(o["state"] == "settled" for o in mine(c.operations())):
             break
@@ -88,7 +59,7 @@ def main():
                                           int(sys.argv[4]), int(sys.argv[5]))
     c = Nodes(bin_dir, orders(2 * n, prefix="S"), pg_url, count=3, pool_size=16)
     try:
-        base = pgbench(pg_url, conns, seconds)
+        base, _, _ = pgbench(pg_url, conns, seconds)
         print(f"pgbench: {base:.0f} committed 1-row inserts/s at {conns} clients "
               f"(row ~{BODY_BYTES + 100} B bytea, fsync and synchronous_commit on)", flush=True)
         for nodes in (1, 3):

@@ -1,6 +1,8 @@
 """Driver for scripts/bench-ingest: durable webhook acknowledgements per
 second at several connection counts, with opgate-sim load signing every
-request as a real sender does (a fresh webhook-id and timestamp each)."""
+request as a real sender does (a fresh webhook-id and timestamp each); then,
+given a private PostgreSQL, pgbench's committed inserts of a row of the same
+size at 64 connections beside opgate's acks at 64, in the same run."""
 
 import json
 import os
@@ -46,6 +48,7 @@ def stored_check(stored, acked, duplicates):
 
 def main():
     bin_dir, seconds = sys.argv[1], int(sys.argv[2])
+    pg_url = sys.argv[3] if len(sys.argv) > 3 else ""
     c = Cluster(bin_dir, orders(1))
     try:
         rate = disk_sync_rate(c.dir)
@@ -83,8 +86,30 @@ def main():
                                     flood_result["requests"] / flood_result["seconds"])):
             print(f"{label:>14} {r['accepted'] / r['seconds']:>11.0f} {r['p50_ms']:>7.2f} "
                   f"{r['p99_ms']:>7.2f} {bad_rate:>9.0f}")
+        if pg_url:
+            compare_with_postgres(bin_dir, c, pg_url, seconds)
     finally:
         c.close()
+
+
+def compare_with_postgres(bin_dir, c, pg_url, seconds, conns=64):
+    """opgate and pgbench one after the other at the same concurrency, each
+    alone on the machine (the other idle), twice, so drift shows."""
+    from pgbench import pgbench
+    print(f"\nopgate beside PostgreSQL 15 (synchronous commit), {conns} connections, "
+          f"{seconds} s each, twice:")
+    print(f"{'':>22} {'per s':>8} {'p50 ms':>7} {'p99 ms':>7}")
+    ratios = []
+    for _ in range(2):
+        tps, pg50, pg99 = pgbench(pg_url, conns, seconds)
+        r = load(bin_dir, c.ingress_port, conns, seconds)
+        acks = r["accepted"] / r["seconds"]
+        print(f"{'pgbench inserts':>22} {tps:>8.0f} {pg50:>7.2f} {pg99:>7.2f}")
+        print(f"{'opgate acks':>22} {acks:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f}",
+              flush=True)
+        ratios.append((acks / tps, r["p99_ms"], pg99))
+    for ratio, p99, pg99 in ratios:
+        print(f"opgate / pgbench: {ratio:.2f}x the rate; p99 {p99:.2f} ms vs {pg99:.2f} ms")
 
 
 if __name__ == "__main__":

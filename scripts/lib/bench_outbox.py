@@ -1,33 +1,49 @@
-"""Driver for scripts/bench-outbox."""
+"""Driver for scripts/bench-outbox: opgate's approved -> settled refunds per
+second, then (given a PostgreSQL and graphile-worker) the same refunds as
+graphile-worker jobs on that PostgreSQL, each making the same idempotent
+call to the same payment simulator, in the same run."""
 
 import concurrent.futures
 import http.client
 import json
+import os
+import shlex
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.parse
 
 from cluster import ADMIN_TOKEN, Cluster, orders
 
 
-_conn = None
+_local = threading.local()
 
 
 def approve(job):
-    """One approval over a kept-alive connection (one per worker process)."""
-    global _conn
+    """One approval over a kept-alive connection (one per thread)."""
     host, port, key, amount, currency, fingerprint = job
-    if _conn is None:
-        _conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn = getattr(_local, "conn", None)
+    if conn is None:
+        conn = _local.conn = http.client.HTTPConnection(host, port, timeout=30)
     body = json.dumps({"amount_minor": amount, "currency": currency,
                        "fingerprint": fingerprint})
-    _conn.request("POST", f"/v1/operations/{urllib.parse.quote(key, safe='')}/approve", body,
-                  {"Authorization": "Bearer " + ADMIN_TOKEN,
-                   "Content-Type": "application/json"})
-    r = _conn.getresponse()
+    conn.request("POST", f"/v1/operations/{urllib.parse.quote(key, safe='')}/approve", body,
+                 {"Authorization": "Bearer " + ADMIN_TOKEN, "Content-Type": "application/json"})
+    r = conn.getresponse()
     r.read()
     return r.status
+
+
+def approve_all(jobs, concurrency=64):
+    """Every approval, `concurrency` at a time (each waits for its synced
+    commit, so the approvals themselves are the daemon's work, not the
+    client's); returns the statuses."""
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(approve, jobs))
 
 
 def settle_refunds(c, n, prefix):
@@ -46,14 +62,13 @@ def settle_refunds(c, n, prefix):
     pending = mine(c.operations("pending"))
     print(f"{len(pending)} pending proposals ready; approving all", flush=True)
 
-    # Approvals come from several processes, so the Python client is not
-    # what is measured.
+    # 64 approvals in flight at once: approvals arrive as a burst, as
+    # graphile-worker's jobs are queued at once.
     jobs = [("127.0.0.1", c.operator_port, op["key"], op["amount_minor"], op["currency"],
              op["fingerprint"]) for op in pending]
     settled_before = c.metric("opgate_operations_settled", absent=0)
     start = time.time()
-    with concurrent.futures.ProcessPoolExecutor(8) as pool:
-        statuses = list(pool.map(approve, jobs, chunksize=16))
+    statuses = approve_all(jobs)
     approved_s = time.time() - start
     # Settled counts come from a counter kept in the same batch as each
     # settlement, so waiting costs the same with or without history.
@@ -69,19 +84,83 @@ def settle_refunds(c, n, prefix):
     settled = sum(1 for o in ops if o["outcome"] == "succeeded")
     print(f"operations: {n}, approved: {statuses.count(200)} in {approved_s:.2f} s", flush=True)
     return (settled, settled / ((last - first) / 1000), statistics.median(latencies),
-            latencies[int(len(latencies) * 0.99) - 1])
+            percentile(latencies, 0.99))
+
+
+def percentile(sorted_values, q):
+    return sorted_values[max(0, int(len(sorted_values) * q) - 1)]
+
+
+def libpq_fields(url):
+    """'host=/tmp/x port=5 user=postgres dbname=postgres' as a dict."""
+    return dict(part.split("=", 1) for part in shlex.split(url))
+
+
+def graphile_jobs(pg_url, graphile_dir, payments_port, n, prefix, concurrency):
+    """n refund jobs queued at once in graphile-worker on its own database,
+    run by one worker with `concurrency` jobs at a time until the queue is
+    empty. Returns (done, jobs per second, p50 ms, p99 ms) from queueing to
+    each job's end."""
+    from nodes import psql
+    db = "opgate_graphile_" + os.urandom(3).hex()
+    psql(pg_url, f"CREATE DATABASE {db}")
+    f = libpq_fields(pg_url)
+    conn = (f"postgres:///{db}?host={urllib.parse.quote(f['host'], safe='')}"
+            f"&port={f['port']}&user={f.get('user', 'postgres')}")
+    bin_ = os.path.join(graphile_dir, "node_modules", ".bin", "graphile-worker")
+    work = tempfile.mkdtemp(prefix="opgate-graphile-")
+    try:
+        os.makedirs(os.path.join(work, "tasks"))
+        shutil.copy(os.path.join(os.path.dirname(__file__), "graphile", "refund.js"),
+                    os.path.join(work, "tasks", "refund.js"))
+        subprocess.run([bin_, "--connection", conn, "--schema-only"], cwd=work, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        psql(f"{pg_url} dbname={db}",
+             "SELECT graphile_worker.add_job('refund', json_build_object("
+             f"'key', 'graphile:{prefix}' || i || ':full-refund:v1', "
+             f"'payment_intent', 'pi_{prefix}' || i, 'amount', 1000 + i, "
+             f"'port', {payments_port}, 'secret_key', 'sk_test_script', "
+             "'enqueued_ms', (extract(epoch from clock_timestamp()) * 1000)::bigint)) "
+             f"FROM generate_series(0, {n - 1}) AS i")
+        print(f"{n} graphile-worker jobs queued; running them {concurrency} at a time",
+              flush=True)
+        out = subprocess.run([bin_, "--connection", conn, "--once", "--jobs", str(concurrency),
+                              "--max-pool-size", str(concurrency + 1)], cwd=work,
+                             capture_output=True, text=True, check=True).stdout
+        done = [tuple(map(int, line.split()[1:3])) for line in out.splitlines()
+                if line.startswith("done ")]
+        if len(done) < n:
+            raise RuntimeError(f"graphile-worker finished {len(done)} of {n} jobs")
+        first = min(q for q, _ in done)
+        last = max(e for _, e in done)
+        latencies = sorted(e - q for q, e in done)
+        return (len(done), len(done) / max((last - first) / 1000, 0.001),
+                statistics.median(latencies), percentile(latencies, 0.99))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        psql(pg_url, f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def main():
     bin_dir, n = sys.argv[1], int(sys.argv[2])
-    c = Cluster(bin_dir, orders(n, prefix="P"))
+    pg_url = sys.argv[3] if len(sys.argv) > 3 else ""
+    graphile_dir = sys.argv[4] if len(sys.argv) > 4 else ""
+    c = Cluster(bin_dir, orders(n, prefix="P") + orders(n, prefix="G"))
     try:
         settled, rate, p50, p99 = settle_refunds(c, n, "P")
-        print(f"settled (succeeded): {settled}")
-        print(f"settled per second: {rate:.0f}")
-        print(f"approval -> settled p50: {p50:.0f} ms, p99: {p99:.0f} ms")
+        print(f"opgate: {settled} settled, {rate:.0f}/s, approval -> settled p50 {p50:.0f} ms, "
+              f"p99 {p99:.0f} ms", flush=True)
+        if not pg_url:
+            return
+        done, jobs_rate, jp50, jp99 = graphile_jobs(pg_url, graphile_dir, c.payments_port, n,
+                                                    "G", 32)
+        print(f"graphile-worker: {done} jobs, {jobs_rate:.0f}/s, queued -> done p50 {jp50:.0f} "
+              f"ms, p99 {jp99:.0f} ms (32 at a time, same PostgreSQL host, same simulator)")
+        print(f"opgate / graphile-worker: {rate / jobs_rate:.2f}x the throughput; p99 "
+              f"{p99:.0f} ms vs {jp99:.0f} ms")
     finally:
         c.close()
+
 
 if __name__ == "__main__":
     sys.exit(main())
