@@ -28,8 +28,8 @@ namespace opgate::store::rocks {
 class ScanFloor {
  public:
   struct Start {
-    std::string at;           // scan from this key
-    uint64_t generation = 0;  // pins staged before the scan began
+    std::string at;                            // scan from this key
+    uint64_t generation = 0;                   // pins staged before the scan began
     std::optional<std::string> lowest_active;  // the lowest staged, not yet visible then
   };
   Start start() const {
