@@ -311,7 +311,7 @@ int serve(const Config& initial, const ServeOptions& options) {
     spdlog::info("data_dir is relative: it resolves to {}, next to the config file",
                  config.data_dir);
 
-  SystemClock clock;
+  SystemClock system_clock;
   Metrics metrics;
   metrics.info("opgate_build_info", "The running opgate's version and git revision.",
                {{"version", std::string(kVersion)}, {"revision", std::string(kRevision)}});
@@ -329,18 +329,22 @@ int serve(const Config& initial, const ServeOptions& options) {
   // the daemon stops and exits non-zero, so that the service manager starts
   // it again on what the disk holds (a fail-stop, as PostgreSQL does on a
   // failed fsync). Every retry after that is idempotent.
-  auto opened = open_store(config, clock, fds.rocksdb_max_open_files, [](const std::string& why) {
-    log_event(spdlog::level::critical, "store.read_only",
-              "the store stopped accepting writes; stopping so that the "
-              "service manager restarts opgate on what the disk holds",
-              {{"reason", why}});
-    ::kill(::getpid(), SIGUSR1);
-  });
+  auto opened =
+      open_store(config, system_clock, fds.rocksdb_max_open_files, [](const std::string& why) {
+        log_event(spdlog::level::critical, "store.read_only",
+                  "the store stopped accepting writes; stopping so that the "
+                  "service manager restarts opgate on what the disk holds",
+                  {{"reason", why}});
+        ::kill(::getpid(), SIGUSR1);
+      });
   if (!opened) {
     spdlog::critical("cannot start: {}", opened.error().message);
     return 2;
   }
   store::Storage& storage = *opened->storage;
+  // Time for everything from here: a shared store's (the database's clock,
+  // which every node agrees on) or this node's.
+  const Clock& clock = opened->clock ? *opened->clock : system_clock;
   if (!config.orders_seed_file.empty()) {
     auto orders = operations::read_orders_file(config.orders_seed_file);
     auto n = orders ? operations::import_orders(storage, std::move(*orders),

@@ -44,8 +44,10 @@ Result<OpenedStore> open_store(const Config& config, const Clock& clock, int roc
     store::pg::PgOptions o;
     o.conn = conn_options(config.store);
     o.pool_size = static_cast<size_t>(config.store.pool_size);
+    o.database_clock = true;
     OPGATE_ASSIGN_OR_RETURN(auto pg, store::pg::PgStorage::open(o, clock));
     auto* raw = pg.get();
+    out.clock = &raw->clock();
     out.listen = [raw](std::function<void()> wake) { raw->listen(std::move(wake)); };
     out.stop_listening = [raw] { raw->stop_listening(); };
     out.hold_lease = [raw](const std::string& name, const std::string& holder, int64_t ttl_ms) {

@@ -32,6 +32,10 @@ struct OpenedStore {
   // empty for RocksDB, whose one node performs every duty.
   std::function<Result<std::optional<int64_t>>(const std::string&, const std::string&, int64_t)>
       hold_lease;
+  // The clock every record, lease and expiry is written with: for a shared
+  // store the database's (nodes agree on time whatever their own clocks
+  // say); null for RocksDB, which keeps the node's.
+  const Clock* clock = nullptr;
 };
 
 // `rocksdb_max_open_files`: the table files RocksDB may keep open.

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
@@ -23,6 +24,8 @@ namespace {
 const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Locks and the transaction's frame ("begin" is prepared per isolation).
     {"lock", "SELECT pg_advisory_xact_lock($1::bigint)"},
+    // The database's clock (store/postgres/database_clock.h).
+    {"db_now", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"},
     {"commit", "COMMIT"},
     // Inbox.
     {"ev_get", "SELECT data FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
@@ -762,6 +765,10 @@ Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, con
   std::unique_ptr<PgStorage> s(new PgStorage());
   s->options_ = options;
   s->clock_ = &clock;
+  if (options.database_clock) {
+    s->db_clock_ = std::make_unique<DatabaseClock>(clock);
+    s->clock_ = s->db_clock_.get();
+  }
   const Isolation isolation = options.isolation;
   s->pool_ = std::make_unique<Pool>(options.conn, options.pool_size, [isolation](Conn& c) {
     return prepare_statements(c, isolation);
@@ -772,6 +779,14 @@ Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, con
   if (!first) return first.error();
   auto version = (*first)->run("a_head", {});
   if (!version) return version.error();
+  if (s->db_clock_) {
+    OPGATE_TRY(s->db_clock_->sync(**first));
+    if (std::abs(s->db_clock_->offset_ms()) > 1000)
+      spdlog::warn(
+          "this node's clock is {} ms off the database's; opgate keeps time by the "
+          "database's",
+          -s->db_clock_->offset_ms());
+  }
   return s;
 }
 
@@ -950,9 +965,18 @@ void PgStorage::listen(std::function<void()> wake) {
           PQfreemem(n);
         }
         if (any) wake();
+        resync_clock();
       }
     }
   });
+}
+
+void PgStorage::resync_clock() {
+  if (!db_clock_ || db_clock_->monotonic_ms() - db_clock_->synced_at_ms() < kClockSyncMs) return;
+  auto conn = pool_->acquire();
+  if (!conn) return;
+  if (Status s = db_clock_->sync(**conn); !s)
+    spdlog::warn("cannot read the database's clock: {}", s.error().message);
 }
 
 void PgStorage::stop_listening() {

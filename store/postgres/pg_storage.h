@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "store/port.h"
+#include "store/postgres/database_clock.h"
 #include "store/postgres/pg.h"
 
 namespace opgate::store::pg {
@@ -42,6 +43,10 @@ struct PgOptions {
   // How often a transaction runs again after a deadlock or serialisation
   // failure before its error is returned.
   int max_attempts = 64;
+  // Keep time by the database's clock (database_clock.h), as every node
+  // sharing it does; off, the given clock is used as it is (tests that move
+  // time by hand).
+  bool database_clock = false;
 };
 
 class PgStorage final : public Storage {
@@ -63,6 +68,9 @@ class PgStorage final : public Storage {
   // connection of its own, reconnecting if it drops). Polling stays the
   // fallback: a notification lost with a connection delays, never loses.
   void listen(std::function<void()> wake);
+  // The time every record and lease of this store is written with: the
+  // database's clock with `database_clock`, else the clock given at open.
+  const Clock& clock() const { return *clock_; }
   // Stops the listener; `wake` is not called after this returns.
   void stop_listening();
 
@@ -80,7 +88,12 @@ class PgStorage final : public Storage {
 
  private:
   PgStorage() = default;
+  // Measures the database's clock again when the last time is long enough
+  // ago (the listener's thread).
+  void resync_clock();
+  static constexpr int64_t kClockSyncMs = 10'000;
   PgOptions options_;
+  std::unique_ptr<DatabaseClock> db_clock_;
   const Clock* clock_ = nullptr;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Reader> reader_;

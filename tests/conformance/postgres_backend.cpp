@@ -175,3 +175,33 @@ TEST_CASE("postgres: TLS settings from the config override the connection string
   auto c = pg::Conn::connect(o);
   CHECK_MESSAGE(c.ok(), c.error().message);
 }
+
+// Nodes keep time by the database's clock: a node whose own clock is far
+// off writes its records and leases with the database's time.
+TEST_CASE("postgres: with database_clock, a node whose clock is off keeps the database's time") {
+  using opgate::conformance::backend;
+  if (backend().name() != "postgres") return;
+  const char* url = std::getenv("OPGATE_TEST_PG_URL");
+  opgate::ManualClock skewed{1'000'000};  // 1970, give or take
+  opgate::store::pg::PgOptions o;
+  o.conn.url = url;
+  o.pool_size = 2;
+  o.database_clock = true;
+  auto s = opgate::store::pg::PgStorage::open(o, skewed);
+  REQUIRE_MESSAGE(s.ok(), s.error().message);
+  opgate::SystemClock real;
+  // The database runs on this machine: its clock is the real one.
+  CHECK(std::llabs((*s)->clock().now_ms() - real.now_ms()) < 5'000);
+  int64_t written = 0;
+  REQUIRE((*s)->transact([&](opgate::store::Transaction& txn) {
+                written = txn.now_ms();
+                return opgate::Status::Ok();
+              })
+              .ok());
+  CHECK(std::llabs(written - real.now_ms()) < 5'000);
+  // Without it, the given clock is the store's (tests move time by hand).
+  o.database_clock = false;
+  auto manual = opgate::store::pg::PgStorage::open(o, skewed);
+  REQUIRE(manual.ok());
+  CHECK((*manual)->clock().now_ms() == skewed.now_ms());
+}

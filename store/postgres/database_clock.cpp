@@ -1,0 +1,18 @@
+#include "store/postgres/database_clock.h"
+
+#include "store/postgres/pg.h"
+
+namespace opgate::store::pg {
+
+Status DatabaseClock::sync(Conn& conn) {
+  const int64_t sent = local_.now_ms();
+  auto rows = conn.run("db_now", {});
+  const int64_t received = local_.now_ms();
+  if (!rows) return rows.error();
+  if (rows->empty()) return make_error(errc::storage_error, "the database did not tell its time");
+  offset_ms_ = rows->int8(0, 0) - (sent + received) / 2;
+  synced_at_ms_ = local_.monotonic_ms() == 0 ? 1 : local_.monotonic_ms();
+  return Status::Ok();
+}
+
+}  // namespace opgate::store::pg
