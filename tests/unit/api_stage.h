@@ -49,7 +49,7 @@ struct ApiStage : World {
   std::unique_ptr<operator_api::ApiDeps> deps;
   http::Router router;
 
-  ApiStage() {
+  explicit ApiStage(store::rocks::OpenOptions options = {}) : World(options) {
     seed_order("ORDER-100", 2500);
     seed_order("ORDER-300", 80000);
     propose("sess_1", "ORDER-300");

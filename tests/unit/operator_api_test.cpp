@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include "api_stage.h"
+#include "fault_fs.h"
 
 using namespace opgate;
 namespace json = boost::json;
@@ -92,4 +93,22 @@ TEST_CASE("without a console the routes are not served under /console/api") {
   const http::Headers alice{{"Authorization", "Bearer tok-alice"}};
   CHECK(s.router.dispatch(request("GET", "/v1/me", alice)).status == 200);
   CHECK(s.router.dispatch(request("GET", "/console/api/v1/me", alice)).status == 404);
+}
+
+TEST_CASE("/readyz is 503 once the store cannot be written; /healthz still answers") {
+  auto control = std::make_shared<testing::SyncControl>();
+  store::rocks::OpenOptions o;
+  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  testing::ApiStage s(o);
+  s.open_api();
+  CHECK(s.router.dispatch(request("GET", "/readyz")).status == 200);
+  control->set_fail(true);  // every WAL sync from now on fails
+  auto r = s.router.dispatch(request("GET", "/readyz"));
+  CHECK(r.status == 503);
+  CHECK(r.body.find("storage_unavailable") != std::string::npos);
+  CHECK(s.router.dispatch(request("GET", "/healthz")).status == 200);
+  control->set_fail(false);
+  // RocksDB stays read-only after a failed sync: still not ready (the daemon
+  // exits on it and is started again).
+  CHECK(s.router.dispatch(request("GET", "/readyz")).status == 503);
 }
