@@ -316,7 +316,16 @@ def queue_and_approve(run):
     check(proposal, "the proposal")
     a.wait_text("order", "Left at the front door.")
     a.wait_text("money", "25.00 USD")
+    # The money context, field by field: paid, nothing refunded or credited
+    # yet, all of it remaining.
+    money = {f: a.d.find_element(By.CSS_SELECTOR, f'[data-test="money"] [data-field="{f}"]').text
+             for f in ("paid", "refunded", "credited", "remaining")}
+    check(money == {"paid": "25.00 USD", "refunded": "0.00 USD", "credited": "0.00 USD",
+                    "remaining": "25.00 USD"}, f"the money context: {money}")
     a.wait_text("policy", "Approvals needed")
+    # The owner's other pending operations are listed beside this one.
+    a.wait(lambda: {r.get_attribute("data-key") for r in a.all("related-row")} >=
+           {key("ORDER-300"), key("ORDER-500")}, "the owner's other operations")
     a.wait_text("transcript", "request_refund")
     a.wait_text("history", "propose")
     a.wait_text("audit-verify", "verified")
