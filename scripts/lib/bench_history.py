@@ -26,6 +26,21 @@ def timed_get(c, path, times=20):
     return spent[len(spent) // 2], spent[-1], body
 
 
+def timed_cli(c, bin_dir, args, times=10):
+    """Median and worst milliseconds of the opgate CLI, and the rows it printed."""
+    env = dict(os.environ, OPGATE_URL=f"http://127.0.0.1:{c.operator_port}",
+               OPGATE_TOKEN=ADMIN_TOKEN)
+    spent, rows = [], 0
+    for _ in range(times):
+        start = time.perf_counter()
+        out = subprocess.run([os.path.join(bin_dir, "opgate")] + args, env=env, check=True,
+                             capture_output=True, text=True).stdout
+        spent.append((time.perf_counter() - start) * 1000)
+        rows = sum(1 for line in out.splitlines() if "outcome_unknown" in line)
+    spent.sort()
+    return spent[len(spent) // 2], spent[-1], rows
+
+
 def rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -78,6 +93,8 @@ def main():
         unknown_p50, unknown_max, body = timed_get(
             c, "/v1/operations?state=outcome_unknown&limit=100")
         listed = body.count(b'"state":"outcome_unknown"')
+        cli_p50, cli_max, cli_rows = timed_cli(c, bin_dir, ["ops", "list", "--state",
+                                                            "outcome_unknown"])
         rss_idle = rss_mib(c.daemon.pid)
         print(f"== the same store with {history:,} operations of history", flush=True)
         full = present(c, bin_dir, seconds, refunds, "F")
@@ -94,7 +111,9 @@ def main():
         print(f"restart to ready: {ready_s * 1000:.0f} ms")
         print(f"/metrics scrape: median {metrics_p50:.1f} ms, worst {metrics_max:.1f} ms")
         print(f"list outcome_unknown ({listed} listed): median {unknown_p50:.1f} ms, "
-              f"worst {unknown_max:.1f} ms")
+              f"worst {unknown_max:.1f} ms over HTTP; `opgate ops list --state "
+              f"outcome_unknown` ({cli_rows} rows) median {cli_p50:.1f} ms, worst "
+              f"{cli_max:.1f} ms, the CLI's own start included")
         print(f"data directory: {size / history:,.0f} bytes per operation of history "
               f"({size / 2**20:,.0f} MiB in all)")
         print(f"resident memory, idle after restart: {rss_idle:.0f} MiB")
@@ -103,6 +122,7 @@ def main():
             ("approve->settled within 15%", full["settled_per_s"] >= 0.85 * empty["settled_per_s"]),
             ("/metrics under 50 ms", metrics_max < 50),
             ("outcome_unknown list under 50 ms", unknown_max < 50 and listed == 10),
+            ("ops list --state outcome_unknown under 50 ms", cli_max < 50 and cli_rows >= 10),
             ("ready under 2 s", ready_s < 2),
             ("resident memory under 200 MiB", max(full["rss_ingest"], rss_idle) < 200),
         ]
