@@ -175,7 +175,9 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   std::unique_ptr<rocksdb::CompactionFilter> inbox_filter;
   if (o.inbox_retention_ms > 0 && o.clock)
     inbox_filter = std::make_unique<InboxRetentionFilter>(*o.clock, o.inbox_retention_ms);
-  auto cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  // Half the cache is kept for index and filter partitions (high priority),
+  // so a long history's data blocks cannot push out what every seek needs.
+  auto cache = rocksdb::NewLRUCache(o.block_cache_bytes, -1, false, 0.5);
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (auto name : kNames) {
     rocksdb::ColumnFamilyOptions cf_options;
@@ -191,6 +193,17 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
     // fell from 15,000 to 5,000 acks/s as level 0 filled.
     table.pin_l0_filter_and_index_blocks_in_cache = true;
     table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+    // A table file's index and filter are split into 4 KiB partitions under
+    // a small top level that stays pinned: a seek into a store with months
+    // of history reads one partition, not the whole index of every file it
+    // touches. With one index block per file, approve->settled fell from 600
+    // to 22 per second over 1,000,000 settled operations, as every seek read
+    // and decompressed indexes the 32 MiB cache could not hold.
+    table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+    table.partition_filters = true;
+    table.metadata_block_size = 4096;
+    table.cache_index_and_filter_blocks_with_high_priority = true;
+    table.pin_top_level_index_and_filter = true;
     cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     if (name == cf_name(Cf::inbox)) {
       cf_options.compaction_filter = inbox_filter.get();
