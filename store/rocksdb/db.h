@@ -115,6 +115,7 @@ class Db {
  private:
   Db() = default;
   std::string dir_;
+  bool read_only_ = false;
   std::unique_ptr<rocksdb::Env> env_;  // a test's file system; outlives db_
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};
