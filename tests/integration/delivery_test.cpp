@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <csignal>
+
 #include "cluster.h"
 
 using namespace opgate::testing;
@@ -58,13 +60,16 @@ TEST_CASE("a 5xx, a dropped answer and a timeout are retried with the same resul
 
 TEST_CASE("a different result already held by the session is flagged, never overwritten") {
   Cluster c;
+  // Every post fails until opgate has tried once and is stopped: its retry
+  // cannot win the race with the other answer.
   REQUIRE(
-      c.agent_admin("POST", "/_sim/faults", events_fault("error_500_before_commit", 1)).status ==
+      c.agent_admin("POST", "/_sim/faults", events_fault("error_500_before_commit", -1)).status ==
       200);
   auto session = c.create_session(kLookup);
-  // After opgate's first (failed) attempt, someone else answers the call.
   REQUIRE(eventually(
       [&] { return c.agent_admin("GET", "/_sim/stats").body.at("event_posts").as_int64() >= 1; }));
+  c.signal_daemon(SIGSTOP);
+  REQUIRE(c.agent_admin("DELETE", "/_sim/faults").status == 200);
   auto sim = c.agent_admin("GET", "/_sim/sessions/" + session).body.as_object();
   const auto& action = sim.at("required_actions").as_array().at(0);
   // Someone else answers the call through the public API.
@@ -77,6 +82,7 @@ TEST_CASE("a different result already held by the session is flagged, never over
                                               {"success", false},
                                               {"error", "answered by someone else"}}}}}),
       "someone-else");
+  c.signal_daemon(SIGCONT);
   REQUIRE_MESSAGE(other.status == 202, other.raw);
   REQUIRE(eventually([&] { return str(call_state(c, session), "delivery") == "conflict"; }));
   auto held = c.agent_admin("GET", "/_sim/sessions/" + session).body.as_object();
