@@ -6,6 +6,7 @@
 // Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -44,8 +45,13 @@ class Lanes {
   void on_done(std::function<void()> notify);
   // Tasks accepted and not finished.
   size_t in_flight() const;
-  // Threads with nothing to run now (a dispatcher loads about that much).
+  // Threads with nothing to run now.
   size_t idle() const;
+  // How many due tasks a dispatcher pass should load: about as many as the
+  // idle threads can take, and a few more for tasks whose lane is busy, at
+  // most `most`. Loading the whole backlog each pass while every thread is
+  // busy cost a dispatcher most of its time.
+  size_t batch_for(size_t most) const { return std::min(most, 2 * idle() + 16); }
   // Waits until no task is in flight (tests, shutdown).
   void wait_idle();
   // Stops accepting; the tasks accepted still run. Idempotent.

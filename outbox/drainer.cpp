@@ -159,11 +159,8 @@ size_t Drainer::dispatch() {
         "the process calling the provider stopped before recording its answer");
     if (!n) spdlog::error("cannot look for stale executing operations: {}", n.error().message);
   }
-  // About as many items as there are lanes free to take them (and a few
-  // more, for items whose lane is busy): loading the whole due backlog each
-  // pass while every lane is busy cost the dispatcher most of its time.
-  const size_t wanted = std::min(options_.batch, 2 * lanes_.idle() + 16);
-  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), wanted);
+  auto items =
+      storage_.reader().due(store::Queue::work, clock_.now_ms(), lanes_.batch_for(options_.batch));
   if (!items) {
     spdlog::error("outbox scan failed: {}", items.error().message);
     return 0;

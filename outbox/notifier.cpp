@@ -105,9 +105,8 @@ Notifier::Notifier(store::Storage& storage, Lanes& lanes, const Live<NotifyConfi
       random_(std::move(random)) {}
 
 size_t Notifier::dispatch() {
-  // About as many as the notification lanes can take now (see the drainer).
-  auto due = storage_.reader().due(store::Queue::notifications, clock_.now_ms(),
-                                   std::min<size_t>(256, 2 * lanes_.idle() + 16));
+  auto due =
+      storage_.reader().due(store::Queue::notifications, clock_.now_ms(), lanes_.batch_for(256));
   if (!due) {
     spdlog::error("notification queue scan failed: {}", due.error().message);
     return 0;

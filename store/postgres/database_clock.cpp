@@ -11,7 +11,8 @@ Status DatabaseClock::sync(Conn& conn) {
   if (!rows) return rows.error();
   if (rows->empty()) return make_error(errc::storage_error, "the database did not tell its time");
   offset_ms_ = rows->int8(0, 0) - (sent + received) / 2;
-  synced_at_ms_ = local_.monotonic_ms() == 0 ? 1 : local_.monotonic_ms();
+  const int64_t at = local_.monotonic_ms();
+  synced_at_ms_ = at == 0 ? 1 : at;  // 0 means never
   return Status::Ok();
 }
 

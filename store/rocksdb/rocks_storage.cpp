@@ -445,10 +445,6 @@ class KvReader : public virtual Reader {
   }
 
  private:
-  ScanFloor& floor_of(Queue queue) {
-    return queue == Queue::notifications ? floors_.notifications : floors_.work;
-  }
-
   Result<std::vector<OutboxEntry>> items(std::vector<std::string>& ids) {
     std::vector<OutboxEntry> out;
     for (auto& id : ids) {
@@ -460,6 +456,10 @@ class KvReader : public virtual Reader {
   }
 
  protected:
+  ScanFloor& floor_of(Queue queue) {
+    return queue == Queue::notifications ? floors_.notifications : floors_.work;
+  }
+
   const KvView& view_;
   ScanFloors& floors_;
   const bool raises_;
@@ -602,8 +602,9 @@ class RocksTransaction final : public Transaction, public KvReader {
   void enqueue(pb::OutboxItem item) override {
     const std::string id = keys::hex16(storage_.next_outbox_seq());
     item.set_created_at_ms(txn_.now_ms);
-    pin_due(item, due_key(item, id));
-    txn_.writes.put(Cf::outbox, due_key(item, id), "");
+    const std::string due = due_key(item, id);
+    pin(floor_of(queue_of(item.kind())), due);
+    txn_.writes.put(Cf::outbox, due, "");
     if (!item.operation_key().empty())
       txn_.writes.put(Cf::outbox, keys::outbox_of(item.operation_key(), id), "");
     txn_.writes.put(Cf::outbox, keys::outbox_item(id), item.SerializeAsString());
@@ -616,8 +617,9 @@ class RocksTransaction final : public Transaction, public KvReader {
     pb::OutboxItem item = e.item;
     item.set_kind((*old)->kind());  // an item never changes queue or operation
     item.set_operation_key((*old)->operation_key());
-    pin_due(item, due_key(item, e.id));
-    txn_.writes.put(Cf::outbox, due_key(item, e.id), "");
+    const std::string due = due_key(item, e.id);
+    pin(floor_of(queue_of(item.kind())), due);
+    txn_.writes.put(Cf::outbox, due, "");
     txn_.writes.put(Cf::outbox, keys::outbox_item(e.id), item.SerializeAsString());
   }
 
@@ -649,11 +651,6 @@ class RocksTransaction final : public Transaction, public KvReader {
   void pin(ScanFloor& floor, const std::string& key) {
     floor.pin(key);
     pins_.emplace_back(&floor, key);
-  }
-  void pin_due(const pb::OutboxItem& item, const std::string& key) {
-    pin(queue_of(item.kind()) == Queue::notifications ? storage_.floors().notifications
-                                                      : storage_.floors().work,
-        key);
   }
 
   Status add_count(pb::OperationState state, int64_t delta) {
