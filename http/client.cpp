@@ -1,6 +1,7 @@
 #include "http/client.h"
 
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -8,7 +9,11 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/url/parse.hpp>
+#include <cerrno>
 #include <map>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "common/mutex.h"
 
@@ -48,14 +53,95 @@ Result<std::shared_ptr<ssl::context>> tls_context(const std::string& ca_file) {
   return ctx;
 }
 
+// A connection kept open after an answer, for the next request to the same
+// origin from the same thread. Each thread that sends keeps at most
+// kIdlePerThread of them, for at most kIdleReuse: well under the idle time
+// servers allow (ours: header_timeout, 10 s), so a kept connection is rarely
+// one the peer is closing.
+struct Connection {
+  std::string origin;  // scheme://host:port plus the trust store
+  std::shared_ptr<ssl::context> ctx;
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  std::chrono::steady_clock::time_point idle_since;
+
+  beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
+};
+
+constexpr size_t kIdlePerThread = 8;
+constexpr auto kIdleReuse = std::chrono::seconds(4);
+
+// The event loop and the kept connections of one calling thread. The
+// connections are declared after the loop they are bound to, so they are
+// destroyed first.
+struct ThreadState {
+  net::io_context ioc;
+  std::vector<std::unique_ptr<Connection>> idle;
+};
+
+ThreadState& thread_state() {
+  // One event loop per calling thread, reused: creating one per request
+  // costs several system calls (epoll, eventfd, timerfd) every time.
+  thread_local ThreadState state;
+  return state;
+}
+
+// A kept connection is usable when the peer has neither closed it nor sent
+// anything unasked: a readable socket is one of the two, and is dropped.
+bool still_open(Connection& c) {
+  auto& socket = c.lowest().socket();
+  if (!socket.is_open()) return false;
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  if (ec) return false;
+  char probe;
+  const ssize_t n = ::recv(socket.native_handle(), &probe, 1, MSG_PEEK);
+  const bool would_block = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  socket.non_blocking(false, ec);
+  return would_block;
+}
+
+std::unique_ptr<Connection> take_idle(const std::string& origin) {
+  auto& idle = thread_state().idle;
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_ptr<Connection> found;
+  // Newest first; every stale or closed connection met on the way is dropped.
+  for (auto it = idle.rbegin(); it != idle.rend();) {
+    Connection& c = **it;
+    if (now - c.idle_since > kIdleReuse || !still_open(c)) {
+      it = decltype(it)(idle.erase(std::next(it).base()));
+      continue;
+    }
+    if (c.origin == origin) {
+      found = std::move(*it);
+      idle.erase(std::next(it).base());
+      break;
+    }
+    ++it;
+  }
+  return found;
+}
+
+void keep_idle(std::unique_ptr<Connection> c) {
+  auto& idle = thread_state().idle;
+  c->lowest().expires_never();
+  c->idle_since = std::chrono::steady_clock::now();
+  if (idle.size() >= kIdlePerThread) idle.erase(idle.begin());  // the oldest goes
+  idle.push_back(std::move(c));
+}
+
 struct Exchange {
   const ClientRequest& request;
   std::string host, port;
   bhttp::request<bhttp::string_body> req;
   beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::string_body> parser;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::optional<Error> failure;
   std::chrono::steady_clock::time_point deadline;
+  // Set when the connection was kept from an earlier request and failed
+  // before any byte of the answer arrived: the peer had closed it, most
+  // likely without reading this request.
+  bool stale = false;
 
   std::chrono::milliseconds remaining() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
@@ -76,17 +162,34 @@ struct Exchange {
   // Write the request and read the answer on a connected (and, for TLS,
   // handshaken) stream.
   template <typename Stream>
-  void write_and_read(Stream& stream) {
+  void write_and_read(Stream& stream, bool reused) {
+    parser.emplace();
+    parser->body_limit(64 * 1024 * 1024);
+    buffer.clear();
     beast::get_lowest_layer(stream).expires_after(remaining());
-    bhttp::async_write(stream, req, [this, &stream](beast::error_code ec, size_t) {
-      if (ec) return fail(ec, true);
+    bhttp::async_write(stream, req, [this, &stream, reused](beast::error_code ec, size_t) {
+      if (ec) {
+        stale = reused && ec != beast::error::timeout;
+        return fail(ec, true);
+      }
       beast::get_lowest_layer(stream).expires_after(remaining());
-      bhttp::async_read(stream, buffer, parser, [this](beast::error_code ec, size_t) {
-        if (ec) fail(ec, true);
+      bhttp::async_read(stream, buffer, *parser, [this, reused](beast::error_code ec, size_t) {
+        if (!ec) return;
+        stale = reused && ec != beast::error::timeout && !parser->got_some() && buffer.size() == 0;
+        fail(ec, true);
       });
     });
   }
 };
+
+// A request that may be sent again after a kept connection turned out to be
+// closed: one that changes nothing, or one the peer deduplicates by its key.
+bool may_resend(const ClientRequest& request) {
+  if (request.method == "GET" || request.method == "HEAD") return true;
+  for (const auto& [name, value] : request.headers)
+    if (boost::beast::iequals(name, "Idempotency-Key") && !value.empty()) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -106,89 +209,116 @@ Result<Response> send(const ClientRequest& request) {
              std::chrono::steady_clock::now() + request.timeout};
   std::string target(url->encoded_target());
   if (target.empty()) target = "/";
+  const std::string origin =
+      std::string(url->scheme()) + "://" + x.host + ":" + x.port + "|" + request.ca_file;
 
   x.req.method_string(request.method);
   x.req.target(target);
   x.req.version(11);
   x.req.set(bhttp::field::host, x.host + ":" + x.port);
   x.req.set(bhttp::field::user_agent, "opgate/1");
+  x.req.keep_alive(true);  // a caller's own Connection header still wins
   for (const auto& [k, v] : request.headers) x.req.set(k, v);
   x.req.body() = request.body;
-  x.req.keep_alive(false);
   x.req.prepare_payload();
-  x.parser.body_limit(64 * 1024 * 1024);
 
-  // One event loop per calling thread, reused: creating one per request
-  // costs several system calls (epoll, eventfd, timerfd) every time.
-  thread_local net::io_context ioc;
-  ioc.restart();
-  tcp::resolver resolver(ioc);
-  std::optional<beast::tcp_stream> plain;
-  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
-  std::shared_ptr<ssl::context> ctx;
-  if (tls) {
-    auto c = tls_context(request.ca_file);
-    if (!c) return c.error();
-    ctx = *c;
-    secure.emplace(ioc, *ctx);
-    // SNI, and the certificate must name the host we asked for.
-    if (!SSL_set_tlsext_host_name(secure->native_handle(), x.host.c_str()))
-      return make_error(errc::tls_setup, "cannot set the TLS server name");
-    secure->set_verify_callback(ssl::host_name_verification(x.host));
-  } else {
-    plain.emplace(ioc);
+  net::io_context& ioc = thread_state().ioc;
+  std::unique_ptr<Connection> conn = take_idle(origin);
+  bool answered = false;
+  if (conn) {
+    ioc.restart();
+    if (tls)
+      x.write_and_read(*conn->secure, true);
+    else
+      x.write_and_read(*conn->plain, true);
+    ioc.run();
+    answered = !x.failure;
   }
-  beast::tcp_stream& lowest = tls ? beast::get_lowest_layer(*secure) : *plain;
-
-  auto on_resolved = [&](beast::error_code ec, tcp::resolver::results_type eps) {
-    if (ec) return x.fail(ec, false);
-    lowest.expires_after(x.remaining());
-    lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
-      if (ec) return x.fail(ec, false);
-      if (!tls) return x.write_and_read(*plain);
-      lowest.expires_after(x.remaining());
-      secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
-        if (ec) {
-          if (ec == beast::error::timeout) return x.fail(ec, false);
-          x.failure = make_error(errc::tls_failed,
-                                 "TLS handshake with " + x.host + " failed: " + ec.message());
-          return;
-        }
-        x.write_and_read(*secure);
-      });
-    });
-  };
-  // A numeric address needs no resolver (whose lookup runs on a thread of
-  // its own for every request).
-  std::string literal = x.host;
-  if (literal.size() > 2 && literal.front() == '[') literal = literal.substr(1, literal.size() - 2);
-  beast::error_code parse_ec;
-  auto address = net::ip::make_address(literal, parse_ec);
-  if (!parse_ec) {
-    uint16_t port_number = 0;
-    try {
-      port_number = static_cast<uint16_t>(std::stoi(x.port));
-    } catch (...) {
-      return make_error(errc::bad_url, "not a valid port: " + request.url);
+  if (conn && !answered) {
+    // The peer closed the kept connection. A request it may safely see
+    // twice goes again on a new one; any other stays "may have reached".
+    if (!x.stale || !may_resend(request) || x.remaining().count() <= 0) return *x.failure;
+    x.failure.reset();
+    x.stale = false;
+    conn.reset();
+  }
+  if (!answered) {
+    conn = std::make_unique<Connection>();
+    conn->origin = origin;
+    if (tls) {
+      auto c = tls_context(request.ca_file);
+      if (!c) return c.error();
+      conn->ctx = *c;
+      conn->secure.emplace(ioc, *conn->ctx);
+      // SNI, and the certificate must name the host we asked for.
+      if (!SSL_set_tlsext_host_name(conn->secure->native_handle(), x.host.c_str()))
+        return make_error(errc::tls_setup, "cannot set the TLS server name");
+      conn->secure->set_verify_callback(ssl::host_name_verification(x.host));
+    } else {
+      conn->plain.emplace(ioc);
     }
-    net::post(ioc, [&, address, port_number] {
-      on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
-                                                          x.host, x.port));
-    });
-  } else {
-    resolver.async_resolve(x.host, x.port, on_resolved);
-  }
-  ioc.run();
-  if (x.failure) return *x.failure;
+    Connection& c = *conn;
+    beast::tcp_stream& lowest = c.lowest();
+    ioc.restart();
+    tcp::resolver resolver(ioc);
 
-  auto& msg = x.parser.get();
+    auto on_resolved = [&](beast::error_code ec, tcp::resolver::results_type eps) {
+      if (ec) return x.fail(ec, false);
+      lowest.expires_after(x.remaining());
+      lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
+        if (ec) return x.fail(ec, false);
+        if (!tls) return x.write_and_read(*c.plain, false);
+        lowest.expires_after(x.remaining());
+        c.secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
+          if (ec) {
+            if (ec == beast::error::timeout) return x.fail(ec, false);
+            x.failure = make_error(errc::tls_failed,
+                                   "TLS handshake with " + x.host + " failed: " + ec.message());
+            return;
+          }
+          x.write_and_read(*c.secure, false);
+        });
+      });
+    };
+    // A numeric address needs no resolver (whose lookup runs on a thread of
+    // its own for every request).
+    std::string literal = x.host;
+    if (literal.size() > 2 && literal.front() == '[')
+      literal = literal.substr(1, literal.size() - 2);
+    beast::error_code parse_ec;
+    auto address = net::ip::make_address(literal, parse_ec);
+    if (!parse_ec) {
+      uint16_t port_number = 0;
+      try {
+        port_number = static_cast<uint16_t>(std::stoi(x.port));
+      } catch (...) {
+        return make_error(errc::bad_url, "not a valid port: " + request.url);
+      }
+      net::post(ioc, [&, address, port_number] {
+        on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
+                                                            x.host, x.port));
+      });
+    } else {
+      resolver.async_resolve(x.host, x.port, on_resolved);
+    }
+    ioc.run();
+    if (x.failure) return *x.failure;
+  }
+
+  auto& msg = x.parser->get();
   Response out;
   out.status = static_cast<int>(msg.result_int());
   for (const auto& field : msg)
     out.headers[std::string(field.name_string())] = std::string(field.value());
   out.body = std::move(msg.body());
-  beast::error_code ignore;
-  lowest.socket().shutdown(tcp::socket::shutdown_both, ignore);
+  // Kept for the next request only if the peer keeps it too and nothing of
+  // another answer is already waiting.
+  if (msg.keep_alive() && x.parser->is_done() && x.buffer.size() == 0) {
+    keep_idle(std::move(conn));
+  } else {
+    beast::error_code ignore;
+    conn->lowest().socket().shutdown(tcp::socket::shutdown_both, ignore);
+  }
   return out;
 }
 

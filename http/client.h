@@ -1,9 +1,13 @@
-// A blocking HTTP/1.1 client over TCP or verified TLS for the adapters and the CLI: one request per
-// call, one connection per request, one overall deadline. Errors are
-// classified, because the caller must know whether the request may have
-// reached the peer: "connect_failed" means it never left; "timeout" and
-// "connection_lost" mean it may have been processed. Thread-safe: calls
-// share nothing.
+// A blocking HTTP/1.1 client over TCP or verified TLS for the adapters and the
+// CLI: one request per call, one overall deadline. Each calling thread keeps
+// a few connections open for a few seconds after their answers and reuses
+// them for the same origin, so a worker pays the TCP (and TLS) set-up once,
+// not per call. Errors are classified, because the caller must know whether
+// the request may have reached the peer: "connect_failed" means it never
+// left; "timeout" and "connection_lost" mean it may have been processed. A
+// kept connection the peer had closed is retried once on a new one only for
+// a request it may see twice (GET, HEAD, or one with an Idempotency-Key).
+// Thread-safe: threads share nothing but the TLS contexts.
 #pragma once
 
 #include <chrono>

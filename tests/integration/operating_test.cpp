@@ -93,6 +93,9 @@ Result<http::Response> https_get(uint16_t port, const std::string& path, const f
   req.url = fmt::format("https://127.0.0.1:{}{}", port, path);
   req.ca_file = ca.string();
   req.timeout = std::chrono::seconds(10);
+  // Each check is a handshake of its own: a kept connection would still
+  // carry the certificate verified before a reload.
+  req.headers["Connection"] = "close";
   return http::send(req);
 }
 

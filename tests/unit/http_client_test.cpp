@@ -1,0 +1,193 @@
+// The adapters' HTTP client keeps a connection open for the next request to
+// the same origin, and never turns a closed kept connection into a second
+// delivery of a request the peer cannot deduplicate. A scripted server on
+// loopback plays each connection: it answers, closes, or reads and vanishes.
+#include "http/client.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace opgate;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// What the server does with one request on a connection.
+enum class Act { answer, answer_and_close, read_and_vanish };
+
+// Accepts connections one after another and plays the script on each; every
+// request read is recorded with the number of the connection it came on.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::function<Act(int connection, int request)> script)
+      : script_(std::move(script)), acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedServer() {
+    stopping_ = true;
+    boost::system::error_code ec;
+    {
+      // Wake a blocking read on the connection in play (the client keeps it
+      // open), then the blocking accept with one last connection.
+      std::lock_guard lock(mu_);
+      if (active_) active_->shutdown(tcp::socket::shutdown_both, ec);
+    }
+    tcp::socket poke(ioc_);
+    poke.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port_), ec);
+    thread_.join();
+  }
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+  int connections() const { return accepted_; }
+  std::vector<std::pair<int, std::string>> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    for (int connection = 1;; ++connection) {
+      tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec || stopping_) return;
+      accepted_ = connection;
+      {
+        std::lock_guard lock(mu_);
+        active_ = &socket;
+      }
+      std::string buffer;
+      for (int request = 1;; ++request) {
+        const size_t header_end = net::read_until(socket, net::dynamic_buffer(buffer), "\r\n\r\n", ec);
+        if (ec) break;
+        std::string head = buffer.substr(0, header_end);
+        size_t length = 0;
+        if (auto at = head.find("Content-Length: "); at != std::string::npos)
+          length = std::stoul(head.substr(at + 16));
+        if (buffer.size() < header_end + length)
+          net::read(socket, net::dynamic_buffer(buffer),
+                    net::transfer_exactly(header_end + length - buffer.size()), ec);
+        if (ec) break;
+        {
+          std::lock_guard lock(mu_);
+          requests_.emplace_back(connection, head.substr(0, head.find("\r\n")));
+        }
+        buffer.erase(0, header_end + length);
+        Act act = script_(connection, request);
+        if (head.find("Connection: close") != std::string::npos && act == Act::answer)
+          act = Act::answer_and_close;
+        if (act == Act::read_and_vanish) break;
+        const std::string body = "ok " + std::to_string(connection);
+        std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                             "\r\n" + (act == Act::answer_and_close ? "Connection: close\r\n" : "") +
+                             "\r\n" + body;
+        net::write(socket, net::buffer(answer), ec);
+        if (ec || act == Act::answer_and_close) break;
+      }
+      std::lock_guard lock(mu_);
+      active_ = nullptr;
+      socket.close(ec);
+    }
+  }
+
+  std::function<Act(int, int)> script_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> accepted_{0};
+  std::mutex mu_;
+  std::vector<std::pair<int, std::string>> requests_;
+  tcp::socket* active_ = nullptr;
+};
+
+http::ClientRequest get(const ScriptedServer& server, const std::string& path) {
+  http::ClientRequest req;
+  req.url = server.url(path);
+  req.timeout = std::chrono::milliseconds(5'000);
+  return req;
+}
+
+http::ClientRequest post(const ScriptedServer& server, const std::string& path,
+                         const std::string& idempotency_key) {
+  http::ClientRequest req = get(server, path);
+  req.method = "POST";
+  req.body = "amount=1";
+  if (!idempotency_key.empty()) req.headers["Idempotency-Key"] = idempotency_key;
+  return req;
+}
+
+}  // namespace
+
+TEST_CASE("http client: requests to one origin share a kept connection") {
+  ScriptedServer server([](int, int) { return Act::answer; });
+  for (int i = 0; i < 5; ++i) {
+    auto res = http::send(get(server, "/n/" + std::to_string(i)));
+    REQUIRE(res);
+    CHECK(res->body == "ok 1");
+  }
+  CHECK(server.connections() == 1);
+  CHECK(server.requests().size() == 5);
+}
+
+TEST_CASE("http client: a peer that closes after its answer gets a new connection next time") {
+  ScriptedServer server([](int, int) { return Act::answer_and_close; });
+  auto first = http::send(get(server, "/a"));
+  REQUIRE(first);
+  CHECK(first->body == "ok 1");
+  auto second = http::send(get(server, "/b"));
+  REQUIRE(second);
+  CHECK(second->body == "ok 2");
+  CHECK(server.requests().size() == 2);
+}
+
+TEST_CASE("http client: a kept connection the peer dropped unanswered") {
+  // The first request on every connection is answered; the second is read
+  // and the connection dropped without an answer, as a peer closing an idle
+  // connection at the moment a request arrives would.
+  ScriptedServer server([](int, int request) {
+    return request == 1 ? Act::answer : Act::read_and_vanish;
+  });
+  REQUIRE(http::send(post(server, "/v1/refunds", "key-1")));
+
+  SUBCASE("a keyed request goes again on a new connection, once") {
+    auto res = http::send(post(server, "/v1/refunds", "key-2"));
+    REQUIRE(res);
+    CHECK(res->body == "ok 2");
+    auto seen = server.requests();
+    REQUIRE(seen.size() == 3);
+    CHECK(seen[1].first == 1);
+    CHECK(seen[2].first == 2);
+  }
+  SUBCASE("a request without a key is not sent twice: it may have reached the peer") {
+    auto res = http::send(post(server, "/v1/notes", ""));
+    REQUIRE_FALSE(res);
+    CHECK(res.error().code == "connection_lost");
+    CHECK(http::may_have_reached_peer(res.error()));
+    CHECK(server.requests().size() == 2);
+    CHECK(server.connections() == 1);
+  }
+}
+
+TEST_CASE("http client: a request that asks to close its connection is not kept") {
+  ScriptedServer server([](int, int) { return Act::answer; });
+  for (int i = 0; i < 2; ++i) {
+    auto req = get(server, "/once");
+    req.headers["Connection"] = "close";
+    auto res = http::send(req);
+    REQUIRE(res);
+    CHECK(res->body == "ok " + std::to_string(i + 1));
+  }
+  CHECK(server.connections() == 2);
+}
