@@ -108,7 +108,10 @@ void Lanes::run() {
     {
       MutexLock lock(mu_);
       busy_.erase(task.lane);
-      notify = on_done_;
+      // While more tasks wait than there are threads, a dispatcher pass
+      // would only re-read work already accepted: it is woken when the
+      // pool could take more (its tick covers the rest).
+      if (waiting_.size() < threads_.size()) notify = on_done_;
       if (busy_.empty()) idle_cv_.notify_all();
     }
     free_cv_.notify_all();

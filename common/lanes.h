@@ -41,7 +41,8 @@ class Lanes {
   bool busy(const std::string& lane) const;
   // A post_when_free waits for this lane.
   bool awaited(const std::string& lane) const;
-  // Called (on a pool thread) after each task: e.g. to wake a dispatcher.
+  // Called (on a pool thread) after a task when fewer tasks wait than there
+  // are threads: to wake a dispatcher when the pool could take more.
   void on_done(std::function<void()> notify);
   // Tasks accepted and not finished.
   size_t in_flight() const;

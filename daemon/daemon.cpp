@@ -181,6 +181,7 @@ std::string default_console_url(const Config& config, uint16_t operator_port) {
 struct Reloadable {
   Live<operations::PolicyConfig>& policy;
   Live<outbox::NotifyConfig>& notify;
+  store::Storage& storage;  // fans notifications out while an endpoint is configured
   Live<operator_api::Principals>& principals;
   ingress::WebhookHandler& webhooks;
   http::Server& ingress_server;
@@ -228,6 +229,7 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
   auto notify = next->notify;
   if (notify.console_url.empty()) notify.console_url = r.console_default;
   r.notify.set(notify);
+  r.storage.fan_out_notifications(!notify.endpoints.empty());
   r.webhooks.set_config(ingress_config_of(*next));
   set_log_level(next->log_level);
   // What was applied becomes the running configuration; what needs a
@@ -428,6 +430,7 @@ int serve(const Config& initial, const ServeOptions& options) {
   // Notifications run on lanes of their own: a slow endpoint never holds
   // up executions or tool results.
   Live<outbox::NotifyConfig> notify(config.notify);
+  storage.fan_out_notifications(!config.notify.endpoints.empty());
   Lanes notify_lanes("notify", 8, 1024);
   outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
   notifier.set_shared_store(opened->rocks == nullptr);
@@ -550,8 +553,8 @@ int serve(const Config& initial, const ServeOptions& options) {
            listener_answers();
   });
 
-  Reloadable reloadable{policy,         notify,          principals,     webhooks,
-                        ingress_server, operator_server, console_default};
+  Reloadable reloadable{policy,   notify,         storage,         principals,
+                        webhooks, ingress_server, operator_server, console_default};
   int sig = 0;
   while ((sig = wait_for_signal(signals)) == SIGHUP)
     reload(options.config_path, config, reloadable);

@@ -45,7 +45,9 @@ void emit(store::Transaction& txn, const pb::Operation& op, std::string_view typ
   n.set_audit_hash(op.audit_hash());
   n.set_order_in_change(order_in_change);
   txn.keep_notification(n);
-  txn.enqueue(std::move(item));
+  // With no endpoint to deliver to there is nothing to fan out; an endpoint
+  // configured later gets past events by replay.
+  if (txn.fans_out_notifications()) txn.enqueue(std::move(item));
 }
 
 }  // namespace opgate::operations

@@ -33,8 +33,10 @@ const std::vector<std::string_view>& all_events();
 // settled; into outcome_unknown -> outcome_unknown.
 std::vector<std::string_view> events_of(State from, Event event, Target to);
 
-// Queues the event for the operation (after the audit record of its change,
-// whose head the event carries) and keeps it for replay. `order_in_change`:
+// Keeps the event for the operation for replay and, while the storage fans
+// out notifications (some endpoint is configured), queues it for the
+// notifier (after the audit record of its change, whose head the event
+// carries). `order_in_change`:
 // its place among the events of the same change, which reach an endpoint in
 // that order.
 void emit(store::Transaction& txn, const pb::Operation& operation, std::string_view type,

@@ -13,6 +13,7 @@
 // tests; every backend must pass it. Implementations are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -224,9 +225,15 @@ class Transaction : public virtual Reader {
   virtual void put_endpoint_state(const pb::EndpointState& state) = 0;
   // Keeps an event for replay (`opgate notify replay`).
   virtual void keep_notification(const pb::Notification& event) = 0;
+  // Whether events are also queued for the notifier to fan out: false while
+  // no endpoint is configured (they are kept for replay either way).
+  bool fans_out_notifications() const { return fans_out_; }
+  // For backends: the storage's setting when the transaction began.
+  void set_fans_out_notifications(bool on) { fans_out_ = on; }
 
  private:
   std::vector<std::function<void()>> after_commit_;
+  bool fans_out_ = true;
 };
 
 struct StorageStats {
@@ -269,6 +276,15 @@ class Storage {
   }
 
   virtual StorageStats stats() const = 0;
+
+  // Whether transactions queue notification events for fan-out (see
+  // Transaction::fans_out_notifications); the daemon sets it from its
+  // configuration, at start and on every reload.
+  void fan_out_notifications(bool on) { fan_out_.store(on, std::memory_order_relaxed); }
+  bool fans_out_notifications() const { return fan_out_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> fan_out_{true};
 };
 
 }  // namespace opgate::store

@@ -803,6 +803,7 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
     retry = false;
     OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
     PgTransaction txn(*conn, options_.isolation, clock_->now_ms());
+    txn.set_fans_out_notifications(fans_out_notifications());
     Status s = fn(txn);
     if (s && !txn.failed()) {
       Status c = txn.commit();

@@ -716,6 +716,7 @@ Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
   std::vector<std::pair<ScanFloor*, std::string>> pins;
   Status s = journal_->run([&](Journal::Txn& txn) {
     RocksTransaction t(txn, *this, pins);
+    t.set_fans_out_notifications(fans_out_notifications());
     Status s = fn(t);
     if (s) after = t.take_after_commit();
     return s;

@@ -2,8 +2,6 @@
 // the same origin, and never turns a closed kept connection into a second
 // delivery of a request the peer cannot deduplicate. A scripted server on
 // loopback plays each connection: it answers, closes, or reads and vanishes.
-#include "http/client.h"
-
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -13,6 +11,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "http/client.h"
 
 using namespace opgate;
 namespace net = boost::asio;
@@ -28,7 +28,8 @@ enum class Act { answer, answer_and_close, read_and_vanish };
 class ScriptedServer {
  public:
   explicit ScriptedServer(std::function<Act(int connection, int request)> script)
-      : script_(std::move(script)), acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
+      : script_(std::move(script)),
+        acceptor_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {
     port_ = acceptor_.local_endpoint().port();
     thread_ = std::thread([this] { serve(); });
   }
@@ -68,7 +69,8 @@ class ScriptedServer {
       }
       std::string buffer;
       for (int request = 1;; ++request) {
-        const size_t header_end = net::read_until(socket, net::dynamic_buffer(buffer), "\r\n\r\n", ec);
+        const size_t header_end =
+            net::read_until(socket, net::dynamic_buffer(buffer), "\r\n\r\n", ec);
         if (ec) break;
         std::string head = buffer.substr(0, header_end);
         size_t length = 0;
@@ -88,9 +90,9 @@ class ScriptedServer {
           act = Act::answer_and_close;
         if (act == Act::read_and_vanish) break;
         const std::string body = "ok " + std::to_string(connection);
-        std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
-                             "\r\n" + (act == Act::answer_and_close ? "Connection: close\r\n" : "") +
-                             "\r\n" + body;
+        std::string answer =
+            "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+            (act == Act::answer_and_close ? "Connection: close\r\n" : "") + "\r\n" + body;
         net::write(socket, net::buffer(answer), ec);
         if (ec || act == Act::answer_and_close) break;
       }
@@ -156,9 +158,8 @@ TEST_CASE("http client: a kept connection the peer dropped unanswered") {
   // The first request on every connection is answered; the second is read
   // and the connection dropped without an answer, as a peer closing an idle
   // connection at the moment a request arrives would.
-  ScriptedServer server([](int, int request) {
-    return request == 1 ? Act::answer : Act::read_and_vanish;
-  });
+  ScriptedServer server(
+      [](int, int request) { return request == 1 ? Act::answer : Act::read_and_vanish; });
   REQUIRE(http::send(post(server, "/v1/refunds", "key-1")));
 
   SUBCASE("a keyed request goes again on a new connection, once") {

@@ -531,3 +531,25 @@ TEST_CASE("reloaded endpoints: a new one hears later events, a removed one hears
   CHECK(w.types_sent_to("ops") == "operation.proposed");
   CHECK(w.types_sent_to("audit") == "operation.denied operation.settled");
 }
+
+TEST_CASE("with no endpoint configured nothing is queued to fan out; replay reaches a later one") {
+  World w(std::vector<outbox::NotifyEndpoint>{});
+  // As the daemon sets it for a configuration without endpoints.
+  w.storage->fan_out_notifications(false);
+  w.propose();
+  w.deny();
+  CHECK(w.queued_deliveries() == 0);  // with fan-out on: the two events of the denial
+  auto kept = w.storage->reader().notifications_since(0, 100);
+  REQUIRE(kept.ok());
+  CHECK(kept->size() == 3);  // proposed, denied, settled: kept for replay
+  // An endpoint configured later (a SIGHUP) hears the past by replay.
+  outbox::NotifyConfig c = *w.notify.get();
+  c.endpoints = {endpoint("ops")};
+  w.notify.set(c);
+  w.storage->fan_out_notifications(true);
+  auto queued = w.notifier->replay("ops", 0);
+  REQUIRE(queued.ok());
+  CHECK(*queued == 3);
+  w.pump_all();
+  CHECK(w.types_sent_to("ops") == "operation.proposed operation.denied operation.settled");
+}
