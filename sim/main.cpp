@@ -19,11 +19,13 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "common/clock.h"
@@ -32,6 +34,7 @@
 #include "http/server.h"
 #include "ingress/signature.h"
 #include "sim/agent_sim.h"
+#include "sim/approver.h"
 #include "sim/eval/runner.h"
 #include "sim/history.h"
 #include "sim/load_generator.h"
@@ -216,6 +219,22 @@ int main(int argc, char** argv) {
   load->add_flag("--bad-signatures", load_options.bad_signatures,
                  "sign with the wrong key (a flood of forgeries)");
 
+  opgate::sim::ApproverOptions approve_options;
+  std::string approve_jobs;
+  auto* approve = app.add_subcommand(
+      "approve", "An approver for benchmarks: approvals exactly as shown, N at a time");
+  approve->add_option("--port", approve_options.port, "the daemon's operator API port")->required();
+  approve
+      ->add_option("--jobs", approve_jobs,
+                   "NDJSON: one {key, amount_minor, currency, fingerprint} per line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  approve
+      ->add_option("--token-env", approve_options.token,
+                   "the environment variable holding the operator's bearer token")
+      ->required();
+  approve->add_option("--connections", approve_options.connections)->capture_default_str();
+
   std::string history_dir;
   opgate::sim::HistoryOptions history_options;
   auto* history = app.add_subcommand(
@@ -228,6 +247,30 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (history->parsed()) return write_history(history_dir, history_options);
+
+  if (approve->parsed()) {
+    const char* token = std::getenv(approve_options.token.c_str());
+    if (!token || !*token) {
+      std::cerr << "error: " << approve_options.token << " is not set\n";
+      return 2;
+    }
+    approve_options.token = token;
+    std::ifstream in(approve_jobs);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto jobs = opgate::sim::parse_approval_jobs(text.str());
+    if (!jobs) {
+      std::cerr << "error: " << approve_jobs << ": " << jobs.error().message << "\n";
+      return 2;
+    }
+    auto report = opgate::sim::run_approvals(approve_options, *jobs);
+    if (!report) {
+      std::cerr << "error: " << report.error().message << "\n";
+      return 2;
+    }
+    std::cout << report->to_json() << std::endl;
+    return 0;
+  }
 
   if (load->parsed()) {
     auto report = opgate::sim::run_load(load_options);

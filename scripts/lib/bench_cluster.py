@@ -26,7 +26,7 @@ def ingest(c, bin_dir, nodes, conns, seconds):
     return sum(r["accepted"] for r in reports) / max(r["seconds"] for r in reports)
 
 
-def settle(c, nodes, names):
+def settle(c, bin_dir, nodes, names):
     """Settled operations per second for refunds of the orders `names`, the
     approvals spread over the first `nodes` nodes."""
     for name in names:
@@ -40,9 +40,10 @@ def settle(c, nodes, names):
     while time.time() < deadline and len(mine(c.operations("pending"))) < len(names):
         time.sleep(0.2)
     pending = mine(c.operations("pending"))
-    jobs = [("127.0.0.1", c.ports[k % nodes][1], op["key"], op["amount_minor"], op["currency"],
-             op["fingerprint"]) for k, op in enumerate(pending)]
-    approve_all(jobs)
+    by_port = {}
+    for k, op in enumerate(pending):
+        by_port.setdefault(c.ports[k % nodes][1], []).append(op)
+    approve_all(bin_dir, by_port)
     while time.time() < deadline:
         if all(o["state"] == "settled" for o in mine(c.operations())):
             break
@@ -68,7 +69,7 @@ def main():
                   f"{acks / base:.2f} x pgbench", flush=True)
         for nodes, names in ((1, [f"S{i}" for i in range(n)]),
                              (3, [f"S{i}" for i in range(n, 2 * n)])):
-            rate, done = settle(c, nodes, names)
+            rate, done = settle(c, bin_dir, nodes, names)
             print(f"settle, approvals on {nodes} node(s): {rate:.0f} ops/s "
                   f"({done} of {n} succeeded)", flush=True)
     finally:

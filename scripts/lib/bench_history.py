@@ -59,7 +59,7 @@ def present(c, bin_dir, seconds, refunds, prefix):
     r = load(bin_dir, c.ingress_port, 64, seconds)
     acks = r["accepted"] / r["seconds"]
     rss_ingest = rss_mib(c.daemon.pid)
-    settled, rate, p50, p99 = settle_refunds(c, refunds, prefix)
+    settled, rate, p50, p99 = settle_refunds(c, bin_dir, refunds, prefix)
     return {"acks": acks, "ingest_p99": r["p99_ms"], "rss_ingest": rss_ingest,
             "settled": settled, "settled_per_s": rate, "settle_p99": p99}
 
