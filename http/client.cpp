@@ -91,35 +91,27 @@ ThreadState& thread_state() {
 bool still_open(Connection& c) {
   auto& socket = c.lowest().socket();
   if (!socket.is_open()) return false;
-  beast::error_code ec;
-  socket.non_blocking(true, ec);
-  if (ec) return false;
   char probe;
-  const ssize_t n = ::recv(socket.native_handle(), &probe, 1, MSG_PEEK);
-  const bool would_block = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  socket.non_blocking(false, ec);
-  return would_block;
+  const ssize_t n = ::recv(socket.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 std::unique_ptr<Connection> take_idle(const std::string& origin) {
   auto& idle = thread_state().idle;
   const auto now = std::chrono::steady_clock::now();
-  std::unique_ptr<Connection> found;
   // Newest first; every stale or closed connection met on the way is dropped.
-  for (auto it = idle.rbegin(); it != idle.rend();) {
-    Connection& c = **it;
-    if (now - c.idle_since > kIdleReuse || !still_open(c)) {
-      it = decltype(it)(idle.erase(std::next(it).base()));
+  for (size_t i = idle.size(); i-- > 0;) {
+    if (now - idle[i]->idle_since > kIdleReuse || !still_open(*idle[i])) {
+      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
-    if (c.origin == origin) {
-      found = std::move(*it);
-      idle.erase(std::next(it).base());
-      break;
+    if (idle[i]->origin == origin) {
+      auto found = std::move(idle[i]);
+      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
+      return found;
     }
-    ++it;
   }
-  return found;
+  return nullptr;
 }
 
 void keep_idle(std::unique_ptr<Connection> c) {

@@ -98,8 +98,7 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
   std::vector<std::thread> threads;
   for (int t = 0; t < options.connections; ++t) threads.emplace_back(work);
   for (auto& t : threads) t.join();
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.sent = latencies.size();
   std::sort(latencies.begin(), latencies.end());
   auto at = [&](double q) {
