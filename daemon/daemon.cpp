@@ -181,7 +181,8 @@ std::string default_console_url(const Config& config, uint16_t operator_port) {
 struct Reloadable {
   Live<operations::PolicyConfig>& policy;
   Live<outbox::NotifyConfig>& notify;
-  store::Storage& storage;  // fans notifications out while an endpoint is configured
+  store::Storage& storage;
+  bool shared_store;  // other nodes may have endpoints: always fan out
   Live<operator_api::Principals>& principals;
   ingress::WebhookHandler& webhooks;
   http::Server& ingress_server;
@@ -228,8 +229,12 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
   r.policy.set(next->policy);
   auto notify = next->notify;
   if (notify.console_url.empty()) notify.console_url = r.console_default;
+  // Events are queued for fan-out while some endpoint may hear them: on
+  // before the new endpoints are live, off only after the last is gone.
+  const bool fan_out = r.shared_store || !notify.endpoints.empty();
+  if (fan_out) r.storage.fan_out_notifications(true);
   r.notify.set(notify);
-  r.storage.fan_out_notifications(!notify.endpoints.empty());
+  if (!fan_out) r.storage.fan_out_notifications(false);
   r.webhooks.set_config(ingress_config_of(*next));
   set_log_level(next->log_level);
   // What was applied becomes the running configuration; what needs a
@@ -430,7 +435,9 @@ int serve(const Config& initial, const ServeOptions& options) {
   // Notifications run on lanes of their own: a slow endpoint never holds
   // up executions or tool results.
   Live<outbox::NotifyConfig> notify(config.notify);
-  storage.fan_out_notifications(!config.notify.endpoints.empty());
+  // Kept for replay always; queued for fan-out only while an endpoint (of
+  // this node, or of any node sharing the store) may hear them.
+  storage.fan_out_notifications(opened->rocks == nullptr || !config.notify.endpoints.empty());
   Lanes notify_lanes("notify", 8, 1024);
   outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
   notifier.set_shared_store(opened->rocks == nullptr);
@@ -553,8 +560,9 @@ int serve(const Config& initial, const ServeOptions& options) {
            listener_answers();
   });
 
-  Reloadable reloadable{policy,   notify,         storage,         principals,
-                        webhooks, ingress_server, operator_server, console_default};
+  Reloadable reloadable{policy,         notify,   storage,        opened->rocks == nullptr,
+                        principals,     webhooks, ingress_server, operator_server,
+                        console_default};
   int sig = 0;
   while ((sig = wait_for_signal(signals)) == SIGHUP)
     reload(options.config_path, config, reloadable);

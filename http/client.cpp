@@ -68,7 +68,7 @@ struct Connection {
   beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
 };
 
-constexpr size_t kIdlePerThread = 8;
+constexpr size_t kIdlePerThread = 4;
 constexpr auto kIdleReuse = std::chrono::seconds(4);
 
 // The event loop and the kept connections of one calling thread. The
@@ -99,19 +99,18 @@ bool still_open(Connection& c) {
 std::unique_ptr<Connection> take_idle(const std::string& origin) {
   auto& idle = thread_state().idle;
   const auto now = std::chrono::steady_clock::now();
-  // Newest first; every stale or closed connection met on the way is dropped.
+  std::unique_ptr<Connection> found;
+  // Newest first; every stale or closed connection is dropped on the way,
+  // so none lingers half-closed for long on a thread that keeps sending.
   for (size_t i = idle.size(); i-- > 0;) {
-    if (now - idle[i]->idle_since > kIdleReuse || !still_open(*idle[i])) {
-      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
+    const bool usable = now - idle[i]->idle_since <= kIdleReuse && still_open(*idle[i]);
+    if (usable && !found && idle[i]->origin == origin)
+      found = std::move(idle[i]);
+    else if (usable)
       continue;
-    }
-    if (idle[i]->origin == origin) {
-      auto found = std::move(idle[i]);
-      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
-      return found;
-    }
+    idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  return nullptr;
+  return found;
 }
 
 void keep_idle(std::unique_ptr<Connection> c) {
@@ -156,6 +155,7 @@ struct Exchange {
   template <typename Stream>
   void write_and_read(Stream& stream, bool reused) {
     parser.emplace();
+    if (request.method == "HEAD") parser->skip(true);  // no body follows, whatever the length
     parser->body_limit(64 * 1024 * 1024);
     buffer.clear();
     beast::get_lowest_layer(stream).expires_after(remaining());
@@ -217,6 +217,14 @@ Result<Response> send(const ClientRequest& request) {
   net::io_context& ioc = thread_state().ioc;
   std::unique_ptr<Connection> conn = take_idle(origin);
   bool answered = false;
+  bool resent = false;  // a first attempt went out on a kept connection
+  // Once a first attempt went out, whatever befalls the second, the request
+  // may have reached the peer.
+  auto failed = [&](Error e) -> Error {
+    if (!resent || may_have_reached_peer(e)) return e;
+    return make_error(errc::connection_lost, "connection to " + x.host + ":" + x.port +
+                                                 " lost, and sending again failed: " + e.message);
+  };
   if (conn) {
     ioc.restart();
     if (tls)
@@ -233,18 +241,19 @@ Result<Response> send(const ClientRequest& request) {
     x.failure.reset();
     x.stale = false;
     conn.reset();
+    resent = true;
   }
   if (!answered) {
     conn = std::make_unique<Connection>();
     conn->origin = origin;
     if (tls) {
       auto c = tls_context(request.ca_file);
-      if (!c) return c.error();
+      if (!c) return failed(c.error());
       conn->ctx = *c;
       conn->secure.emplace(ioc, *conn->ctx);
       // SNI, and the certificate must name the host we asked for.
       if (!SSL_set_tlsext_host_name(conn->secure->native_handle(), x.host.c_str()))
-        return make_error(errc::tls_setup, "cannot set the TLS server name");
+        return failed(make_error(errc::tls_setup, "cannot set the TLS server name"));
       conn->secure->set_verify_callback(ssl::host_name_verification(x.host));
     } else {
       conn->plain.emplace(ioc);
@@ -294,7 +303,7 @@ Result<Response> send(const ClientRequest& request) {
       resolver.async_resolve(x.host, x.port, on_resolved);
     }
     ioc.run();
-    if (x.failure) return *x.failure;
+    if (x.failure) return failed(*x.failure);
   }
 
   auto& msg = x.parser->get();
@@ -305,7 +314,7 @@ Result<Response> send(const ClientRequest& request) {
   out.body = std::move(msg.body());
   // Kept for the next request only if the peer keeps it too and nothing of
   // another answer is already waiting.
-  if (msg.keep_alive() && x.parser->is_done() && x.buffer.size() == 0) {
+  if (x.parser->keep_alive() && x.req.keep_alive() && x.parser->is_done() && x.buffer.size() == 0) {
     keep_idle(std::move(conn));
   } else {
     beast::error_code ignore;

@@ -51,13 +51,17 @@ def approve_all(bin_dir, ops_by_port, connections=64):
             total["p99_ms"] = max(total["p99_ms"], r["p99_ms"])
         return total
     finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         for name in files:
             os.remove(name)
 
 
 def settle_refunds(c, bin_dir, n, prefix):
     """Sessions that ask for refunds of orders PREFIX0..n-1, bound; waits for
-    the pending proposals, approves them all from 8 processes and waits until
+    the pending proposals, approves them all 64 at a time and waits until
     they settle. Returns (settled, settled per second, p50 ms, p99 ms)."""
     for i in range(n):
         _, body = c.agent_admin("POST", "/_sim/sessions", {

@@ -3,6 +3,7 @@
 // delivery of a request the peer cannot deduplicate. A scripted server on
 // loopback plays each connection: it answers, closes, or reads and vanishes.
 #include <doctest/doctest.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
@@ -21,7 +22,8 @@ using tcp = net::ip::tcp;
 namespace {
 
 // What the server does with one request on a connection.
-enum class Act { answer, answer_and_close, read_and_vanish };
+// read_and_stop also stops listening: nothing connects to it again.
+enum class Act { answer, answer_and_close, read_and_vanish, read_and_stop };
 
 // Accepts connections one after another and plays the script on each; every
 // request read is recorded with the number of the connection it came on.
@@ -40,7 +42,7 @@ class ScriptedServer {
       // Wake a blocking read on the connection in play (the client keeps it
       // open), then the blocking accept with one last connection.
       std::lock_guard lock(mu_);
-      if (active_) active_->shutdown(tcp::socket::shutdown_both, ec);
+      if (active_fd_ >= 0) ::shutdown(active_fd_, SHUT_RDWR);
     }
     tcp::socket poke(ioc_);
     poke.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port_), ec);
@@ -50,6 +52,21 @@ class ScriptedServer {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
   int connections() const { return accepted_; }
+  // Closes the connection in play from the server's side, and waits until
+  // the server is back in accept.
+  void drop_connection() {
+    {
+      std::lock_guard lock(mu_);
+      if (active_fd_ >= 0) ::shutdown(active_fd_, SHUT_RDWR);
+    }
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (active_fd_ < 0) return;
+      }
+      std::this_thread::yield();
+    }
+  }
   std::vector<std::pair<int, std::string>> requests() {
     std::lock_guard lock(mu_);
     return requests_;
@@ -65,7 +82,7 @@ class ScriptedServer {
       accepted_ = connection;
       {
         std::lock_guard lock(mu_);
-        active_ = &socket;
+        active_fd_ = socket.native_handle();
       }
       std::string buffer;
       for (int request = 1;; ++request) {
@@ -88,7 +105,8 @@ class ScriptedServer {
         Act act = script_(connection, request);
         if (head.find("Connection: close") != std::string::npos && act == Act::answer)
           act = Act::answer_and_close;
-        if (act == Act::read_and_vanish) break;
+        if (act == Act::read_and_stop) stopped_ = true;
+        if (act == Act::read_and_vanish || act == Act::read_and_stop) break;
         const std::string body = "ok " + std::to_string(connection);
         std::string answer =
             "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
@@ -97,8 +115,12 @@ class ScriptedServer {
         if (ec || act == Act::answer_and_close) break;
       }
       std::lock_guard lock(mu_);
-      active_ = nullptr;
+      active_fd_ = -1;
       socket.close(ec);
+      if (stopped_) {
+        acceptor_.close(ec);
+        return;
+      }
     }
   }
 
@@ -111,7 +133,8 @@ class ScriptedServer {
   std::atomic<int> accepted_{0};
   std::mutex mu_;
   std::vector<std::pair<int, std::string>> requests_;
-  tcp::socket* active_ = nullptr;
+  int active_fd_ = -1;  // the connection in play, for the destructor to wake
+  bool stopped_ = false;
 };
 
 http::ClientRequest get(const ScriptedServer& server, const std::string& path) {
@@ -190,5 +213,30 @@ TEST_CASE("http client: a request that asks to close its connection is not kept"
     REQUIRE(res);
     CHECK(res->body == "ok " + std::to_string(i + 1));
   }
+  CHECK(server.connections() == 2);
+}
+
+TEST_CASE("http client: a resend that cannot connect still says the first may have arrived") {
+  ScriptedServer server(
+      [](int, int request) { return request == 1 ? Act::answer : Act::read_and_stop; });
+  REQUIRE(http::send(post(server, "/v1/refunds", "key-1")));
+  auto res = http::send(post(server, "/v1/refunds", "key-2"));
+  REQUIRE_FALSE(res);
+  // Without the first attempt this would be connect_failed: never left.
+  CHECK(res.error().code == "connection_lost");
+  CHECK(http::may_have_reached_peer(res.error()));
+  CHECK(server.requests().size() == 2);
+}
+
+TEST_CASE("http client: a kept connection the peer closed while idle is not used") {
+  // The first answer keeps the connection; the server then closes it
+  // before the next request, which goes on a new one without an error even
+  // for a request that may not be sent twice.
+  ScriptedServer server([](int, int) { return Act::answer; });
+  REQUIRE(http::send(get(server, "/first")));
+  server.drop_connection();
+  auto res = http::send(post(server, "/v1/notes", ""));
+  REQUIRE(res);
+  CHECK(res->body == "ok 2");
   CHECK(server.connections() == 2);
 }
