@@ -190,6 +190,12 @@ struct Reloadable {
   std::string console_default;  // notify.console_url when the file names none
 };
 
+// Events are queued for fan-out while some endpoint may hear them: one of
+// this node's, or, on a store other nodes share, one of theirs.
+bool fans_out(bool shared_store, const outbox::NotifyConfig& notify) {
+  return shared_store || !notify.endpoints.empty();
+}
+
 ingress::IngressConfig ingress_config_of(const Config& c) {
   return {c.sources, c.timestamp_tolerance_s, c.max_backlog,
           std::chrono::milliseconds(c.reject_cooldown_ms)};
@@ -229,9 +235,8 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
   r.policy.set(next->policy);
   auto notify = next->notify;
   if (notify.console_url.empty()) notify.console_url = r.console_default;
-  // Events are queued for fan-out while some endpoint may hear them: on
-  // before the new endpoints are live, off only after the last is gone.
-  const bool fan_out = r.shared_store || !notify.endpoints.empty();
+  // On before the new endpoints are live, off only after the last is gone.
+  const bool fan_out = fans_out(r.shared_store, notify);
   if (fan_out) r.storage.fan_out_notifications(true);
   r.notify.set(notify);
   if (!fan_out) r.storage.fan_out_notifications(false);
@@ -363,8 +368,10 @@ int serve(const Config& initial, const ServeOptions& options) {
     }
     spdlog::info("seeded {} order(s) from {}", *n, config.orders_seed_file);
   }
+  // Other processes share a store that is not this node's own RocksDB.
+  const bool shared_store = opened->rocks == nullptr;
   ingress::InboxOptions inbox_options;
-  inbox_options.shared_store = opened->rocks == nullptr;
+  inbox_options.shared_store = shared_store;
   auto inbox = ingress::Inbox::open(storage, clock, inbox_options);
   if (!inbox) {
     spdlog::critical("cannot start: {}", inbox.error().message);
@@ -417,7 +424,7 @@ int serve(const Config& initial, const ServeOptions& options) {
   // and then the refund.
   drainer_options.claim_lease_ms =
       config.payments.timeout_ms + (order_service ? config.orders.timeout_ms : 0) + 10'000;
-  drainer_options.shared_store = opened->rocks == nullptr;
+  drainer_options.shared_store = shared_store;
   outbox::Drainer drainer(storage, lanes, *provider, *agents, policy, metrics, clock, random,
                           drainer_options, order_service.get());
   if (Status s = drainer.recover_after_restart(); !s) {
@@ -435,12 +442,12 @@ int serve(const Config& initial, const ServeOptions& options) {
   // Notifications run on lanes of their own: a slow endpoint never holds
   // up executions or tool results.
   Live<outbox::NotifyConfig> notify(config.notify);
-  // Kept for replay always; queued for fan-out only while an endpoint (of
-  // this node, or of any node sharing the store) may hear them.
-  storage.fan_out_notifications(opened->rocks == nullptr || !config.notify.endpoints.empty());
+  // Kept for replay always; queued for fan-out only while an endpoint may
+  // hear them.
+  storage.fan_out_notifications(fans_out(shared_store, config.notify));
   Lanes notify_lanes("notify", 8, 1024);
   outbox::Notifier notifier(storage, notify_lanes, notify, metrics, clock, random);
-  notifier.set_shared_store(opened->rocks == nullptr);
+  notifier.set_shared_store(shared_store);
   notify_lanes.on_done([&engine] { engine.wake(); });
   engine.notify_with(notifier, config.attention);
 
@@ -560,9 +567,8 @@ int serve(const Config& initial, const ServeOptions& options) {
            listener_answers();
   });
 
-  Reloadable reloadable{policy,         notify,   storage,        opened->rocks == nullptr,
-                        principals,     webhooks, ingress_server, operator_server,
-                        console_default};
+  Reloadable reloadable{policy,   notify,         storage,         shared_store,   principals,
+                        webhooks, ingress_server, operator_server, console_default};
   int sig = 0;
   while ((sig = wait_for_signal(signals)) == SIGHUP)
     reload(options.config_path, config, reloadable);

@@ -178,9 +178,8 @@ struct Exchange {
 // closed: one that changes nothing, or one the peer deduplicates by its key.
 bool may_resend(const ClientRequest& request) {
   if (request.method == "GET" || request.method == "HEAD") return true;
-  for (const auto& [name, value] : request.headers)
-    if (boost::beast::iequals(name, "Idempotency-Key") && !value.empty()) return true;
-  return false;
+  auto key = request.headers.find("Idempotency-Key");  // names compare case-insensitively
+  return key != request.headers.end() && !key->second.empty();
 }
 
 }  // namespace
