@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "http/client.h"
+#include "sim/percentile.h"
 
 namespace opgate::sim {
 
@@ -61,13 +62,13 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
   std::atomic<size_t> next{0};
   std::mutex mu;
   ApprovalReport report;
-  std::vector<double> latencies;
+  std::vector<uint32_t> latencies;  // microseconds
   latencies.reserve(jobs.size());
   const auto start = std::chrono::steady_clock::now();
   auto work = [&] {
     std::map<int, uint64_t> statuses;
     uint64_t errors = 0;
-    std::vector<double> mine;
+    std::vector<uint32_t> mine;
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       const ApprovalJob& job = jobs[i];
       http::ClientRequest req;
@@ -82,9 +83,9 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
                                               {"fingerprint", job.fingerprint}});
       const auto sent = std::chrono::steady_clock::now();
       auto res = http::send(req);
-      mine.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
-              .count());
+      mine.push_back(static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - sent)
+                                               .count()));
       if (res)
         ++statuses[res->status];
       else
@@ -101,13 +102,8 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.sent = latencies.size();
   std::sort(latencies.begin(), latencies.end());
-  auto at = [&](double q) {
-    if (latencies.empty()) return 0.0;
-    return latencies[std::min(latencies.size() - 1,
-                              static_cast<size_t>(q * static_cast<double>(latencies.size())))];
-  };
-  report.p50_ms = at(0.50);
-  report.p99_ms = at(0.99);
+  report.p50_ms = percentile_ms(latencies, 0.50);
+  report.p99_ms = percentile_ms(latencies, 0.99);
   return report;
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/crypto.h"
 #include "ingress/signature.h"
+#include "sim/percentile.h"
 
 namespace opgate::sim {
 
@@ -165,12 +166,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   LoadReport mine_;
   std::vector<uint32_t> latencies_;
 };
-
-double percentile_ms(std::vector<uint32_t>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
-  return sorted[i] / 1000.0;
-}
 
 }  // namespace
 
