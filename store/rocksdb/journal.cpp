@@ -119,8 +119,7 @@ Status Journal::run(const std::function<Status(Txn&)>& fn) {
       return Status::Ok();
     }
   }
-  MutexLock lock(mu_);
-  while (!outcome->done) done_cv_.wait(mu_);
+  outcome->wait();
   return outcome->status;
 }
 
@@ -139,8 +138,14 @@ void Journal::committer() {
       failing_ = false;
       ++commits_;
       transactions_ += transactions;
-      writing_.clear();
-      writing_outcome_->done = true;
+      writing_outcome_->publish();
+      // Durable and visible in the database: no transaction needs these
+      // writes staged any more. Freed without the lock.
+      WriteSet written;
+      std::swap(written, writing_);
+      mu_.unlock();
+      written = WriteSet();
+      mu_.lock();
     } else {
       // Nothing of these generations is visible (RocksDB inserts a synced
       // batch only after its sync succeeds); the open one may have read
@@ -149,8 +154,8 @@ void Journal::committer() {
                        s.error().message);
       failing_ = true;
       for (auto* o : {writing_outcome_.get(), open_outcome_.get()}) {
-        o->done = true;
         o->status = s;
+        o->publish();
       }
       writing_.clear();
       open_.clear();
@@ -162,7 +167,6 @@ void Journal::committer() {
         spdlog::critical("cannot re-read the audit chain's head: {}", head.error().message);
     }
     writing_outcome_.reset();
-    done_cv_.notify_all();
   }
 }
 

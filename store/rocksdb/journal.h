@@ -98,9 +98,19 @@ class Journal {
   bool failing() const;
 
  private:
-  struct Outcome {  // guarded by mu_
-    bool done = false;
-    Status status;
+  // A generation's outcome. The committer sets status under the lock, then
+  // publishes done; its transactions wait on done alone, so a commit wakes
+  // them without each one taking the lock again behind the next ones.
+  struct Outcome {
+    std::atomic<int> done{0};
+    Status status;  // read only once done is 1
+    void publish() {
+      done.store(1, std::memory_order_release);
+      done.notify_all();
+    }
+    void wait() const {
+      while (done.load(std::memory_order_acquire) == 0) done.wait(0, std::memory_order_acquire);
+    }
   };
   Journal(Db& db, const Clock& clock) : db_(db), clock_(clock) {}
   void committer();
@@ -112,7 +122,6 @@ class Journal {
   const Clock& clock_;
   mutable Mutex mu_;
   CondVar staged_cv_;              // the committer waits for work
-  CondVar done_cv_;                // transactions wait for their outcome
   WriteSet open_ GUARDED_BY(mu_);  // staged, not yet being written
   std::shared_ptr<Outcome> open_outcome_ GUARDED_BY(mu_) = std::make_shared<Outcome>();
   size_t open_transactions_ GUARDED_BY(mu_) = 0;
