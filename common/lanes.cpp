@@ -78,6 +78,12 @@ size_t Lanes::in_flight() const {
   return busy_.size();
 }
 
+size_t Lanes::batch_for(size_t most) const {
+  MutexLock lock(mu_);
+  const size_t full = 2 * threads_.size();
+  return busy_.size() >= full ? 0 : std::min(most, full - busy_.size() + 8);
+}
+
 size_t Lanes::idle() const {
   MutexLock lock(mu_);
   return busy_.size() >= threads_.size() ? 0 : threads_.size() - busy_.size();

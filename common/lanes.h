@@ -48,11 +48,13 @@ class Lanes {
   size_t in_flight() const;
   // Threads with nothing to run now.
   size_t idle() const;
-  // How many due tasks a dispatcher pass should load: about as many as the
-  // idle threads can take, and a few more for tasks whose lane is busy, at
-  // most `most`. Loading the whole backlog each pass while every thread is
-  // busy cost a dispatcher most of its time.
-  size_t batch_for(size_t most) const { return std::min(most, 2 * idle() + 16); }
+  // How many due tasks a dispatcher pass should load, at most `most`: until
+  // twice as many as there are threads are in flight (every thread busy and
+  // as many queued behind them, so none runs dry before the next pass), and
+  // a few more for tasks whose lane is busy. Loading the backlog while every
+  // thread was busy cost a dispatcher most of its time: the queued tasks
+  // were read, or stepped over, again in every pass.
+  size_t batch_for(size_t most) const;
   // Waits until no task is in flight (tests, shutdown).
   void wait_idle();
   // Stops accepting; the tasks accepted still run. Idempotent.

@@ -105,8 +105,8 @@ Notifier::Notifier(store::Storage& storage, Lanes& lanes, const Live<NotifyConfi
       random_(std::move(random)) {}
 
 size_t Notifier::dispatch() {
-  auto due =
-      storage_.reader().due(store::Queue::notifications, clock_.now_ms(), lanes_.batch_for(256));
+  auto due = storage_.reader().due(store::Queue::notifications, clock_.now_ms(),
+                                   lanes_.batch_for(256), {});
   if (!due) {
     spdlog::error("notification queue scan failed: {}", due.error().message);
     return 0;

@@ -90,7 +90,7 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
 Status clear_outbox(store::Storage& storage) {
   for (auto queue : {store::Queue::work, store::Queue::notifications}) {
     while (true) {
-      OPGATE_ASSIGN_OR_RETURN(auto due, storage.reader().due(queue, INT64_MAX, 5000));
+      OPGATE_ASSIGN_OR_RETURN(auto due, storage.reader().due(queue, INT64_MAX, 5000, {}));
       if (due.empty()) break;
       OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
         for (const auto& entry : due) txn.remove_outbox(entry.id);

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ struct NewEvent {
   pb::InboxEvent event;  // body_sha256 set
   bool queue = false;    // queue it for the worker
 };
+
+using OutboxIds = std::set<std::string, std::less<>>;
 
 struct OutboxEntry {
   std::string id;
@@ -155,8 +158,10 @@ class Reader {
 
   // --- Outbox
   // Items of the queue whose not_before_ms is at or before now_ms, earliest
-  // first, at most `limit`.
-  virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) = 0;
+  // first, at most `limit`, leaving out those with an id in `except` (work
+  // the caller holds already): they are not read and do not count.
+  virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
+                                               const OutboxIds& except) = 0;
   // The earliest not_before_ms of any item of the queue, if there is one.
   virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;
   // The item with that id as stored now; none if it is gone. A transaction

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -368,11 +369,22 @@ class PgReads : public virtual Reader {
     return head;
   }
 
-  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) override {
+  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
+                                       const OutboxIds& except) override {
+    // At most except.size() of the rows are left out: asking for that many
+    // more yields `limit` others whenever there are.
+    const size_t wanted = limit > SIZE_MAX - except.size() ? SIZE_MAX : limit + except.size();
     OPGATE_ASSIGN_OR_RETURN(
         auto rows,
-        query({}, {"ob_due", {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit))}}));
-    return entries(rows);
+        query({},
+              {"ob_due", {int8(queue_number(queue)), int8(now_ms), int8(limit_param(wanted))}}));
+    OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
+    std::vector<OutboxEntry> out;
+    for (auto& e : all) {
+      if (out.size() == limit) break;
+      if (except.find(e.id) == except.end()) out.push_back(std::move(e));
+    }
+    return out;
   }
 
   Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {

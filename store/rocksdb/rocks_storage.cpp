@@ -348,7 +348,8 @@ class KvReader : public virtual Reader {
     return head;
   }
 
-  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit) override {
+  Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
+                                       const OutboxIds& except) override {
     std::vector<std::string> ids;
     std::optional<Error> failed;
     const std::string prefix = keys::due_prefix(queue == Queue::notifications);
@@ -367,7 +368,9 @@ class KvReader : public virtual Reader {
           }
           if (!first) first = std::string(k);
           if (*at > keys::time_part(now_ms)) return false;
-          ids.emplace_back(k.substr(prefix.size() + 17));
+          const auto id = k.substr(prefix.size() + 17);
+          if (except.find(id) != except.end()) return true;
+          ids.emplace_back(id);
           return ids.size() < limit;
         },
         from.at);

@@ -331,8 +331,8 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
     }
   });
   auto& r = f.s->reader();
-  CHECK(r.due(store::Queue::work, 99, 10)->empty());
-  auto due = r.due(store::Queue::work, 250, 10);
+  CHECK(r.due(store::Queue::work, 99, 10, {})->empty());
+  auto due = r.due(store::Queue::work, 250, 10, {});
   REQUIRE(due->size() == 2);
   CHECK(due->at(0).item.operation_key() == "k100");
   CHECK(*r.next_due_ms(store::Queue::work) == 100);
@@ -344,15 +344,20 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
     t.remove_outbox(due->at(1).id);
     t.remove_outbox("no-such-item");  // not an error
   });
-  auto now_due = r.due(store::Queue::work, 999, 10);
+  auto now_due = r.due(store::Queue::work, 999, 10, {});
   REQUIRE(now_due->size() == 1);
   CHECK(now_due->at(0).item.operation_key() == "k300");
-  CHECK(r.due(store::Queue::work, 1000, 10)->size() == 2);
+  CHECK(r.due(store::Queue::work, 1000, 10, {})->size() == 2);
   f.write([&](Transaction& t) {
     store::OutboxEntry gone{"no-such-item", later.item};
     t.update_outbox(gone);  // an item that is gone is not brought back
   });
-  CHECK(r.due(store::Queue::work, 1000, 10)->size() == 2);
+  CHECK(r.due(store::Queue::work, 1000, 10, {})->size() == 2);
+  // Work the caller holds already is left out, and does not count.
+  auto held = r.due(store::Queue::work, 1000, 1, {now_due->at(0).id});
+  REQUIRE(held->size() == 1);
+  CHECK(held->at(0).item.operation_key() == "k100");
+  CHECK(r.due(store::Queue::work, 1000, 10, {now_due->at(0).id, held->at(0).id})->empty());
 }
 
 TEST_CASE("concurrent transactions that read and write the same record lose no update") {
@@ -443,15 +448,15 @@ TEST_CASE("notifications wait in their own queue; items are found by operation")
     t.enqueue(other);
   });
   auto& r = f.s->reader();
-  auto work = r.due(store::Queue::work, 1, 10);
+  auto work = r.due(store::Queue::work, 1, 10, {});
   REQUIRE(work->size() == 1);
   CHECK(work->at(0).item.kind() == pb::OUTBOX_EXECUTE);
-  CHECK(r.due(store::Queue::notifications, 1, 10)->size() == 2);
+  CHECK(r.due(store::Queue::notifications, 1, 10, {})->size() == 2);
   auto of_k1 = r.outbox_of("k1");
   REQUIRE(of_k1->size() == 2);
   f.write([&](Transaction& t) { t.remove_outbox(of_k1->at(0).id); });
   CHECK(r.outbox_of("k1")->size() == 1);
-  CHECK(r.due(store::Queue::work, 1, 10)->empty());
+  CHECK(r.due(store::Queue::work, 1, 10, {})->empty());
 }
 
 TEST_CASE("endpoint states start fresh and are kept; notification events are kept in time order") {

@@ -151,8 +151,8 @@ TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox item
   REQUIRE(of.ok());
   REQUIRE(of->size() == 1);
   CHECK(of->at(0).item.kind() == pb::OUTBOX_EXECUTE);
-  CHECK((*s)->reader().due(opgate::store::Queue::work, 10, 10)->size() == 1);
-  CHECK((*s)->reader().due(opgate::store::Queue::notifications, 10, 10)->empty());
+  CHECK((*s)->reader().due(opgate::store::Queue::work, 10, 10, {})->size() == 1);
+  CHECK((*s)->reader().due(opgate::store::Queue::notifications, 10, 10, {})->empty());
 }
 
 // PostgreSQL only: the TLS keys of [store] reach libpq after the connection

@@ -41,7 +41,7 @@ TEST_CASE("the benchmark's history is settled refunds the daemon would have left
   CHECK(audit->chain.records == 25 * 4);  // propose, approve, claim, the provider's answer
   CHECK(audit->operations_checked == 25);
   for (auto queue : {store::Queue::work, store::Queue::notifications}) {
-    auto due = reader.due(queue, INT64_MAX, 10);
+    auto due = reader.due(queue, INT64_MAX, 10, {});
     REQUIRE(due.ok());
     CHECK(due->empty());
   }

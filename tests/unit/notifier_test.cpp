@@ -119,7 +119,7 @@ struct World : testing::World {
   void pump_all() {
     for (int i = 0; i < 50; ++i) {
       pump();
-      auto soon = storage->reader().due(store::Queue::notifications, clock.now_ms() + 10, 10);
+      auto soon = storage->reader().due(store::Queue::notifications, clock.now_ms() + 10, 10, {});
       REQUIRE(soon.ok());
       if (soon->empty()) return;
       clock.advance_ms(1);
@@ -157,7 +157,7 @@ struct World : testing::World {
     return *storage->reader().endpoint_state(name);
   }
   size_t queued_deliveries() {
-    return storage->reader().due(store::Queue::notifications, INT64_MAX, 1000)->size();
+    return storage->reader().due(store::Queue::notifications, INT64_MAX, 1000, {})->size();
   }
 };
 
@@ -382,7 +382,7 @@ TEST_CASE(
   w.during_send = [&] {
     if (taken) return;
     taken = true;
-    auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10);
+    auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10, {});
     REQUIRE(items->size() == 1);
     store::OutboxEntry held = items->at(0);
     // Leased for the attempt: out of the way of other processes, fenced.
@@ -402,7 +402,7 @@ TEST_CASE(
   REQUIRE(first.size() == 1);
   // Not recorded by the process that lost it: still queued as the other
   // process left it, still counted in the backlog, not counted as sent.
-  auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10);
+  auto items = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 10, {});
   REQUIRE(items->size() == 1);
   CHECK(items->at(0).item.lease_token() == "the-other-process");
   CHECK(w.state("ops").backlog() == 1);

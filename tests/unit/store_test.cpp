@@ -255,7 +255,7 @@ TEST_CASE("queue and outbox ids stay monotonic across a restart") {
                   return Status::Ok();
                 })
                 .ok());
-    first = storage->reader().due(store::Queue::work, 0, 10)->at(0).id;
+    first = storage->reader().due(store::Queue::work, 0, 10, {})->at(0).id;
   }
   auto storage = open(dir, clock);
   REQUIRE(storage
@@ -266,7 +266,7 @@ TEST_CASE("queue and outbox ids stay monotonic across a restart") {
                 return Status::Ok();
               })
               .ok());
-  auto due = storage->reader().due(store::Queue::work, 0, 10);
+  auto due = storage->reader().due(store::Queue::work, 0, 10, {});
   REQUIRE(due->size() == 2);
   CHECK(due->at(1).id > first);
 }

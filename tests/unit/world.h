@@ -279,7 +279,7 @@ struct World {
   }
 
   std::vector<store::OutboxEntry> due(int64_t at_ms) {
-    auto d = storage->reader().due(store::Queue::work, at_ms, 1000);
+    auto d = storage->reader().due(store::Queue::work, at_ms, 1000, {});
     REQUIRE(d.ok());
     return *d;
   }
