@@ -1,6 +1,7 @@
 #include "common/logging.h"
 
 #include <fmt/chrono.h>
+#include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -25,27 +26,26 @@ std::string timestamp(std::chrono::system_clock::time_point t) {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", tm, ms % 1000);
 }
 
-class JsonStderrSink final : public spdlog::sinks::base_sink<std::mutex> {
+// Each line is made outside any lock and written by one fwrite under the
+// sink's own lock (stderr is unbuffered: one write a line), so lanes that
+// log a transition do not queue behind each other's formatting.
+class JsonStderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     const auto level = spdlog::level::to_string_view(msg.level);
-    boost::json::object line{{"ts", timestamp(msg.time)},
-                             {"level", std::string(level.data(), level.size())}};
-    std::string_view payload(msg.payload.data(), msg.payload.size());
-    boost::json::error_code ec;
-    boost::json::value event;
-    if (!payload.empty() && payload.front() == kEventMark)
-      event = boost::json::parse(payload.substr(1), ec);
-    if (!ec && event.is_object()) {
-      for (auto& [k, v] : event.as_object()) line[k] = std::move(v);
-    } else {
-      line["msg"] = std::string(payload);
-    }
-    std::string text = boost::json::serialize(line);
-    text += '\n';
+    const std::string text =
+        log_line(timestamp(msg.time), std::string_view(level.data(), level.size()),
+                 std::string_view(msg.payload.data(), msg.payload.size()));
+    std::lock_guard lock(write_mu_);
     std::fwrite(text.data(), 1, text.size(), stderr);
   }
-  void flush_() override { std::fflush(stderr); }
+  void flush_() override {
+    std::lock_guard lock(write_mu_);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::mutex write_mu_;
 };
 
 }  // namespace
@@ -69,8 +69,29 @@ void log_event(spdlog::level::level_enum level, std::string_view event, std::str
   if (!spdlog::should_log(level)) return;
   boost::json::object o{{"msg", msg}, {"event", event}};
   for (const auto& [k, v] : fields)
-    if (!v.empty()) o[k] = v;
-  spdlog::log(level, "{}{}", kEventMark, boost::json::serialize(o));
+    if (!v.empty() && k != "ts" && k != "level") o[k] = v;
+  std::string payload(1, kEventMark);
+  payload += boost::json::serialize(o);
+  spdlog::log(level, "{}", payload);
+}
+
+std::string log_line(std::string_view ts, std::string_view level, std::string_view payload) {
+  std::string line = "{\"ts\":";
+  line += boost::json::serialize(boost::json::string(ts));
+  line += ",\"level\":";
+  line += boost::json::serialize(boost::json::string(level));
+  // An event's object, as log_event serialised it: its fields follow.
+  if (payload.size() > 3 && payload.front() == kEventMark && payload[1] == '{' &&
+      payload.back() == '}') {
+    line += ',';
+    line += payload.substr(2);
+  } else {
+    line += ",\"msg\":";
+    line += boost::json::serialize(boost::json::string(payload));
+    line += '}';
+  }
+  line += '\n';
+  return line;
 }
 
 }  // namespace opgate

@@ -27,8 +27,14 @@ void set_log_level(std::string_view level);
 using LogFields = std::initializer_list<std::pair<std::string_view, std::string_view>>;
 
 // One event line: `event` names it ("operation.transition",
-// "webhook.rejected", ...), `msg` says it for people.
+// "webhook.rejected", ...), `msg` says it for people. A field named "ts" or
+// "level" is left out: those are the line's own.
 void log_event(spdlog::level::level_enum level, std::string_view event, std::string_view msg,
                LogFields fields);
+
+// The line (with its newline) for one message: `payload` is either an
+// event's JSON object after its mark (log_event), whose fields follow ts
+// and level, or plain text, which becomes msg. Pure.
+std::string log_line(std::string_view ts, std::string_view level, std::string_view payload);
 
 }  // namespace opgate
