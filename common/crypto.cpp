@@ -1,28 +1,80 @@
 #include "common/crypto.h"
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
 #include <stdexcept>
 
 namespace opgate::crypto {
 
+namespace {
+
+// OpenSSL 3 looks an algorithm up by name, under a lock, on every one-shot
+// call (SHA256(), HMAC()); the lookups cost as much as hashing a webhook's
+// body. Each thread fetches once and keeps its contexts: a digest context
+// is started afresh per call, a MAC context is keyed again per call.
+struct ThreadContexts {
+  EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  EVP_MD_CTX* digest = EVP_MD_CTX_new();
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* hmac = mac ? EVP_MAC_CTX_new(mac) : nullptr;
+  bool hmac_digest_set = false;
+  ThreadContexts() {
+    if (!md || !digest || !mac || !hmac) throw std::runtime_error("OpenSSL: no SHA-256 or HMAC");
+  }
+  ~ThreadContexts() {
+    EVP_MAC_CTX_free(hmac);
+    EVP_MAC_free(mac);
+    EVP_MD_CTX_free(digest);
+    EVP_MD_free(md);
+  }
+  ThreadContexts(const ThreadContexts&) = delete;
+  ThreadContexts& operator=(const ThreadContexts&) = delete;
+};
+
+ThreadContexts& contexts() {
+  thread_local ThreadContexts c;
+  return c;
+}
+
+const unsigned char* bytes(std::string_view s) {
+  return reinterpret_cast<const unsigned char*>(s.data());
+}
+
+}  // namespace
+
 std::string sha256(std::string_view data) {
-  unsigned char out[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
-  return std::string(reinterpret_cast<char*>(out), sizeof out);
+  auto& c = contexts();
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestInit_ex2(c.digest, c.md, nullptr) != 1 ||
+      EVP_DigestUpdate(c.digest, data.data(), data.size()) != 1 ||
+      EVP_DigestFinal_ex(c.digest, out, &len) != 1)
+    throw std::runtime_error("OpenSSL: SHA-256 failed");
+  return std::string(reinterpret_cast<char*>(out), len);
 }
 
 std::string sha256_hex(std::string_view data) { return to_hex(sha256(data)); }
 
 std::string hmac_sha256(std::string_view key, std::string_view data) {
+  auto& c = contexts();
+  // The digest is named once per thread; later inits only set the key.
+  char digest_name[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest_name, 0),
+                         OSSL_PARAM_construct_end()};
   unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
+  size_t len = 0;
+  // A zero-length key is a valid HMAC key; OpenSSL wants a non-null pointer.
+  static const unsigned char kNoKey = 0;
+  const unsigned char* k = key.empty() ? &kNoKey : bytes(key);
+  if (EVP_MAC_init(c.hmac, k, key.size(), c.hmac_digest_set ? nullptr : params) != 1 ||
+      EVP_MAC_update(c.hmac, bytes(data), data.size()) != 1 ||
+      EVP_MAC_final(c.hmac, out, &len, sizeof out) != 1)
+    throw std::runtime_error("OpenSSL: HMAC-SHA256 failed");
+  c.hmac_digest_set = true;
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
