@@ -17,7 +17,7 @@ TEST_CASE("a dispatcher loads work until twice the threads are in flight, then n
     REQUIRE(lanes.try_post("lane" + std::to_string(i), [released] { released.wait(); }));
   CHECK(lanes.batch_for(100) == 1 + 8);  // two running, one queued
   REQUIRE(lanes.try_post("lane3", [released] { released.wait(); }));
-  CHECK(lanes.batch_for(100) == 0);  // every thread busy and as many queued behind
+  CHECK(lanes.batch_for(100) == 0);       // every thread busy and as many queued behind
   CHECK(lanes.try_post("lane4", [] {}));  // a caller that insists is still accepted
   release.set_value();
   lanes.wait_idle();

@@ -20,8 +20,10 @@ std::vector<std::string> keys_of(const std::string& line) {
 }  // namespace
 
 TEST_CASE("an event's line is ts and level, then the event's own fields in their order") {
-  const std::string payload = "\x1e" R"({"msg":"k: approved -> executing","event":"operation.claim",)"
-                              R"("operation_key":"k","state":"executing"})";
+  const std::string payload =
+      "\x1e"
+      R"({"msg":"k: approved -> executing","event":"operation.claim",)"
+      R"("operation_key":"k","state":"executing"})";
   const std::string line = log_line("2026-12-02T10:00:00.000Z", "info", payload);
   REQUIRE(line.back() == '\n');
   CHECK(line.find('\n') == line.size() - 1);  // one line
@@ -30,8 +32,8 @@ TEST_CASE("an event's line is ts and level, then the event's own fields in their
   CHECK(v.at("level").as_string() == "info");
   CHECK(v.at("event").as_string() == "operation.claim");
   CHECK(v.at("state").as_string() == "executing");
-  CHECK(keys_of(line) == std::vector<std::string>{"ts", "level", "msg", "event",
-                                                  "operation_key", "state"});
+  CHECK(keys_of(line) ==
+        std::vector<std::string>{"ts", "level", "msg", "event", "operation_key", "state"});
 }
 
 TEST_CASE("a plain message becomes msg, escaped so any text stays one valid JSON line") {
