@@ -358,6 +358,7 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
   REQUIRE(held->size() == 1);
   CHECK(held->at(0).item.operation_key() == "k100");
   CHECK(r.due(store::Queue::work, 1000, 10, {now_due->at(0).id, held->at(0).id})->empty());
+  CHECK(r.due(store::Queue::work, 1000, 0, {})->empty());  // a dispatcher with no room
 }
 
 TEST_CASE("concurrent transactions that read and write the same record lose no update") {
