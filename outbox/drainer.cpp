@@ -161,15 +161,7 @@ size_t Drainer::dispatch() {
   }
   const size_t batch = lanes_.batch_for(options_.batch);
   if (batch == 0) return 0;  // the lanes have enough to do; a finished task wakes the next pass
-  // Items handed over earlier and not finished are not read again: under
-  // load they are the earliest due, and re-reading them every pass was
-  // most of what a pass cost.
-  {
-    MutexLock lock(finished_mu_);
-    for (const auto& id : finished_) held_.erase(id);
-    finished_.clear();
-  }
-  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), batch, held_);
+  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), batch, held_.current());
   if (!items) {
     spdlog::error("outbox scan failed: {}", items.error().message);
     return 0;
@@ -179,21 +171,14 @@ size_t Drainer::dispatch() {
     const std::string id = entry.id;
     const std::string lane = lane_of(entry.item);
     if (!lanes_.try_post(lane, [this, entry = std::move(entry)] {
-          const Unhold unhold{*this, entry.id};  // also if run() throws
+          const HeldItems::Release release(held_, entry.id);
           run(entry);
         }))
       continue;
-    // Held until the task says it finished; it may have already (finished_
-    // is drained only at the next pass, on this thread).
-    held_.insert(id);
+    held_.hold(id);
     ++handed;
   }
   return handed;
-}
-
-Drainer::Unhold::~Unhold() {
-  MutexLock lock(drainer.finished_mu_);
-  drainer.finished_.push_back(id);
 }
 
 void Drainer::run(const store::OutboxEntry& entry) {

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "adapters/agents/agents_client.h"
 #include "adapters/orders/order_service.h"
@@ -25,6 +24,7 @@
 #include "operations/authority.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
+#include "outbox/held_items.h"
 #include "store/port.h"
 
 namespace opgate::outbox {
@@ -67,12 +67,6 @@ class Drainer {
   static std::string lane_of(const pb::OutboxItem& item);
 
  private:
-  // Ends the hold on an item handed to a lane when its task ends.
-  struct Unhold {
-    Drainer& drainer;
-    const std::string& id;
-    ~Unhold();
-  };
   void run(const store::OutboxEntry& entry);
   void execute(const store::OutboxEntry& entry);
   void reconcile(const store::OutboxEntry& entry);
@@ -109,11 +103,7 @@ class Drainer {
   DrainerOptions options_;
   adapters::OrderService* orders_;
   int64_t last_stale_check_ms_ = 0;  // dispatcher thread only
-  // Items handed to a lane and not known to be finished; dispatcher thread
-  // only. Tasks report what finished in finished_, which each pass drains.
-  store::OutboxIds held_;
-  Mutex finished_mu_;
-  std::vector<std::string> finished_ GUARDED_BY(finished_mu_);
+  HeldItems held_;                   // handed to a lane, not finished
 };
 
 // Stable per call: a resend of its result carries the same key.

@@ -106,7 +106,7 @@ Notifier::Notifier(store::Storage& storage, Lanes& lanes, const Live<NotifyConfi
 
 size_t Notifier::dispatch() {
   auto due = storage_.reader().due(store::Queue::notifications, clock_.now_ms(),
-                                   lanes_.batch_for(256), {});
+                                   lanes_.batch_for(256), held_.current());
   if (!due) {
     spdlog::error("notification queue scan failed: {}", due.error().message);
     return 0;
@@ -135,17 +135,27 @@ size_t Notifier::dispatch() {
     }
     const std::string lane = "notify:" + name + ":" + entry.item.operation_key();
     if (lanes_.try_post(lane, [this, entry, e = *endpoint, config] {
+          const HeldItems::Release release(held_, entry.id);
           deliver(entry, e);
           finish(e.name);
-        }))
+        })) {
+      held_.hold(entry.id);
       ++handed;
-    else
+    } else {
       finish(name);
+    }
   }
   // One lane fans out events, in batches (a busy lane: the next pass).
+  std::vector<std::string> event_ids;
+  for (const auto& e : events) event_ids.push_back(e.id);
   if (!events.empty() &&
-      lanes_.try_post("notify-expand", [this, events = std::move(events)] { expand(events); }))
+      lanes_.try_post("notify-expand", [this, events = std::move(events), ids = event_ids] {
+        const HeldItems::Release release(held_, ids);
+        expand(events);
+      })) {
+    for (auto& id : event_ids) held_.hold(std::move(id));
     ++handed;
+  }
   return handed;
 }
 

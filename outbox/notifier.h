@@ -25,6 +25,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "http/client.h"
+#include "outbox/held_items.h"
 #include "store/port.h"
 
 namespace opgate::outbox {
@@ -94,6 +95,7 @@ class Notifier {
   const Clock& clock_;
   HttpSend send_;
   bool shared_store_ = false;
+  HeldItems held_;  // handed to a lane, not finished; see held_items.h
   Mutex mu_;
   std::map<std::string, int> in_flight_ GUARDED_BY(mu_);  // per endpoint
   Random random_ GUARDED_BY(mu_);
