@@ -2,9 +2,11 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <boost/url/params_view.hpp>
 #include <boost/url/parse.hpp>
+#include <cctype>
 
 namespace opgate::http {
 
@@ -33,6 +35,37 @@ std::optional<std::string> Request::query_param(std::string_view name) const {
     if (param.key == name) return std::string(param.value);
   }
   return std::nullopt;
+}
+
+namespace {
+bool token_char(char c) {
+  if (std::isalnum(static_cast<unsigned char>(c))) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+bool safe_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), token_char);
+}
+bool safe_value(std::string_view value) {
+  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+}  // namespace
+
+std::string serialize(const Response& r, std::string_view reason, bool keep_alive) {
+  std::string out;
+  out.reserve(128 + r.body.size());
+  out.append("HTTP/1.1 ").append(std::to_string(r.status)).append(" ").append(reason);
+  out.append("\r\n");
+  for (const auto& [name, value] : r.headers) {
+    if (!safe_name(name) || !safe_value(value)) continue;
+    if (strcasecmp(name.c_str(), "Content-Length") == 0 ||
+        strcasecmp(name.c_str(), "Connection") == 0)
+      continue;
+    out.append(name).append(": ").append(value).append("\r\n");
+  }
+  out.append("Content-Length: ").append(std::to_string(r.body.size())).append("\r\n");
+  if (!keep_alive) out.append("Connection: close\r\n");
+  out.append("\r\n").append(r.body);
+  return out;
 }
 
 Response json_response(int status, std::string body) {

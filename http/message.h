@@ -45,6 +45,13 @@ struct Response {
 // thread. Call it exactly once; dropping it unanswered closes the connection.
 using Respond = std::function<void(Response)>;
 
+// The response's bytes on the wire, HTTP/1.1: status line, headers,
+// Content-Length, "Connection: close" unless keep_alive, then the body.
+// Content-Length and Connection among the headers are replaced, and a
+// header whose name or value would break the framing (CR, LF, NUL; a name
+// that is not a token) is left out.
+std::string serialize(const Response& r, std::string_view reason, bool keep_alive);
+
 Response json_response(int status, std::string body);
 // {"error":{"code","message"}}; the message must never carry a secret.
 Response error_response(int status, std::string_view code, std::string_view message);

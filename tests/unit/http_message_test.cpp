@@ -1,0 +1,44 @@
+// The bytes a response goes out as: framing the server sets itself, and
+// headers that could break it left out.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "http/message.h"
+
+using namespace opgate;
+
+TEST_CASE("serialize: status line, headers, Content-Length, then the body") {
+  auto r = http::json_response(200, R"({"accepted":true})");
+  r.headers["Retry-After"] = "5";
+  CHECK(http::serialize(r, "OK", true) ==
+        "HTTP/1.1 200 OK\r\n"
+        "Content-Type: application/json\r\n"
+        "Retry-After: 5\r\n"
+        "Content-Length: 17\r\n"
+        "\r\n"
+        R"({"accepted":true})");
+}
+
+TEST_CASE("serialize: Connection: close when the connection will not be kept") {
+  http::Response r;
+  r.status = 503;
+  CHECK(http::serialize(r, "Service Unavailable", false) ==
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+}
+
+TEST_CASE("serialize: the framing headers are the server's; unsafe headers are left out") {
+  http::Response r;
+  r.status = 200;
+  r.body = "abc";
+  r.headers["content-length"] = "999";
+  r.headers["Connection"] = "keep-alive";
+  r.headers["X-Split"] = "a\r\nSet-Cookie: stolen=1";
+  r.headers["X-Nul"] = std::string("a\0b", 3);
+  r.headers["Bad Name"] = "1";
+  r.headers["Bad:Name"] = "1";
+  r.headers[""] = "1";
+  r.headers["X-Fine"] = "ok";
+  CHECK(http::serialize(r, "OK", true) ==
+        "HTTP/1.1 200 OK\r\nX-Fine: ok\r\nContent-Length: 3\r\n\r\nabc");
+}
