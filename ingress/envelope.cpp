@@ -9,8 +9,12 @@ namespace opgate::ingress {
 namespace json = boost::json;
 
 Result<Envelope> parse_envelope(std::string_view body) {
+  // The parsed tree lives in this buffer (more of it from the heap only for
+  // a large body): nothing of it outlives the call.
+  unsigned char buffer[8192];
+  json::monotonic_resource arena(buffer, sizeof buffer);
   json::error_code ec;
-  auto v = json::parse(body, ec);
+  auto v = json::parse(body, ec, &arena);
   if (ec || !v.is_object()) return make_error(errc::bad_envelope, "The body is not a JSON object.");
   auto& o = v.as_object();
   auto str = [&](const char* k) -> const json::string* {
