@@ -56,9 +56,34 @@ void Inbox::on_queued(std::function<void()> notify) {
   on_queued_ = std::move(notify);
 }
 
+namespace {
+// The event's record, stored as it is built here; received now.
+store::NewEvent prepare(Submission&& sub, int64_t now_ms) {
+  store::NewEvent ne;
+  auto& ev = ne.event;
+  ev.set_source(std::move(sub.source));
+  ev.set_webhook_id(std::move(sub.webhook_id));
+  ev.set_body_sha256(crypto::sha256(sub.body));
+  ev.set_body(std::move(sub.body));
+  ev.set_received_at_ms(now_ms);
+  // Only an action_required event for a session has work for the worker;
+  // any other is stored (for deduplication and audit) already processed.
+  ne.queue = Inbox::needs_work(sub.envelope.type, sub.envelope.session_id);
+  ev.set_type(std::move(sub.envelope.type));
+  ev.set_session_id(std::move(sub.envelope.session_id));
+  if (!ne.queue) {
+    ev.set_processed(true);
+    ev.set_processed_at_ms(now_ms);
+  }
+  ne.record = ev.SerializeAsString();
+  return ne;
+}
+}  // namespace
+
 void Inbox::submit(Submission submission, Committed committed) {
-  // Hashed here, on the submitting thread, not on the one committer.
-  std::string digest = crypto::sha256(submission.body);
+  // Hashed and serialized here, on the submitting thread, not on the one
+  // committer.
+  store::NewEvent event = prepare(std::move(submission), clock_.now_ms());
   std::optional<Error> refused;
   {
     MutexLock lock(mu_);
@@ -67,7 +92,7 @@ void Inbox::submit(Submission submission, Committed committed) {
     else if (pending_.size() >= options_.max_pending)
       refused = make_error(errc::overloaded, "Too many events are waiting to be stored.");
     else
-      pending_.push_back({std::move(submission), std::move(digest), std::move(committed)});
+      pending_.push_back({std::move(event), std::move(committed)});
   }
   if (refused) return committed(*refused);
   wake_.notify_one();
@@ -105,27 +130,7 @@ bool Inbox::commit(std::vector<Pending>& batch) {
   std::vector<store::NewEvent> events;
   events.reserve(batch.size());
   size_t queued = 0;
-  const int64_t now_ms = clock_.now_ms();
-  for (auto& pending : batch) {
-    auto& sub = pending.submission;
-    store::NewEvent ne;
-    auto& ev = ne.event;
-    ev.set_source(sub.source);
-    ev.set_webhook_id(sub.webhook_id);
-    ev.set_body(std::move(sub.body));  // not needed again
-    ev.set_body_sha256(pending.digest);
-    ev.set_received_at_ms(now_ms);
-    ev.set_type(sub.envelope.type);
-    ev.set_session_id(sub.envelope.session_id);
-    // Only an action_required event for a session has work for the worker;
-    // any other is stored (for deduplication and audit) already processed.
-    ne.queue = needs_work(sub.envelope.type, sub.envelope.session_id);
-    if (!ne.queue) {
-      ev.set_processed(true);
-      ev.set_processed_at_ms(now_ms);
-    }
-    events.push_back(std::move(ne));
-  }
+  for (auto& pending : batch) events.push_back(std::move(pending.event));
   // Counted before the write: the worker may process an entry as soon as it
   // is visible, and must never find the count below what it removes. A copy
   // stored earlier is not queued again, so what this write did not queue is

@@ -102,8 +102,7 @@ class Inbox {
  private:
   Inbox(store::Storage& storage, const Clock& clock, InboxOptions options);
   struct Pending {
-    Submission submission;
-    std::string digest;  // SHA-256 of the body, computed by the submitter
+    store::NewEvent event;  // made by the submitter, serialized
     Committed committed;
   };
   void run();

@@ -43,6 +43,10 @@ enum class Appended {
 struct NewEvent {
   pb::InboxEvent event;  // body_sha256 set
   bool queue = false;    // queue it for the worker
+  // event serialized, made ahead by the caller (the inbox does it on the
+  // thread that received the event, not on the one that commits); when
+  // empty, the backend serializes event.
+  std::string record;
 };
 
 using OutboxIds = std::set<std::string, std::less<>>;

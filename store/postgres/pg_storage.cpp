@@ -860,10 +860,12 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
   for (const auto& [key, i] : first) {
     const auto& ev = events[i].event;
     order.push_back(i);
-    stmts.push_back({"ev_append",
-                     {text(ev.source()), text(ev.webhook_id()), bytea(ev.body_sha256()),
-                      boolean(ev.processed()), int8(ev.processed_at_ms()),
-                      bytea(ev.SerializeAsString()), boolean(events[i].queue)}});
+    stmts.push_back(
+        {"ev_append",
+         {text(ev.source()), text(ev.webhook_id()), bytea(ev.body_sha256()),
+          boolean(ev.processed()), int8(ev.processed_at_ms()),
+          events[i].record.empty() ? bytea(ev.SerializeAsString()) : bytea(events[i].record),
+          boolean(events[i].queue)}});
   }
   if (std::any_of(events.begin(), events.end(), [](const NewEvent& e) { return e.queue; }))
     stmts.push_back({"notify", {}});

@@ -754,7 +754,8 @@ Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>&
       continue;
     }
     first.emplace(key, i);
-    w.put(Cf::inbox, key, ev.SerializeAsString());
+    w.put(Cf::inbox, key,
+          events[i].record.empty() ? ev.SerializeAsString() : std::move(events[i].record));
     if (events[i].queue) {
       std::string entry = keys::queue(next_queue_seq());
       floors_.queue.pin(entry);

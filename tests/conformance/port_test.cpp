@@ -144,6 +144,22 @@ TEST_CASE("append_events stores new ids once, and tells duplicates from conflict
   CHECK((*stored)->body() == "{2}");
 }
 
+TEST_CASE("append_events stores the record the caller serialized, as the event reads back") {
+  Fixture f;
+  auto made = event("pre", "{\"made\":\"ahead\"}", true);
+  made.event.set_received_at_ms(1234);
+  made.record = made.event.SerializeAsString();
+  std::vector<store::NewEvent> events = {std::move(made)};
+  auto r = f.s->append_events(events);
+  REQUIRE(r.ok());
+  CHECK((*r)[0] == store::Appended::stored);
+  auto stored = f.s->reader().event("agents", "pre");
+  REQUIRE(stored->has_value());
+  CHECK((*stored)->body() == "{\"made\":\"ahead\"}");
+  CHECK((*stored)->received_at_ms() == 1234);
+  CHECK(*f.s->reader().queued_count() == 1);
+}
+
 TEST_CASE("queued events come in order, page by page; finishing and parking take them out") {
   Fixture f;
   std::vector<store::NewEvent> events;
