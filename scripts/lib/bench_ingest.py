@@ -2,7 +2,9 @@
 second at several connection counts, with opgate-sim load signing every
 request as a real sender does (a fresh webhook-id and timestamp each); then,
 given a private PostgreSQL, pgbench's committed inserts of a row of the same
-size at 64 connections beside opgate's acks at 64, in the same run."""
+size at 64 connections beside opgate's acks at 64, in the same run.
+With --cpu instead of a PostgreSQL URL: 64 connections only, and the
+daemon's CPU per acknowledged event."""
 
 import json
 import os
@@ -46,9 +48,28 @@ def stored_check(stored, acked, duplicates):
     return "yes" + extra if stored == acked else f"yes (+{stored - acked}){extra}"
 
 
+def cpu_per_ack(bin_dir, seconds, conns=64):
+    """One level only, with the daemon's CPU (user + system, from /proc) per
+    acknowledged event: for comparing two builds alternately, as a busy
+    neighbour on a shared machine moves CPU per event less than the rate."""
+    from bench_outbox import cpu_seconds
+    c = Cluster(bin_dir, orders(1))
+    try:
+        load(bin_dir, c.ingress_port, conns, 2)  # warm up
+        before = cpu_seconds(c.daemon.pid)
+        r = load(bin_dir, c.ingress_port, conns, seconds)
+        used = cpu_seconds(c.daemon.pid) - before
+        print(f"{conns} connections: {r['accepted'] / r['seconds']:.0f} acks/s, p99 "
+              f"{r['p99_ms']:.2f} ms, daemon CPU {used / max(r['accepted'], 1) * 1e6:.1f} us per ack")
+    finally:
+        c.close()
+
+
 def main():
     bin_dir, seconds = sys.argv[1], int(sys.argv[2])
     pg_url = sys.argv[3] if len(sys.argv) > 3 else ""
+    if pg_url == "--cpu":
+        return cpu_per_ack(bin_dir, seconds)
     c = Cluster(bin_dir, orders(1))
     try:
         rate = disk_sync_rate(c.dir)
