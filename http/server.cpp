@@ -56,10 +56,10 @@ struct Server::Impl {
   void accept();
 };
 
-// Plain TCP (beast::tcp_stream) or TLS over it (beast::ssl_stream).
 // Room each connection's read buffer starts with.
 constexpr size_t kReadBuffer = 8 * 1024;
 
+// Plain TCP (beast::tcp_stream) or TLS over it (beast::ssl_stream).
 template <typename Stream>
 class Connection final : public ConnectionBase,
                          public std::enable_shared_from_this<Connection<Stream>> {
