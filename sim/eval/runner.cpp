@@ -120,19 +120,27 @@ class Run {
     return trace_;
   }
 
-  // The receiver's deliveries, once every operation's proposal (and, for a
-  // settled one, its settlement) has arrived or 20 s have passed: they are
-  // sent asynchronously, after the changes that raise them.
+  // The receiver's deliveries, once every operation's proposal has arrived
+  // at both endpoints (and, for a settled one, its settlement at ops) or 20 s
+  // have passed: they are sent asynchronously, after the changes that raise
+  // them, and each endpoint has its own queue, so one may lag the other.
   Status collect_notifications() {
     auto arrived = [&](const json::array& deliveries) {
       for (const auto& op : trace_.operations) {
-        bool proposed = false, settled = str(op, "state") != "settled";
+        const auto key = str(op, "key");
+        bool proposed = false, chatted = false, settled = str(op, "state") != "settled";
         for (const auto& d : deliveries) {
-          if (str(d, "path") != "/hooks/ops" || str(d, "key") != str(op, "key")) continue;
+          if (str(d, "path") == "/hooks/chat") {
+            const auto text = str(d, "text");
+            chatted = chatted || (text.find(key) != std::string::npos &&
+                                  text.find("operation.proposed") != std::string::npos);
+            continue;
+          }
+          if (str(d, "path") != "/hooks/ops" || str(d, "key") != key) continue;
           proposed = proposed || str(d, "type") == "operation.proposed";
           settled = settled || str(d, "type") == "operation.settled";
         }
-        if (!proposed || !settled) return false;
+        if (!proposed || !chatted || !settled) return false;
       }
       return true;
     };
