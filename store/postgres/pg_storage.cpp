@@ -844,16 +844,17 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
 Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& events) {
   std::vector<Appended> out(events.size(), Appended::stored);
   // The first copy of each id; inserted in key order, so that two nodes
-  // storing overlapping batches wait for each other in one order.
+  // storing overlapping batches wait for each other in one order. A repeat
+  // within the batch is answered, once the firsts are, against the body its
+  // id holds: the stored one, else the first copy's.
   std::map<std::pair<std::string, std::string>, size_t> first;
+  std::vector<size_t> first_of(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
     const auto& ev = events[i].event;
-    auto [it, fresh] = first.emplace(std::pair{ev.source(), ev.webhook_id()}, i);
-    if (!fresh)
-      out[i] = events[it->second].event.body_sha256() == ev.body_sha256() ? Appended::duplicate
-                                                                          : Appended::conflict;
+    first_of[i] = first.emplace(std::pair{ev.source(), ev.webhook_id()}, i).first->second;
   }
   if (first.empty()) return out;
+  std::vector<std::string> held(events.size());  // by first index: the body hash the id holds
   std::vector<Stmt> stmts;
   stmts.push_back({"begin", {}});
   std::vector<size_t> order;
@@ -886,13 +887,16 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
     for (size_t k = 0; k < order.size(); ++k) {
       const Rows& rows = (*r)[k + 1];
       const size_t i = order[k];
-      if (rows.int8(0, 0) == 1) continue;  // stored
+      if (rows.int8(0, 0) == 1) {  // stored
+        held[i] = events[i].event.body_sha256();
+        continue;
+      }
       if (rows.null(0, 1)) {
         unknown.push_back(i);
         continue;
       }
-      out[i] = rows.bytes(0, 1) == events[i].event.body_sha256() ? Appended::duplicate
-                                                                 : Appended::conflict;
+      held[i] = std::string(rows.bytes(0, 1));
+      out[i] = held[i] == events[i].event.body_sha256() ? Appended::duplicate : Appended::conflict;
     }
     break;
   }
@@ -901,9 +905,13 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
     OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
     OPGATE_ASSIGN_OR_RETURN(auto rows,
                             conn->run("ev_hash", {text(ev.source()), text(ev.webhook_id())}));
-    out[i] = rows.empty() || rows.bytes(0, 0) == ev.body_sha256() ? Appended::duplicate
-                                                                  : Appended::conflict;
+    held[i] = rows.empty() ? ev.body_sha256() : std::string(rows.bytes(0, 0));
+    out[i] = held[i] == ev.body_sha256() ? Appended::duplicate : Appended::conflict;
   }
+  for (size_t i = 0; i < events.size(); ++i)
+    if (first_of[i] != i)
+      out[i] = held[first_of[i]] == events[i].event.body_sha256() ? Appended::duplicate
+                                                                  : Appended::conflict;
   return out;
 }
 

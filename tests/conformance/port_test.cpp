@@ -144,6 +144,26 @@ TEST_CASE("append_events stores new ids once, and tells duplicates from conflict
   CHECK((*stored)->body() == "{2}");
 }
 
+TEST_CASE("append_events answers a repeat within one call against what is stored, if anything") {
+  Fixture f;
+  std::vector<store::NewEvent> before = {event("a", "{1}", true)};
+  REQUIRE(f.s->append_events(before).ok());
+  std::vector<store::NewEvent> events = {event("a", "{other}", true), event("a", "{1}", true),
+                                         event("d", "{4}", true), event("d", "{not 4}", true),
+                                         event("d", "{4}", true)};
+  auto r = f.s->append_events(events);
+  REQUIRE(r.ok());
+  CHECK((*r)[0] == store::Appended::conflict);   // against the stored a
+  CHECK((*r)[1] == store::Appended::duplicate);  // the stored a, not the refused copy
+  CHECK((*r)[2] == store::Appended::stored);
+  CHECK((*r)[3] == store::Appended::conflict);  // against d stored by this call
+  CHECK((*r)[4] == store::Appended::duplicate);
+  CHECK(*f.s->reader().queued_count() == 2);  // a once, d once
+  auto d = f.s->reader().event("agents", "d");
+  REQUIRE(d->has_value());
+  CHECK((*d)->body() == "{4}");
+}
+
 TEST_CASE("append_events stores the record the caller serialized, as the event reads back") {
   Fixture f;
   auto made = event("pre", "{\"made\":\"ahead\"}", true);
