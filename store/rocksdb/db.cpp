@@ -307,6 +307,22 @@ Result<std::optional<std::string>> Db::get(Cf cf, std::string_view key) const {
   return std::optional<std::string>(std::move(value));
 }
 
+Result<std::vector<std::optional<std::string>>> Db::multi_get(
+    Cf cf, const std::vector<std::string>& keys) const {
+  std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  db_->MultiGet(rocksdb::ReadOptions(), handles_[static_cast<size_t>(cf)], keys.size(),
+                slices.data(), values.data(), statuses.data());
+  std::vector<std::optional<std::string>> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok()) return from_rocks(statuses[i], "read failed");
+    out[i] = values[i].ToString();
+  }
+  return out;
+}
+
 Status Db::scan(Cf cf, std::string_view prefix, const Visitor& visit,
                 std::string_view start) const {
   rocksdb::ReadOptions ro;

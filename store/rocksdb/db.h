@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/result.h"
@@ -92,6 +93,10 @@ class Db {
   Status write(const WriteSet& writes, bool sync);
 
   Result<std::optional<std::string>> get(Cf cf, std::string_view key) const;
+  // Many point reads in one call, answered in the order of `keys`: RocksDB
+  // probes each table file's filter for the whole batch at once.
+  Result<std::vector<std::optional<std::string>>> multi_get(
+      Cf cf, const std::vector<std::string>& keys) const;
   // Visits keys with the prefix in order (from `start` if not empty); the
   // visitor returns false to stop. The status reports iterator errors.
   using Visitor = std::function<bool(std::string_view key, std::string_view value)>;

@@ -735,31 +735,51 @@ Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
 
 Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>& events) {
   std::vector<Appended> out(events.size(), Appended::stored);
-  std::unordered_map<std::string, size_t> first;  // event key -> index stored here
+  // Each event key once, in the order first seen; a repeat within the batch
+  // is answered against what its first occurrence found.
+  std::vector<std::string> unique_keys;
+  std::vector<size_t> slot(events.size());  // event -> its key's place in unique_keys
+  std::vector<size_t> first;                // unique key -> index of its first event
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& ev = events[i].event;
+    std::string key = keys::event(ev.source(), ev.webhook_id());
+    auto [it, fresh] = seen.emplace(key, unique_keys.size());
+    if (fresh) {
+      unique_keys.push_back(std::move(key));
+      first.push_back(i);
+    }
+    slot[i] = it->second;
+  }
+  // The duplicate check reads every key in one call: most are not there,
+  // and a batched read answers those from each table file's filter at once.
+  auto stored = db_->multi_get(Cf::inbox, unique_keys);
+  if (!stored) return stored.error();
+  // The body hash each key holds: the stored record's, else the first
+  // occurrence's, which this batch stores.
+  std::vector<std::string> held(unique_keys.size());
+  for (size_t k = 0; k < unique_keys.size(); ++k) {
+    if (!(*stored)[k]) continue;
+    auto existing = parse<pb::InboxEvent>((*stored)[k]);
+    if (!existing) return existing.error();
+    held[k] = (*existing)->body_sha256();
+  }
   std::vector<std::string> queue_pins;
   WriteSet w;
   for (size_t i = 0; i < events.size(); ++i) {
     auto& ev = events[i].event;
-    const std::string key = keys::event(ev.source(), ev.webhook_id());
-    if (auto it = first.find(key); it != first.end()) {
-      out[i] = events[it->second].event.body_sha256() == ev.body_sha256() ? Appended::duplicate
-                                                                          : Appended::conflict;
+    const size_t k = slot[i];
+    if ((*stored)[k] || first[k] != i) {
+      const auto& hash = (*stored)[k] ? held[k] : events[first[k]].event.body_sha256();
+      out[i] = hash == ev.body_sha256() ? Appended::duplicate : Appended::conflict;
       continue;
     }
-    auto existing = load<pb::InboxEvent>(*durable_, Cf::inbox, key);
-    if (!existing) return existing.error();
-    if (existing->has_value()) {
-      out[i] =
-          (*existing)->body_sha256() == ev.body_sha256() ? Appended::duplicate : Appended::conflict;
-      continue;
-    }
-    first.emplace(key, i);
-    w.put(Cf::inbox, key,
+    w.put(Cf::inbox, unique_keys[k],
           events[i].record.empty() ? ev.SerializeAsString() : std::move(events[i].record));
     if (events[i].queue) {
       std::string entry = keys::queue(next_queue_seq());
       floors_.queue.pin(entry);
-      w.put(Cf::inbox, entry, key);
+      w.put(Cf::inbox, entry, unique_keys[k]);
       queue_pins.push_back(std::move(entry));
     }
   }
