@@ -483,12 +483,19 @@ int serve(const Config& initial, const ServeOptions& options) {
   ingress_options.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
   ingress_options.max_connections = fds.ingress_connections;
   ingress_options.tls = config.ingress_tls;
-  // Handlers never block: an accepted event is answered by the inbox's
-  // committer after its group commit, so one thread per core suffices.
+  // Handlers never block: an accepted event is answered after its group
+  // commit, on these threads, so one thread per core suffices.
   ingress_options.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
   http::Server ingress_server(ingress_options, [&](http::Request&& r, http::Respond respond) {
     ingress_router.dispatch(std::move(r), std::move(respond));
   });
+  // The committer hands each batch's answers to the ingress threads; on any
+  // way out of this scope it stops (answering what it holds) before the
+  // server it posts them to goes.
+  (*inbox)->answer_with([&ingress_server](std::function<void()> answers) {
+    ingress_server.post(std::move(answers));
+  });
+  std::shared_ptr<void> stop_inbox_first(nullptr, [&](void*) { (*inbox)->stop(); });
 
   std::atomic<bool> ready{false};
   store::rocks::RocksStorage* rocks = opened->rocks;

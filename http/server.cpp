@@ -404,6 +404,8 @@ void Server::drain(std::chrono::milliseconds deadline) {
   }
 }
 
+void Server::post(std::function<void()> work) { net::post(impl_->ioc, std::move(work)); }
+
 void Server::stop() {
   {
     MutexLock lock(impl_->mu);

@@ -77,6 +77,9 @@ class Server {
   // with "Connection: close". Returns when all connections are gone or the
   // deadline passes.
   void drain(std::chrono::milliseconds deadline);
+  // Runs `work` on one of the server's threads (answers made elsewhere, to
+  // be sent from here). After stop() it is dropped unrun.
+  void post(std::function<void()> work);
   // Stops the threads. Safe to call twice.
   void stop();
   uint16_t port() const;

@@ -56,6 +56,11 @@ void Inbox::on_queued(std::function<void()> notify) {
   on_queued_ = std::move(notify);
 }
 
+void Inbox::answer_with(AnswerRunner run) {
+  MutexLock lock(mu_);
+  answer_with_ = std::move(run);
+}
+
 namespace {
 // The event's record, stored as it is built here; received now.
 store::NewEvent prepare(Submission&& sub, int64_t now_ms) {
@@ -111,6 +116,7 @@ void Inbox::run() {
   std::vector<Pending> batch;
   for (;;) {
     std::function<void()> notify;
+    AnswerRunner answer;
     {
       MutexLock lock(mu_);
       while (!stopping_ && pending_.empty()) wake_.wait(mu_);
@@ -120,13 +126,14 @@ void Inbox::run() {
         pending_.pop_front();
       }
       notify = on_queued_;
+      answer = answer_with_;
     }
-    if (commit(batch) && notify) notify();
+    if (commit(batch, answer) && notify) notify();
     batch.clear();
   }
 }
 
-bool Inbox::commit(std::vector<Pending>& batch) {
+bool Inbox::commit(std::vector<Pending>& batch, const AnswerRunner& answer) {
   std::vector<store::NewEvent> events;
   events.reserve(batch.size());
   size_t queued = 0;
@@ -151,6 +158,10 @@ bool Inbox::commit(std::vector<Pending>& batch) {
     group_commits_++;
     committed_events_ += fresh;
   }
+  std::vector<Result<Accepted>> results;
+  std::vector<Committed> callbacks;
+  results.reserve(batch.size());
+  callbacks.reserve(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     Result<Accepted> result = Accepted{false};
     if (!appended)
@@ -160,8 +171,16 @@ bool Inbox::commit(std::vector<Pending>& batch) {
     else if ((*appended)[i] == store::Appended::conflict)
       result =
           make_error(errc::conflict, "This webhook-id was already received with another body.");
-    batch[i].committed(std::move(result));
+    results.push_back(std::move(result));
+    callbacks.push_back(std::move(batch[i].committed));
   }
+  auto answers = [results = std::move(results), callbacks = std::move(callbacks)]() mutable {
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i](std::move(results[i]));
+  };
+  if (answer)
+    answer(std::move(answers));
+  else
+    answers();
   return fresh_queued > 0;
 }
 

@@ -45,9 +45,10 @@ struct Submission {
   Envelope envelope;
 };
 
-// Receives an event's result on the committer thread once the write holding
-// it is on disk. Errors: conflict (same id, other body), overloaded,
-// shutting_down, storage_error (or the store's own code).
+// Receives an event's result once the write holding it is on disk: on the
+// committer thread, or wherever answer_with() sends a batch's answers.
+// Errors: conflict (same id, other body), overloaded, shutting_down,
+// storage_error (or the store's own code).
 using Committed = std::function<void(Result<Accepted>)>;
 
 struct InboxOptions {
@@ -73,6 +74,12 @@ class Inbox {
   // Called on the committer thread after a write that queued work for the
   // worker (set it before events arrive; e.g. to wake the worker).
   void on_queued(std::function<void()> notify);
+  // Hands each batch's answers to `run` (one call per synced write) instead
+  // of calling them on the committer: the daemon runs them on the ingress
+  // threads, so the one committer goes back to writing sooner. Set it before
+  // events arrive.
+  using AnswerRunner = std::function<void(std::function<void()> answers)>;
+  void answer_with(AnswerRunner run);
   // Commits and answers what was submitted, then stops the committer; later
   // submissions fail with "shutting_down". Idempotent. Call it before
   // whatever the answers go to (the HTTP server) is torn down.
@@ -106,8 +113,9 @@ class Inbox {
     Committed committed;
   };
   void run();
-  // Writes a batch and answers each event; true if it queued work.
-  bool commit(std::vector<Pending>& batch);
+  // Writes a batch and answers each event (through `answer`, if set); true
+  // if it queued work.
+  bool commit(std::vector<Pending>& batch, const AnswerRunner& answer);
 
   store::Storage& storage_;
   const Clock& clock_;
@@ -120,6 +128,7 @@ class Inbox {
   CondVar wake_;
   std::deque<Pending> pending_ GUARDED_BY(mu_);
   std::function<void()> on_queued_ GUARDED_BY(mu_);
+  AnswerRunner answer_with_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
   std::thread committer_;  // last: starts after everything it uses
 };

@@ -8,6 +8,8 @@
 #include <boost/json.hpp>
 #include <future>
 #include <map>
+#include <set>
+#include <thread>
 
 #include "ingress/signature.h"
 #include "ingress/webhook_handler.h"
@@ -153,4 +155,52 @@ TEST_CASE("an event with no work for the worker is stored processed and never qu
   REQUIRE(work.ok());
   REQUIRE(work->has_value());
   CHECK_FALSE((*work)->processed());
+}
+
+TEST_CASE(
+    "answer_with: each batch's answers run where the runner sends them, not on the committer") {
+  World w;
+  Mutex mu;
+  std::set<std::thread::id> committers;  // threads that handed answers over
+  std::set<std::thread::id> runners;     // threads the runner started for them
+  std::vector<std::thread> started;
+  w.inbox->answer_with([&](std::function<void()> answers) {
+    MutexLock lock(mu);
+    committers.insert(std::this_thread::get_id());
+    started.emplace_back(std::move(answers));
+    runners.insert(started.back().get_id());
+  });
+  const ingress::Envelope envelope{"evt", std::string(ingress::kActionRequired), "sess_1"};
+  struct Answer {
+    std::promise<Result<ingress::Accepted>> result;
+    std::thread::id thread;
+  };
+  std::vector<std::unique_ptr<Answer>> answers;
+  for (const char* id : {"msg_a", "msg_b", "msg_a"}) {
+    answers.push_back(std::make_unique<Answer>());
+    w.inbox->submit({"agents", id, "{}", envelope}, [a = answers.back().get()](auto r) {
+      a->thread = std::this_thread::get_id();
+      a->result.set_value(std::move(r));
+    });
+  }
+  std::vector<Result<ingress::Accepted>> results;
+  for (auto& a : answers) results.push_back(a->result.get_future().get());
+  w.inbox->stop();
+  {
+    MutexLock lock(mu);
+    for (auto& t : started) t.join();
+    REQUIRE_FALSE(committers.empty());
+    for (const auto& a : answers) {
+      CHECK(runners.count(a->thread) == 1);
+      CHECK(committers.count(a->thread) == 0);
+    }
+  }
+  REQUIRE(results[0].ok());
+  CHECK_FALSE(results[0]->duplicate);
+  REQUIRE(results[1].ok());
+  CHECK_FALSE(results[1]->duplicate);
+  REQUIRE(results[2].ok());
+  CHECK(results[2]->duplicate);
+  CHECK(stored(*w.storage, "msg_a"));
+  CHECK(stored(*w.storage, "msg_b"));
 }
