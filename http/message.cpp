@@ -62,9 +62,13 @@ std::string serialize(const Response& r, std::string_view reason, bool keep_aliv
       continue;
     out.append(name).append(": ").append(value).append("\r\n");
   }
-  out.append("Content-Length: ").append(std::to_string(r.body.size())).append("\r\n");
+  // A 1xx, 204 or 304 has no body and no Content-Length (RFC 9110 8.6).
+  const bool bodiless = r.status / 100 == 1 || r.status == 204 || r.status == 304;
+  if (!bodiless)
+    out.append("Content-Length: ").append(std::to_string(r.body.size())).append("\r\n");
   if (!keep_alive) out.append("Connection: close\r\n");
-  out.append("\r\n").append(r.body);
+  out.append("\r\n");
+  if (!bodiless) out.append(r.body);
   return out;
 }
 

@@ -49,7 +49,8 @@ using Respond = std::function<void(Response)>;
 // Content-Length, "Connection: close" unless keep_alive, then the body.
 // Content-Length and Connection among the headers are replaced, and a
 // header whose name or value would break the framing (CR, LF, NUL; a name
-// that is not a token) is left out.
+// that is not a token) is left out. A 1xx, 204 or 304 goes without body
+// or Content-Length.
 std::string serialize(const Response& r, std::string_view reason, bool keep_alive);
 
 Response json_response(int status, std::string body);

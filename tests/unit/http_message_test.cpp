@@ -42,3 +42,13 @@ TEST_CASE("serialize: the framing headers are the server's; unsafe headers are l
   CHECK(http::serialize(r, "OK", true) ==
         "HTTP/1.1 200 OK\r\nX-Fine: ok\r\nContent-Length: 3\r\n\r\nabc");
 }
+
+TEST_CASE("serialize: a 204 or 304 has neither body nor Content-Length") {
+  http::Response r;
+  r.status = 204;
+  r.body = "ignored";
+  CHECK(http::serialize(r, "No Content", true) == "HTTP/1.1 204 No Content\r\n\r\n");
+  r.status = 304;
+  CHECK(http::serialize(r, "Not Modified", false) ==
+        "HTTP/1.1 304 Not Modified\r\nConnection: close\r\n\r\n");
+}
