@@ -86,6 +86,10 @@ store::NewEvent prepare(Submission&& sub, int64_t now_ms) {
 }  // namespace
 
 void Inbox::submit(Submission submission, Committed committed) {
+  // Refused before any work when the queue is full already: overload is when
+  // CPU is short. The check under the lock below is the one that counts.
+  if (waiting_.load(std::memory_order_relaxed) >= options_.max_pending)
+    return committed(make_error(errc::overloaded, "Too many events are waiting to be stored."));
   // Hashed and serialized here, on the submitting thread, not on the one
   // committer.
   store::NewEvent event = prepare(std::move(submission), clock_.now_ms());
@@ -98,6 +102,7 @@ void Inbox::submit(Submission submission, Committed committed) {
       refused = make_error(errc::overloaded, "Too many events are waiting to be stored.");
     else
       pending_.push_back({std::move(event), std::move(committed)});
+    waiting_.store(pending_.size(), std::memory_order_relaxed);
   }
   if (refused) return committed(*refused);
   wake_.notify_one();
@@ -125,6 +130,7 @@ void Inbox::run() {
         batch.push_back(std::move(pending_.front()));
         pending_.pop_front();
       }
+      waiting_.store(pending_.size(), std::memory_order_relaxed);
       notify = on_queued_;
       answer = answer_with_;
     }

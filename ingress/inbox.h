@@ -127,6 +127,7 @@ class Inbox {
   Mutex mu_;
   CondVar wake_;
   std::deque<Pending> pending_ GUARDED_BY(mu_);
+  std::atomic<size_t> waiting_{0};  // pending_.size(), for a check without the lock
   std::function<void()> on_queued_ GUARDED_BY(mu_);
   AnswerRunner answer_with_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
