@@ -25,4 +25,13 @@ inline int64_t i64(const boost::json::value& v, std::string_view key, int64_t fa
   return p && p->is_int64() ? p->as_int64() : fallback;
 }
 
+// A delivery the notification receiver recorded that is the chat
+// endpoint's message about operation `key`'s proposal.
+inline bool is_chat_proposal(const boost::json::value& delivery, const std::string& key) {
+  if (str(delivery, "path") != "/hooks/chat") return false;
+  const auto text = str(delivery, "text");
+  return text.find(key) != std::string::npos &&
+         text.find("operation.proposed") != std::string::npos;
+}
+
 }  // namespace opgate::eval

@@ -518,9 +518,7 @@ PropertyResult proposals_notified(const Trace& t) {
         if (seq < last_seq) in_order = false;
         last_seq = std::max(last_seq, seq);
       }
-      if (str(d, "path") == "/hooks/chat" && str(d, "text").find(key) != std::string::npos &&
-          str(d, "text").find("operation.proposed") != std::string::npos)
-        chat_ids.insert(id);
+      if (is_chat_proposal(d, key)) chat_ids.insert(id);
     }
     c.check(ops_ids.size() == 1 && chat_ids.size() == 1,
             fmt::format("{}: proposal notified {} time(s) to ops, {} to chat", key, ops_ids.size(),

@@ -130,12 +130,7 @@ class Run {
         const auto key = str(op, "key");
         bool proposed = false, chatted = false, settled = str(op, "state") != "settled";
         for (const auto& d : deliveries) {
-          if (str(d, "path") == "/hooks/chat") {
-            const auto text = str(d, "text");
-            chatted = chatted || (text.find(key) != std::string::npos &&
-                                  text.find("operation.proposed") != std::string::npos);
-            continue;
-          }
+          chatted = chatted || is_chat_proposal(d, key);
           if (str(d, "path") != "/hooks/ops" || str(d, "key") != key) continue;
           proposed = proposed || str(d, "type") == "operation.proposed";
           settled = settled || str(d, "type") == "operation.settled";
