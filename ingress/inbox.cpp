@@ -62,6 +62,10 @@ void Inbox::answer_with(AnswerRunner run) {
 }
 
 namespace {
+Error overloaded() {
+  return make_error(errc::overloaded, "Too many events are waiting to be stored.");
+}
+
 // The event's record, stored as it is built here; received now.
 store::NewEvent prepare(Submission&& sub, int64_t now_ms) {
   store::NewEvent ne;
@@ -89,7 +93,7 @@ void Inbox::submit(Submission submission, Committed committed) {
   // Refused before any work when the queue is full already: overload is when
   // CPU is short. The check under the lock below is the one that counts.
   if (waiting_.load(std::memory_order_relaxed) >= options_.max_pending)
-    return committed(make_error(errc::overloaded, "Too many events are waiting to be stored."));
+    return committed(overloaded());
   // Hashed and serialized here, on the submitting thread, not on the one
   // committer.
   store::NewEvent event = prepare(std::move(submission), clock_.now_ms());
@@ -99,7 +103,7 @@ void Inbox::submit(Submission submission, Committed committed) {
     if (stopping_)
       refused = make_error(errc::shutting_down, "The inbox is stopping.");
     else if (pending_.size() >= options_.max_pending)
-      refused = make_error(errc::overloaded, "Too many events are waiting to be stored.");
+      refused = overloaded();
     else
       pending_.push_back({std::move(event), std::move(committed)});
     waiting_.store(pending_.size(), std::memory_order_relaxed);
