@@ -146,26 +146,13 @@ class CancellingProvider final : public PaymentProvider {
     return refunded;
   }
 
-  LookupResult find(const PaymentRequest& req) override {
-    if (!req.cancel_order) return payments_.find(req);
-    LookupResult out;
-    auto fetched = orders_.get(req.order_id);
-    if (fetched.read == OrderRead::unavailable) {
-      out.error = fetched.error;
-      return out;
-    }
-    if (fetched.read == OrderRead::absent) {
-      out.error = "the order service no longer has the order; a person must resolve this";
-      return out;
-    }
-    // The refund is sent only after the cancellation is proven: an order
-    // not cancelled proves that neither happened.
-    if (fetched.order.status() != pb::ORDER_CANCELLED) {
-      out.lookup = Lookup::absent;
-      return out;
-    }
-    return payments_.find(req);
-  }
+  // The refund is proven at the provider, by its operation_key, whatever the
+  // order service says now: an order reported as not cancelled (its status
+  // changed again, or the service forgot the request) proves nothing about
+  // a refund that went out. Absent there, executing again is safe either
+  // way: the cancellation replays under its key (or is already in place),
+  // and only then the refund goes out.
+  LookupResult find(const PaymentRequest& req) override { return payments_.find(req); }
 
  private:
   PaymentProvider& payments_;

@@ -69,8 +69,10 @@ std::unique_ptr<OrderService> make_http_order_service(OrderServiceOptions option
 // consequences: the cancellation at the order service (its own idempotency
 // key, the operation's with "-cancel" appended), and only once it is proven
 // the refund at the provider. An indeterminate answer from either is
-// indeterminate; reconciliation reads the order (cancelled or not) and then
-// looks the refund up, so an operation settles only when both are proven.
+// indeterminate. Reconciliation looks the refund up at the provider (by its
+// metadata operation_key), never at the order service: a refund found
+// there settles the operation whatever the order's status is now, and one
+// proven absent is executed again (cancellation first, under its key).
 // Other requests pass through.
 std::unique_ptr<PaymentProvider> make_cancelling_provider(PaymentProvider& payments,
                                                           OrderService& orders);

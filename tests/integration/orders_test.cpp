@@ -128,3 +128,47 @@ TEST_CASE("a cancel whose calls time out at the order service and the provider s
   auto result = only_result(c, session);
   CHECK(str(json::parse(str(result, "output")), "status") == "succeeded");
 }
+
+TEST_CASE(
+    "a cancellation whose refund went out is proven at the provider, even when the order service "
+    "no longer shows it cancelled") {
+  Cluster c(with_order_service());
+  auto session = c.create_session(
+      R"([{"name":"cancel_order","arguments":{"order_id":"ORDER-100","reason":"not needed"}}])");
+  c.wait_operation(kCancel, [](auto& o) { return str(o, "state") == "pending"; });
+  // The refund goes out and its answer is lost; the provider's records
+  // cannot be read until the order service has changed its mind.
+  c.payments_admin("POST", "/_sim/faults",
+                   R"({"rules":[{"method":"POST","path_prefix":"/v1/refunds",)"
+                   R"("action":"drop_after_commit","times":1},)"
+                   R"({"method":"GET","path_prefix":"/v1/refunds",)"
+                   R"("action":"error_500_before_commit","times":-1}]})");
+  c.approve(kCancel, kAliceToken);
+  c.wait_operation(kCancel, [](auto& o) { return str(o, "state") == "outcome_unknown"; });
+  // The order service now reports the order delivered and not cancelled,
+  // and has forgotten its idempotency keys.
+  auto order = c.orders_admin("GET", "/_sim/orders/ORDER-100").body.as_object();
+  order["status"] = "paid";
+  order["delivery"] = json::array{json::object{{"at", 1}, {"status", "delivered"}, {"detail", ""}}};
+  REQUIRE(c.orders_admin("PUT", "/_sim/orders/ORDER-100", json::serialize(order)).status == 200);
+  REQUIRE(c.orders_admin("POST", "/_sim/reset").status == 200);
+  c.payments_admin("DELETE", "/_sim/faults");
+  auto reconciled = c.op("POST", "/v1/operations/" + kCancel + "/reconcile", "", kOncallToken);
+  CHECK(reconciled.status == 200);
+  auto op = c.wait_operation(kCancel, [](auto& o) { return str(o, "state") == "settled"; });
+  CHECK(str(op, "outcome") == "succeeded");
+  auto refunds = provider_refunds_for(c, kCancel);
+  REQUIRE(refunds.size() == 1);
+  auto ledger = c.op("GET", "/v1/ledger").body.at("ledger").as_array();
+  REQUIRE(ledger.size() == 1);
+  CHECK(str(ledger[0], "provider_object_id") == str(refunds[0], "id"));
+  // Nothing remains of the order's value: a credit against it is refused.
+  auto credit = only_result(
+      c, c.create_session(R"([{"name":"issue_account_credit","arguments":{"order_id":"ORDER-100",)"
+                          R"("amount_minor":2000,"currency":"USD","reason_code":"GOODWILL"}}])"));
+  CHECK_FALSE(credit.at("success").as_bool());
+  CHECK(provider_refunds_for(c, kCancel).size() == 1);
+  CHECK(c.payments_admin("GET", "/_sim/ledger").body.at("balance_transactions").as_array().empty());
+  auto result = only_result(c, session);
+  CHECK(str(json::parse(str(result, "output")), "status") == "succeeded");
+}
