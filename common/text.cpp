@@ -4,18 +4,46 @@
 
 namespace opgate {
 
+namespace {
+
+// Unicode format characters that change how the text around them is shown
+// without showing themselves: the bidirectional embeddings, overrides and
+// isolates (U+202A-202E, U+2066-2069) and marks (U+061C, U+200E, U+200F),
+// zero-width characters (U+200B-200D, U+2060-2064, U+FEFF) and the
+// deprecated format controls U+206A-206F. "visa ending 4242" with an
+// override inside can read as another string.
+bool hidden_format(char32_t c) {
+  return c == 0x061c || (c >= 0x200b && c <= 0x200f) || (c >= 0x202a && c <= 0x202e) ||
+         (c >= 0x2060 && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) || c == 0xfeff;
+}
+
+bool continuation(unsigned char c) { return (c & 0xc0) == 0x80; }
+
+}  // namespace
+
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = [&](size_t k) {
+      return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
+    };
     if (c < 0x20 || c == 0x7f) {
       out += fmt::format("\\x{:02x}", c);
-    } else if (c == 0xc2 && i + 1 < text.size() &&
-               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));
+    } else if (c == 0xc2 && next(1) >= 0x80 && next(1) <= 0x9f) {
+      out += fmt::format("\\u{:04x}", next(1));  // C1
       ++i;
+    } else if ((c & 0xe0) == 0xc0 && continuation(next(1)) &&
+               hidden_format(static_cast<char32_t>(((c & 0x1f) << 6) | (next(1) & 0x3f)))) {
+      out += fmt::format("\\u{:04x}", ((c & 0x1f) << 6) | (next(1) & 0x3f));
+      ++i;
+    } else if ((c & 0xf0) == 0xe0 && continuation(next(1)) && continuation(next(2)) &&
+               hidden_format(static_cast<char32_t>(((c & 0x0f) << 12) | ((next(1) & 0x3f) << 6) |
+                                                   (next(2) & 0x3f)))) {
+      out +=
+          fmt::format("\\u{:04x}", ((c & 0x0f) << 12) | ((next(1) & 0x3f) << 6) | (next(2) & 0x3f));
+      i += 2;
     } else {
       out += static_cast<char>(c);
     }

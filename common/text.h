@@ -9,7 +9,10 @@ namespace opgate {
 
 // Control characters (C0, DEL and the C1 range in UTF-8) shown escaped as
 // \xNN or \uNNNN, never sent: a terminal would act on them (colours,
-// cursor moves, window titles, clearing the screen).
+// cursor moves, window titles, clearing the screen). Unicode format
+// characters that reorder or hide text (bidirectional controls such as
+// U+202E, zero-width characters) are escaped as \uNNNN too, so what is
+// shown is what the text holds.
 std::string printable(std::string_view text);
 
 }  // namespace opgate

@@ -14,6 +14,12 @@ TEST_CASE("control characters are shown escaped, never sent to the terminal") {
   CHECK(printable("plain text, ünïcode") == "plain text, ünïcode");
   CHECK(printable("\x1b[2J\x1b]0;owned\x07") == "\\x1b[2J\\x1b]0;owned\\x07");
   CHECK(printable("a\nb\rc\td") == "a\\x0ab\\x0dc\\x09d");
+  // Bidirectional controls and zero-width characters: shown, never applied.
+  CHECK(printable("visa ending \u202e2424\u202c") == "visa ending \\u202e2424\\u202c");
+  CHECK(printable("\u2066a\u2069\u2067b\u2068") == "\\u2066a\\u2069\\u2067b\\u2068");
+  CHECK(printable("zero\u200bwidth\ufeff\u200f\u061c") == "zero\\u200bwidth\\ufeff\\u200f\\u061c");
+  // Neighbours of those ranges are ordinary text.
+  CHECK(printable("\u2029\u2030 \u2065x \u20ac") == "\u2029\u2030 \u2065x \u20ac");
   CHECK(printable("del\x7f") == "del\\x7f");
   CHECK(printable("csi\xc2\x9b"
                   "31m") == "csi\\u009b31m");  // C1 CSI in UTF-8
