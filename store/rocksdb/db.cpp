@@ -237,16 +237,17 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   auto version = db->get(Cf::meta, kFormatKey);
   if (!version) return version.error();
   if (!version->has_value()) {
-    if (existed && !o.read_only)
+    // Read-only too: a copy or a directory with no version is not one
+    // this opgate wrote, and nothing it reads from it could be trusted.
+    if (existed || o.read_only)
       return make_error(errc::data_format,
                         "data directory " + dir +
-                            " records no format version: it was written by an opgate older "
-                            "than 0.2 and cannot be read by this one");
-    if (!o.read_only) {
-      WriteSet w;
-      w.put(Cf::meta, std::string(kFormatKey), std::to_string(kFormatVersion));
-      if (Status ws = db->write(w, true); !ws) return ws.error();
-    }
+                            " records no format version: it was not written by this opgate (or "
+                            "by one older than 0.2) and cannot be read");
+    WriteSet w;
+    w.put(Cf::meta, std::string(kFormatKey), std::to_string(kFormatVersion));
+    if (Status ws = db->write(w, true); !ws) return ws.error();
+    db->format_version_ = kFormatVersion;
   } else {
     int found = 0;
     try {
@@ -259,6 +260,7 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
                         "data directory " + dir + " holds data format " + std::to_string(found) +
                             ", newer than this opgate understands (" +
                             std::to_string(kFormatVersion) + "); run a newer opgate");
+    db->format_version_ = found;
   }
   return db;
 }

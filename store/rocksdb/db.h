@@ -115,12 +115,15 @@ class Db {
   // WAL fsyncs RocksDB performed: concurrent synced writes share one.
   uint64_t wal_syncs() const;
   const std::string& dir() const { return dir_; }
+  // The data format the directory records.
+  int format_version() const { return format_version_; }
   rocksdb::DB& raw() { return *db_; }
 
  private:
   Db() = default;
   std::string dir_;
   bool read_only_ = false;
+  int format_version_ = 0;
   std::unique_ptr<rocksdb::Env> env_;  // a test's file system; outlives db_
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};

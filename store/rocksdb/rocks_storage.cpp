@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <unordered_map>
 
 #include "common/crypto.h"
@@ -826,6 +829,40 @@ std::string manifest_json(const BackupInfo& b) {
       R"({{"format_version":{},"created_at_ms":{},"audit_head":{{"seq":{},"hash":"{}"}}}})",
       b.format_version, b.created_at_ms, b.audit_head.seq, crypto::to_hex(b.audit_head.hash));
 }
+
+// The manifest a backup was written with; an error names what is wrong.
+Result<BackupInfo> read_manifest(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto bad = [&](std::string_view what) {
+    return make_error(errc::data_format,
+                      fmt::format("The backup's manifest {} {}; it is not restored.", path, what));
+  };
+  if (!in) return bad("cannot be read");
+  boost::json::error_code ec;
+  auto v = boost::json::parse(text.str(), ec);
+  if (ec || !v.is_object()) return bad("is not JSON");
+  const auto& o = v.as_object();
+  const auto* format = o.if_contains("format_version");
+  const auto* created = o.if_contains("created_at_ms");
+  const auto* head = o.if_contains("audit_head");
+  if (!format || !format->is_int64() || !created || !created->is_int64() || !head ||
+      !head->is_object())
+    return bad("lacks format_version, created_at_ms or audit_head");
+  const auto* seq = head->as_object().if_contains("seq");
+  const auto* hash = head->as_object().if_contains("hash");
+  if (!seq || !(seq->is_int64() || seq->is_uint64()) || !hash || !hash->is_string())
+    return bad("has no audit_head seq and hash");
+  BackupInfo info;
+  info.format_version = static_cast<int>(format->as_int64());
+  info.created_at_ms = created->as_int64();
+  info.audit_head.seq = seq->to_number<uint64_t>();
+  auto raw = crypto::from_hex(hash->as_string());
+  if (!raw) return bad("has an audit_head hash that is not hex");
+  info.audit_head.hash = std::move(*raw);
+  return info;
+}
 }  // namespace
 
 Result<BackupInfo> RocksStorage::backup_to(const std::string& dir) {
@@ -873,6 +910,8 @@ Result<BackupInfo> RocksStorage::restore(const std::string& backup_dir, const st
   if (fs::exists(data_dir, ec))
     return make_error(errc::conflict, "The data directory already exists: " + data_dir +
                                           "; restore into a new one");
+  OPGATE_ASSIGN_OR_RETURN(const BackupInfo manifest,
+                          read_manifest((fs::path(backup_dir) / kManifest).string()));
   BackupInfo info;
   {
     // Opening checks the format version; the chain must verify.
@@ -886,7 +925,24 @@ Result<BackupInfo> RocksStorage::restore(const std::string& backup_dir, const st
       return make_error(errc::corrupt_record,
                         "The backup's audit chain does not verify: " + v.problem);
     info.audit_head = v.head;
+    info.format_version = (*copy)->db_->format_version();
   }
+  // The copy must be the one its manifest describes: another format, or a
+  // chain that ends elsewhere (records cut off, or another store's data
+  // under this manifest), is refused.
+  if (manifest.format_version != info.format_version)
+    return make_error(errc::data_format,
+                      fmt::format("The backup's manifest says data format {}, but its data holds "
+                                  "format {}; it is not restored.",
+                                  manifest.format_version, info.format_version));
+  if (manifest.audit_head.seq != info.audit_head.seq ||
+      manifest.audit_head.hash != info.audit_head.hash)
+    return make_error(
+        errc::corrupt_record,
+        fmt::format("The backup's manifest says its audit chain ends at record #{} "
+                    "({}), but its data ends at #{} ({}); it is not restored.",
+                    manifest.audit_head.seq, crypto::to_hex(manifest.audit_head.hash).substr(0, 16),
+                    info.audit_head.seq, crypto::to_hex(info.audit_head.hash).substr(0, 16)));
   fs::create_directories(fs::path(data_dir).parent_path(), ec);
   fs::copy(from, data_dir, fs::copy_options::recursive, ec);
   if (ec) return make_error(errc::data_dir, "Cannot copy into " + data_dir + ": " + ec.message());
@@ -895,7 +951,7 @@ Result<BackupInfo> RocksStorage::restore(const std::string& backup_dir, const st
     fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
                     fs::perm_options::replace, ec);
   info.dir = data_dir;
-  info.format_version = kFormatVersion;
+  info.created_at_ms = manifest.created_at_ms;
   return info;
 }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -239,6 +240,82 @@ TEST_CASE("a data directory of a newer format is refused with a clear message") 
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().code == "data_format");
   CHECK(s.error().message.find("newer") != std::string::npos);
+}
+
+TEST_CASE("a read-only open refuses a data directory that records no format version") {
+  TempDir dir;
+  ManualClock clock(0);
+  {
+    auto storage = open(dir, clock);
+    store::rocks::WriteSet w;
+    w.del(store::rocks::Cf::meta, "format_version");
+    REQUIRE(storage->db().write(w, true).ok());
+  }
+  store::rocks::OpenOptions read_only;
+  read_only.read_only = true;
+  auto s = RocksStorage::open(dir.path.string(), read_only, clock);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code == "data_format");
+  CHECK(s.error().message.find("no format version") != std::string::npos);
+}
+
+TEST_CASE("a restore compares the manifest with the copy and refuses a mismatch") {
+  TempDir dir, restored;
+  ManualClock clock(1'000);
+  const std::string backup = dir.path.string() + "-backup";
+  {
+    auto storage = open(dir, clock);
+    REQUIRE(propose(*storage, "k1").ok());
+    REQUIRE(propose(*storage, "k2").ok());
+    auto info = storage->backup_to(backup);
+    REQUIRE_MESSAGE(info.ok(), info.error().message);
+    CHECK(info->audit_head.seq == 2);
+  }
+  const auto manifest = std::filesystem::path(backup) / "opgate-backup.json";
+  std::string original;
+  {
+    std::ifstream in(manifest);
+    std::getline(in, original, '\0');
+  }
+  auto with = [&](std::string text) {
+    std::ofstream(manifest, std::ios::trunc) << text;
+    return RocksStorage::restore(backup, restored.path.string(), clock);
+  };
+  auto replaced = [&](std::string_view from, std::string_view to) {
+    std::string text = original;
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
+  SUBCASE("another format version") {
+    auto r = with(replaced("\"format_version\":1", "\"format_version\":2"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == "data_format");
+  }
+  SUBCASE("another audit head") {
+    auto r = with(replaced("\"seq\":2", "\"seq\":3"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == "corrupt_record");
+    CHECK(r.error().message.find("#3") != std::string::npos);
+  }
+  SUBCASE("a manifest that does not parse") {
+    auto r = with("{\"format_version\":");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == "data_format");
+  }
+  SUBCASE("the manifest as written") {
+    auto r = with(original);
+    REQUIRE_MESSAGE(r.ok(), r.error().message);
+    CHECK(r->audit_head.seq == 2);
+    CHECK(r->format_version == 1);
+  }
+  CHECK(std::filesystem::exists(restored.path) == (original == [&] {
+          std::ifstream in(manifest);
+          std::string now;
+          std::getline(in, now, '\0');
+          return now;
+        }()));
+  std::filesystem::remove_all(backup);
 }
 
 TEST_CASE("queue and outbox ids stay monotonic across a restart") {
