@@ -59,7 +59,7 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Prov
                      const std::string& principal, int64_t reconcile_in_ms) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op) return make_error(errc::not_found, "The operation vanished.");
-  if (!is(*op, State::executing)) return Status::Ok();  // recorded already
+  if (!is(*op, State::executing)) return record_late_answer(txn, key, a, principal);
   if (!a.object_id.empty()) op->set_provider_object_id(a.object_id);
   op->set_provider_status(a.provider_status);
   switch (a.verdict) {
@@ -82,6 +82,26 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Prov
       return Status::Ok();
   }
   return Status::Ok();
+}
+
+Status record_late_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& a,
+                          const std::string& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op) return make_error(errc::not_found, "The operation vanished.");
+  if (is(*op, State::outcome_unknown) && a.verdict == ProviderVerdict::succeeded)
+    return settle_found(txn, key, a);
+  if (is(*op, State::settled) && op->provider_object_id() == a.object_id &&
+      a.verdict == ProviderVerdict::succeeded)
+    return Status::Ok();  // the same success, recorded already
+  std::string verdict = a.verdict == ProviderVerdict::succeeded ? "succeeded"
+                        : a.verdict == ProviderVerdict::refused ? "refused"
+                        : a.verdict == ProviderVerdict::pending ? "pending"
+                                                                : "indeterminate";
+  return save_with_audit(txn, *op, "late_answer", principal,
+                         details({{"verdict", verdict},
+                                  {"provider_object_id", a.object_id},
+                                  {"provider_status", a.provider_status},
+                                  {"error", a.error}}));
 }
 
 Status settle_found(store::Transaction& txn, const std::string& key, const ProviderAnswer& found) {

@@ -50,9 +50,18 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
 
 // Records the provider's answer for an executing operation: settled
 // (succeeded or failed), or outcome_unknown with a reconcile item due at
-// now + reconcile_in_ms.
+// now + reconcile_in_ms. An answer for an operation no longer executing
+// (recovered meanwhile) is a late answer: see record_late_answer.
 Status record_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& answer,
                      const std::string& principal, int64_t reconcile_in_ms);
+
+// An answer that arrived after the operation left `executing` (another
+// process recovered it, or took its claim over): recorded, never lost. A
+// success proves the outcome, so an operation still outcome_unknown is
+// settled by it; anything else is audited ("late_answer") and the
+// operation's reconcile item goes on to prove what happened.
+Status record_late_answer(store::Transaction& txn, const std::string& key,
+                          const ProviderAnswer& answer, const std::string& principal);
 
 // An executing operation whose provider call may have happened without a
 // recorded answer (restart, crash, storage error): outcome_unknown, with a

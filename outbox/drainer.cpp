@@ -75,13 +75,18 @@ std::string call_text(const pb::CallRef& c) {
   return c.session_id() + "/" + c.turn_id() + "/" + c.call_id();
 }
 
-constexpr const char* kManual = "manual";  // an operator's reconcile pass: no stored item
-
 // Whether the item is still exactly as this process dispatched (or leased)
-// it (outbox/claim.h); an operator's reconcile pass has no item to lose.
+// it (outbox/claim.h).
 Result<bool> still_ours(store::Transaction& txn, const store::OutboxEntry& entry) {
-  if (entry.id == kManual) return true;
   return unchanged(txn, entry);
+}
+
+Error reconciliation_busy() {
+  Error e = make_error(errc::overloaded,
+                       "The operation's provider call or reconciliation is still running; ask "
+                       "again in a moment.");
+  e.retry_after_ms = 5'000;
+  return e;
 }
 
 }  // namespace
@@ -294,11 +299,14 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
   const int64_t reconcile_in = backoff(0);
   bool fenced = false;
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-    // The lease ran out and another process took the work over: it finds
-    // the answer by reconciling; nothing is written over its result.
+    // The lease ran out and another process took the work over: the answer
+    // is recorded as a late one (a success settles an operation that is
+    // outcome_unknown by now); the item and its holder's work are left as
+    // they are, and its reconciliation proves the rest.
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     fenced = !ours;
-    if (fenced) return Status::Ok();
+    if (fenced)
+      return operations::record_late_answer(txn, claimed.key(), answer_of(result), principal);
     OPGATE_TRY(
         operations::record_answer(txn, claimed.key(), answer_of(result), principal, reconcile_in));
     txn.remove_outbox(entry.id);
@@ -306,8 +314,8 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
   });
   if (s && fenced)
     spdlog::warn(
-        "the claim on {} was lost before its answer was recorded; the new holder "
-        "reconciles it",
+        "the claim on {} was lost before its answer was recorded; the answer is recorded as a "
+        "late one and the new holder reconciles the rest",
         claimed.key());
   if (!s)
     spdlog::error(
@@ -391,7 +399,7 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
     next.item.set_attempts(entry.item.attempts() + 1);
     next.item.set_last_error(error);
     next.item.set_not_before_ms(txn.now_ms() + wait);
-    txn.update_outbox(next);  // a manual pass has no stored item: nothing to update
+    txn.update_outbox(next);
     return Status::Ok();
   });
   if (!s) spdlog::error("cannot reschedule reconciliation of {}: {}", key, s.error().message);
@@ -409,26 +417,62 @@ Status Drainer::reconcile_now(const std::string& key, const operations::Principa
   // scheduled one. When a scheduled pass (or a re-execution) holds the lane,
   // this one waits for it and goes next, so the provider is read after the
   // operator asked; it finds the operation settled if that pass settled it.
-  store::OutboxEntry entry;
-  entry.id = kManual;
-  entry.item.set_kind(pb::OUTBOX_RECONCILE);
-  entry.item.set_operation_key(key);
-  auto done = std::make_shared<std::promise<void>>();
+  pb::OutboxItem lane_item;
+  lane_item.set_operation_key(key);
+  auto done = std::make_shared<std::promise<Status>>();
   auto finished = done->get_future();
   if (!lanes_.post_when_free(
-          lane_of(entry.item),
-          [this, entry, done] {
-            reconcile(entry);
-            done->set_value();
-          },
-          std::chrono::milliseconds(options_.claim_lease_ms))) {
-    Error e = make_error(errc::overloaded,
-                         "The operation's provider call or reconciliation is still running; ask "
-                         "again in a moment.");
-    e.retry_after_ms = 5'000;
-    return e;
+          lane_of(lane_item), [this, key, done] { done->set_value(reconcile_due_now(key)); },
+          std::chrono::milliseconds(options_.claim_lease_ms)))
+    return reconciliation_busy();
+  return finished.get();
+}
+
+Status Drainer::reconcile_due_now(const std::string& key) {
+  // The operation's own reconcile item is made due now (or made, if it has
+  // none), durably, and run fenced like any dispatched item: on a shared
+  // store a pass of another process never crosses it (whichever changes the
+  // item first does the work; the other writes nothing). An item leased to
+  // a provider call in flight is left to it.
+  std::optional<store::OutboxEntry> entry;
+  bool in_flight = false, made = false;
+  OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
+    entry.reset();
+    in_flight = made = false;
+    OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+    if (!op || !operations::is(*op, operations::State::outcome_unknown))
+      return Status::Ok();  // settled (or executing again) since it was asked for
+    OPGATE_ASSIGN_OR_RETURN(auto items, txn.outbox_of(key));
+    for (auto& found : items) {
+      if (found.item.kind() != pb::OUTBOX_RECONCILE) continue;
+      if (!found.item.lease_token().empty() && found.item.not_before_ms() > txn.now_ms()) {
+        in_flight = true;
+        return Status::Ok();
+      }
+      if (found.item.not_before_ms() > txn.now_ms()) {
+        found.item.set_not_before_ms(txn.now_ms());
+        txn.update_outbox(found);
+      }
+      entry = std::move(found);
+      return Status::Ok();
+    }
+    pb::OutboxItem item;
+    item.set_kind(pb::OUTBOX_RECONCILE);
+    item.set_operation_key(key);
+    item.set_not_before_ms(txn.now_ms());
+    txn.enqueue(std::move(item));
+    made = true;
+    return Status::Ok();
+  }));
+  if (in_flight) return reconciliation_busy();
+  if (made) {
+    // The reconcile item just made, as stored.
+    OPGATE_ASSIGN_OR_RETURN(auto items, storage_.reader().outbox_of(key));
+    for (auto& found : items)
+      if (found.item.kind() == pb::OUTBOX_RECONCILE) entry = std::move(found);
   }
-  finished.wait();
+  if (!entry) return Status::Ok();  // nothing to reconcile any more, or another process has it
+  reconcile(*entry);
   return Status::Ok();
 }
 

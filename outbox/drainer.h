@@ -70,6 +70,9 @@ class Drainer {
   void run(const store::OutboxEntry& entry);
   void execute(const store::OutboxEntry& entry);
   void reconcile(const store::OutboxEntry& entry);
+  // An operator's reconcile pass, in the operation's lane: its reconcile
+  // item (made if it has none) due now and run like any other.
+  Status reconcile_due_now(const std::string& key);
   void deliver(const store::OutboxEntry& entry);
   // Calls the provider for a claimed operation (timed, counted) and records
   // its answer; the entry is removed in the same transaction.

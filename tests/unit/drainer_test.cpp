@@ -15,6 +15,7 @@
 #include "fault_fs.h"
 #include "operations/attention.h"
 #include "operations/decisions.h"
+#include "operations/execution.h"
 #include "operations/settlement.h"
 #include "world.h"
 
@@ -241,6 +242,127 @@ TEST_CASE(
   CHECK(w.state(kRefund) == "settled/succeeded");
   CHECK(w.provider.looked_up.size() == 2);
   CHECK(w.provider.executed.size() == 1);
+}
+
+TEST_CASE(
+    "a manual reconcile on another node never crosses a re-execution in flight: the answer "
+    "settles it") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout"),
+                        answer(adapters::Verdict::succeeded)};
+  w.pump();
+  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  // Node B shares the store. Its lane for the operation is busy, so the
+  // operator's "reconcile now", accepted while the operation is unknown,
+  // waits there.
+  Lanes b_lanes("node-b", 2, 16);
+  outbox::Drainer b(*w.storage, b_lanes, w.provider, w.agents, w.policy, w.metrics, w.clock,
+                    [] { return 0.0; });
+  std::promise<void> unblock;
+  auto unblocked = unblock.get_future().share();
+  const std::string lane = "operation:" + std::string(kRefund);
+  REQUIRE(b_lanes.try_post(lane, [unblocked] { unblocked.wait(); }));
+  auto manual = std::async(std::launch::async, [&] { return b.reconcile_now(kRefund, alice()); });
+  while (!b_lanes.awaited(lane)) std::this_thread::yield();
+  // Node A's scheduled pass proves the refund absent and executes it
+  // again; while that call is in flight, node B's pass runs.
+  w.provider.lookups = {lookup(adapters::Lookup::absent)};
+  std::optional<Status> manual_status;
+  w.provider.during_execute = [&] {
+    if (manual_status) return;
+    unblock.set_value();
+    manual_status = manual.get();
+  };
+  w.clock.advance_ms(60'000);
+  w.pump();
+  w.provider.during_execute = nullptr;
+  b_lanes.wait_idle();
+  REQUIRE(manual_status);
+  // Node B's pass found it executing again and left it to that call.
+  CHECK(manual_status->ok());
+  auto audit = w.storage->reader().audit_of(kRefund);
+  REQUIRE(audit.ok());
+  for (const auto& record : *audit) CHECK(record.action() != "restart");
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.calls() == 2);  // the timed-out call and the re-execution, same key
+  CHECK(w.ledger(kRefund).has_value());
+}
+
+TEST_CASE("an operator's reconcile of an operation that lost its reconcile item makes one") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.pump();
+  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  // As an older version could leave it: unknown, with no reconcile item.
+  for (const auto& e : w.due(w.clock.now_ms() + 3'600'000))
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  txn.remove_outbox(e.id);
+                  return Status::Ok();
+                })
+                .ok());
+  w.provider.lookups = {lookup(adapters::Lookup::unreachable)};
+  Status s = w.drainer->reconcile_now(kRefund, alice());
+  CHECK(s.ok());
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);  // kept, backing off
+  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.clock.advance_ms(3'600'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+}
+
+TEST_CASE("a success answered after the operation was recovered to outcome_unknown settles it") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  // While the provider call is in flight, another process finds the claim
+  // stale and recovers the operation (with a reconcile item of its own).
+  w.provider.during_execute = [&] {
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) -> Status {
+                  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(kRefund));
+                  return operations::recover_executing(txn, *op, "stale claim");
+                })
+                .ok());
+  };
+  w.pump();
+  w.provider.during_execute = nullptr;
+  CHECK(w.state(kRefund) == "settled/succeeded");  // the late answer proves it
+  CHECK(w.provider.looked_up.empty());
+  REQUIRE(w.ledger(kRefund));
+  CHECK(w.ledger(kRefund)->provider_object_id() == "re_" + std::string(kRefund));
+  w.clock.advance_ms(3'600'000);
+  w.pump();  // the reconcile item finds it settled and goes
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 0);
+  CHECK(w.provider.calls() == 1);
+}
+
+TEST_CASE("a refusal answered late is audited and left for the reconciler to prove") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(adapters::Verdict::refused, "card_declined")};
+  w.provider.during_execute = [&] {
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) -> Status {
+                  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(kRefund));
+                  return operations::recover_executing(txn, *op, "stale claim");
+                })
+                .ok());
+  };
+  w.pump();
+  w.provider.during_execute = nullptr;
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  auto audit = w.storage->reader().audit_of(kRefund);
+  REQUIRE(audit.ok());
+  CHECK(audit->back().action() == "late_answer");
+  CHECK(audit->back().details_json().find("card_declined") != std::string::npos);
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);
 }
 
 TEST_CASE("a provider call that throws leaves no operation stuck: after the lease, reconciled") {
