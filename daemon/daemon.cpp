@@ -35,6 +35,7 @@
 #include "ingress/inbox.h"
 #include "ingress/webhook_handler.h"
 #include "operations/attention.h"
+#include "operations/decisions.h"
 #include "operations/orders.h"
 #include "operations/state_machine.h"
 #include "operator/api.h"
@@ -201,6 +202,17 @@ ingress::IngressConfig ingress_config_of(const Config& c) {
           std::chrono::milliseconds(c.reject_cooldown_ms)};
 }
 
+// Pending proposals take the tiers of the policy now in force (a decision
+// would re-tier each anyway; this shows them in the queue at once).
+void rebind_pending(store::Storage& storage, const operations::PolicyConfig& policy) {
+  auto n = operations::retier_pending(storage, policy);
+  if (!n)
+    spdlog::error("cannot re-tier pending proposals: {}", n.error().message);
+  else if (*n > 0)
+    log_event(spdlog::level::info, "policy.retiered",
+              fmt::format("{} pending proposal(s) re-tiered by the policy in force", *n), {});
+}
+
 // Reads the configuration file again and applies what may change live:
 // tokens, webhook secrets, policy, TLS certificates, log level. An invalid
 // file changes nothing; keys that need a restart are named and kept.
@@ -233,6 +245,7 @@ void reload(const std::string& path, Config& running, Reloadable& r) {
   if (operator_tls) r.operator_server.use_tls(operator_tls);
   r.principals.set(next->principals);
   r.policy.set(next->policy);
+  rebind_pending(r.storage, next->policy);
   auto notify = next->notify;
   if (notify.console_url.empty()) notify.console_url = r.console_default;
   // On before the new endpoints are live, off only after the last is gone.
@@ -427,6 +440,7 @@ int serve(const Config& initial, const ServeOptions& options) {
   drainer_options.shared_store = shared_store;
   outbox::Drainer drainer(storage, lanes, *provider, *agents, policy, metrics, clock, random,
                           drainer_options, order_service.get());
+  rebind_pending(storage, config.policy);
   if (Status s = drainer.recover_after_restart(); !s) {
     spdlog::critical("cannot start: {}", s.error().message);
     return 2;

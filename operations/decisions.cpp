@@ -1,7 +1,10 @@
 #include "operations/decisions.h"
 
+#include <fmt/format.h>
+
 #include <boost/json.hpp>
 
+#include "operations/proposal.h"
 #include "operations/settlement.h"
 #include "operations/transitions.h"
 
@@ -34,10 +37,23 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
                          const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced) {
   OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
+  if (!principal.has_scope(scope::approve))
+    return make_error(errc::forbidden, "This token may not approve operations.");
+  Approved out;
+  const std::string shown_tier = op.proposal().tier();
+  OPGATE_ASSIGN_OR_RETURN(const bool retiered, retier(txn, op, policy, principal.name));
+  if (retiered) {
+    out.refusal = make_error(
+        errc::proposal_mismatch,
+        fmt::format("The policy in force puts this proposal in the {} tier, not {}: it was "
+                    "re-tiered (new fingerprint, earlier approvals discarded). Fetch it again "
+                    "and approve what it shows.",
+                    op.proposal().tier(), shown_tier));
+    return out;
+  }
   const auto& p = op.proposal();
   OPGATE_ASSIGN_OR_RETURN(const ApprovalStep step,
                           check_approval(op, principal, request, approvals_needed(p, policy)));
-  Approved out;
   out.step = step;
   if (step == ApprovalStep::repeat) return out;  // the same answer; nothing written
 
@@ -78,6 +94,46 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   item.set_operation_key(key);
   txn.enqueue(std::move(item));
   return out;
+}
+
+Result<bool> retier(store::Transaction& txn, pb::Operation& op, const PolicyConfig& policy,
+                    const std::string& principal) {
+  if (!is(op, State::pending)) return false;
+  const std::string tier = tier_in_force(op.proposal(), policy);
+  if (tier == op.proposal().tier()) return false;
+  const std::string from = op.proposal().tier();
+  std::string discarded;
+  for (const auto& a : op.approvals()) discarded += (discarded.empty() ? "" : ",") + a.principal();
+  op.mutable_proposal()->set_tier(tier);
+  op.set_fingerprint(fingerprint(op.proposal()));
+  op.clear_approvals();
+  OPGATE_TRY(save_with_audit(
+      txn, op, "retier", principal,
+      details({{"from_tier", from}, {"to_tier", tier}, {"discarded_approvals", discarded}})));
+  return true;
+}
+
+Result<size_t> retier_pending(store::Storage& storage, const PolicyConfig& policy) {
+  store::OperationQuery q;
+  q.state = pb::STATE_PENDING;
+  q.limit = 500;
+  size_t changed = 0;
+  for (;;) {
+    OPGATE_ASSIGN_OR_RETURN(auto page, storage.reader().operations(q));
+    for (const auto& found : page.operations) {
+      if (tier_in_force(found.proposal(), policy) == found.proposal().tier()) continue;
+      bool done = false;
+      OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
+        OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(found.key()));
+        if (!op) return Status::Ok();
+        OPGATE_ASSIGN_OR_RETURN(done, retier(txn, *op, policy, "system"));
+        return Status::Ok();
+      }));
+      if (done) ++changed;
+    }
+    if (page.next_after.empty()) return changed;
+    q.after = page.next_after;
+  }
 }
 
 Status deny(store::Transaction& txn, const std::string& key, const Principal& principal,

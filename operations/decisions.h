@@ -31,7 +31,9 @@ struct Approved {
 };
 
 // An approval of exactly the proposal the principal saw. Checks, in order:
-// visibility, scope, state, the exact proposal, tier, limit, self-approval;
+// visibility, scope, that the proposal carries the tier the policy in force
+// gives it (else it is re-tiered, see retier(), and this approval refused
+// as a mismatch), state, the exact proposal, tier, limit, self-approval;
 // then that the approval time has not run out and that the order and the
 // policy still allow the proposal (the order as `sourced` from the order
 // service, if given: see orders.h). The last approval needed moves it to
@@ -40,6 +42,18 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
                          const PolicyConfig& policy,
                          const std::optional<SourcedOrder>& sourced = std::nullopt);
+
+// Binds a pending operation to the tier the policy in force gives it: a
+// new tier changes the proposal, so its fingerprint is computed again and
+// the approvals given so far (for the old tier) are discarded, audited as
+// "retier". Returns whether anything changed.
+Result<bool> retier(store::Transaction& txn, pb::Operation& operation, const PolicyConfig& policy,
+                    const std::string& principal);
+
+// retier() for every pending operation, each in a transaction of its own
+// (after a reload changed the policy, and at start); returns how many
+// changed.
+Result<size_t> retier_pending(store::Storage& storage, const PolicyConfig& policy);
 
 // Denies a pending operation; the reason is what the session is told.
 // Denying again by the same principal is not an error.

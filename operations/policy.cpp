@@ -40,6 +40,29 @@ std::string PolicyConfig::tier(std::string_view tool) const {
   return tiers.empty() ? "supervisor" : std::string(tiers[0]);
 }
 
+namespace {
+
+// Credits up to the support limit are the tool's tier when that is
+// "support"; every other credit is "supervisor".
+std::string credit_tier(int64_t amount_minor, const std::string& currency,
+                        const PolicyConfig& policy) {
+  auto support = policy.credit_support_limit_minor.find(currency);
+  return policy.tier("issue_account_credit") == "support" &&
+                 support != policy.credit_support_limit_minor.end() &&
+                 amount_minor <= support->second
+             ? "support"
+             : "supervisor";
+}
+
+}  // namespace
+
+std::string tier_in_force(const pb::Proposal& p, const PolicyConfig& policy) {
+  if (p.kind() == kAccountCredit) return credit_tier(p.amount_minor(), p.currency(), policy);
+  if (p.kind() == kCancelOrder) return policy.tier("cancel_order");
+  if (p.kind() == kFullRefund) return policy.tier("request_refund");
+  return "supervisor";  // a kind the policy does not know: the highest tier
+}
+
 int64_t remaining_minor(const pb::Order& order, const pb::OrderFunds& funds) {
   if (order.status() != pb::ORDER_PAID) return 0;
   return std::max<int64_t>(0, order.amount_minor() - order.refunded_minor() -
@@ -126,13 +149,8 @@ CreditDecision decide_credit(const pb::Order& order, const pb::OrderFunds& funds
       return d;
     }
   }
-  auto support = policy.credit_support_limit_minor.find(currency);
   d.allowed = true;
-  d.tier = policy.tier("issue_account_credit") == "support" &&
-                   support != policy.credit_support_limit_minor.end() &&
-                   amount_minor <= support->second
-               ? "support"
-               : "supervisor";
+  d.tier = credit_tier(amount_minor, currency, policy);
   d.reason =
       fmt::format("Credit of {} needs {} approval.", format_money(amount_minor, currency), d.tier);
   return d;
@@ -187,11 +205,10 @@ std::optional<std::string> recheck(const pb::Proposal& p, const pb::Order& order
     return std::nullopt;
   }
   if (p.kind() == kAccountCredit) {
+    // The tier is not compared here: a pending proposal is re-tiered before
+    // it is decided (decisions.h), and the decision binds its execution.
     auto d = decide_credit(order, funds, p.amount_minor(), p.currency(), p.reason(), policy, now_s);
     if (!d.allowed) return d.reason;
-    if (d.tier != p.tier())
-      return fmt::format("The policy now puts this credit in the {} tier, not {}.", d.tier,
-                         p.tier());
     return std::nullopt;
   }
   if (p.kind() == kCancelOrder) {

@@ -95,6 +95,11 @@ struct CancelDecision {
 CancelDecision decide_cancel(const pb::Order& order, const pb::OrderFunds& funds,
                              const PolicyConfig& policy, int64_t now_s);
 
+// The approval tier the policy gives a proposal now: the tool's tier for a
+// refund or a cancellation, by amount for a credit. A pending proposal is
+// decided under the tier in force at the decision (decisions.h).
+std::string tier_in_force(const pb::Proposal& proposal, const PolicyConfig& policy);
+
 // True if the order no longer matches what the proposal was computed from.
 bool order_changed(const pb::Proposal& proposal, const pb::Order& order);
 

@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "operations/proposal.h"
 #include "world.h"
 
 using namespace opgate;
@@ -120,6 +121,84 @@ TEST_CASE("with no threshold for the currency, one approval does not release the
   REQUIRE(second.ok());
   CHECK(second->step == operations::ApprovalStep::complete);
   CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+}
+
+TEST_CASE("a reload that raises a refund's tier binds the pending proposal: the old tier cannot") {
+  World w;
+  const std::string shown = w.operation(kRefund).fingerprint();
+  REQUIRE(w.operation(kRefund).proposal().tier() == "refund");
+  auto desk = person("refund-desk");
+  desk.tiers = {"refund"};
+  // SIGHUP: [policy.tools.request_refund] tier = "supervisor".
+  operations::PolicyConfig raised;
+  raised.tools["request_refund"].tier = "supervisor";
+  w.policy.set(raised);
+  auto first = w.approve(desk);
+  REQUIRE(first.ok());
+  REQUIRE(first->refusal);
+  CHECK(first->refusal->is(errc::proposal_mismatch));
+  auto op = w.operation(kRefund);
+  CHECK(op.state() == pb::STATE_PENDING);
+  CHECK(op.proposal().tier() == "supervisor");
+  CHECK(op.fingerprint() != shown);
+  CHECK(op.fingerprint() == operations::fingerprint(op.proposal()));
+  // What it shows now is what the desk may not approve.
+  auto again = w.approve(desk);
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().is(errc::forbidden));
+  CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+  auto supervisor = w.approve(person("sam"));
+  REQUIRE(supervisor.ok());
+  CHECK_FALSE(supervisor->refusal);
+  CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+  CHECK(w.storage->verify_audit()->ok);
+}
+
+TEST_CASE("re-tiering discards the approvals given for the old tier; a lower tier applies too") {
+  operations::PolicyConfig policy;
+  policy.two_person_threshold_minor = {{"USD", 1000}};  // 25.00 USD needs two
+  World w(policy);
+  auto first = w.approve(person("alice"));
+  REQUIRE(first.ok());
+  REQUIRE(first->step == operations::ApprovalStep::recorded);
+  REQUIRE(w.operation(kRefund).approvals_size() == 1);
+  auto lowered = policy;
+  lowered.tools["request_refund"].tier = "support";
+  w.policy.set(lowered);
+  auto n = operations::retier_pending(*w.storage, lowered);
+  REQUIRE(n.ok());
+  CHECK(*n == 1);
+  auto op = w.operation(kRefund);
+  CHECK(op.proposal().tier() == "support");
+  CHECK(op.approvals_size() == 0);
+  CHECK(*operations::retier_pending(*w.storage, lowered) == 0);  // nothing left to change
+  auto audit = w.storage->reader().audit_of(kRefund);
+  REQUIRE(audit.ok());
+  CHECK(audit->back().action() == "retier");
+  CHECK(audit->back().details_json().find("alice") != std::string::npos);
+  // Two new approvals are needed, alice's among them if she gives it again.
+  REQUIRE(w.approve(person("alice"))->step == operations::ApprovalStep::recorded);
+  REQUIRE(w.approve(person("bob"))->step == operations::ApprovalStep::complete);
+}
+
+TEST_CASE("a credit re-tiered by a lower support limit is decided at the tier in force") {
+  operations::PolicyConfig policy;
+  World w(policy);
+  adapters::SessionView v;
+  v.required_actions = {{"call_c", "turn_2", "issue_account_credit",
+                         R"({"order_id":"ORDER-100","amount_minor":1500,"currency":"USD",)"
+                         R"("reason_code":"GOODWILL"})"}};
+  w.agents.views["sess_1"] = v;
+  w.webhook("msg_2", "sess_1");
+  w.pump();
+  const std::string key = "demo-user:ORDER-100:account-credit:v1";
+  REQUIRE(w.operation(key).proposal().tier() == "support");
+  auto lowered = policy;
+  lowered.credit_support_limit_minor = {{"USD", 1000}};
+  w.policy.set(lowered);
+  REQUIRE(*operations::retier_pending(*w.storage, lowered) == 1);
+  CHECK(w.operation(key).proposal().tier() == "supervisor");
+  CHECK(w.operation(key).state() == pb::STATE_PENDING);  // re-tiered, not rejected
 }
 
 TEST_CASE("outside the principal's owner patterns an operation does not exist") {
