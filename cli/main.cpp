@@ -196,6 +196,20 @@ nreplay->callback([&] { rc = cli::notify_replay(ctx, endpoint, since); });
 auto* nenable = notify->add_subcommand("enable", "re-enable an endpoint disabled by a 410");
 nenable->add_option("endpoint", endpoint)->required();
 nenable->callback([&] { rc = cli::notify_enable(ctx, endpoint); });
+std::string release_to;
+auto* nrelease = notify->add_subcommand(
+    "release", "held deliveries of an endpoint no longer configured: replay or discard them");
+nrelease->add_option("--from", endpoint, "the endpoint whose deliveries are held")->required();
+nrelease->add_option("--to", release_to, "a configured endpoint to send them to (else discarded)");
+nrelease->add_flag("--yes,-y", ctx.assume_yes, "discard without asking");
+nrelease->callback([&] {
+  if (release_to.empty() && !ctx.assume_yes) {
+    std::cerr << "error: without --to the held deliveries are discarded; add --yes to confirm\n";
+    rc = 2;
+    return;
+  }
+  rc = cli::notify_release_held(ctx, endpoint, release_to);
+});
 
 CLI11_PARSE(app, argc, argv);
 return rc;

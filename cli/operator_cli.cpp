@@ -523,6 +523,27 @@ int notify_list(const Context& c) {
       std::cout << fmt::format("{:<16} {:<9} {:<9} {:>7}  {:<36} {}\n", s(e, "name"),
                                s(e, "format"), s(e, "state"), s(e, "backlog"), s(e, "url"),
                                s(e, "last_error"));
+    if (auto* held = r->body.as_object().if_contains("held"))
+      for (const auto& h : held->as_array())
+        std::cout << fmt::format(
+            "{:<16} {:<9} {:<9} {:>7}  not configured here: `opgate notify release --from {} "
+            "--to NAME` replays them, without --to discards them\n",
+            s(h, "name"), "-", "held", s(h, "backlog"), s(h, "name"));
+  });
+}
+
+int notify_release_held(const Context& c, const std::string& from, const std::string& to) {
+  json::object body;
+  if (!to.empty()) body["to"] = to;
+  auto r = call(c, "POST", "/v1/notify/held/" + seg(from) + "/release", json::serialize(body));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    if (to.empty())
+      std::cout << fmt::format("{} held delivery(ies) to {} discarded\n", s(r->body, "discarded"),
+                               from);
+    else
+      std::cout << fmt::format("{} held delivery(ies) to {} replayed to {}\n",
+                               s(r->body, "replayed"), from, to);
   });
 }
 

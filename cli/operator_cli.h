@@ -44,6 +44,9 @@ int notify_list(const Context& c);
 // `since`: Unix seconds, or a duration back from now ("90m", "2h", "1d").
 int notify_replay(const Context& c, const std::string& endpoint, const std::string& since);
 int notify_enable(const Context& c, const std::string& endpoint);
+// Deliveries held for an endpoint this node no longer knows: replayed to a
+// configured endpoint `to`, or discarded when `to` is empty.
+int notify_release_held(const Context& c, const std::string& from, const std::string& to);
 int backup_restore(const std::string& backup_dir, const std::string& data_dir, bool json);
 
 }  // namespace opgate::cli

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <boost/url/parse.hpp>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -364,6 +365,16 @@ std::vector<int64_t> integers(const Section& s, const char* k) {
   return out;
 }
 
+// An absolute http(s) URL with a host, and no whitespace or control
+// character anywhere (a trailing space is enough to fail at send time).
+bool notification_url_ok(const std::string& url) {
+  if (!url.starts_with("http://") && !url.starts_with("https://")) return false;
+  for (unsigned char c : url)
+    if (c <= 0x20 || c == 0x7f) return false;
+  auto parsed = boost::urls::parse_uri(url);
+  return parsed && !parsed->host().empty();
+}
+
 void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
   n.only({"retry_schedule_s", "console_url", "endpoints"});
   if (n.has("retry_schedule_s")) {
@@ -374,8 +385,8 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
   notify.console_url = n.string("console_url", "");
   std::set<std::string> names;
   for (const auto& e : n.tables("endpoints")) {
-    e.only(
-        {"name", "url", "secret", "secret_env", "events", "format", "timeout_ms", "max_in_flight"});
+    e.only({"name", "url", "secret", "secret_env", "events", "format", "timeout_ms",
+            "max_in_flight", "include_evidence"});
     outbox::NotifyEndpoint endpoint;
     endpoint.name = e.required_string("name");
     if (!valid_identifier(endpoint.name) || !names.insert(endpoint.name).second)
@@ -384,28 +395,46 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
                       "A-Z, a-z, 0-9, '.', '_' and '-'",
                       e.key("name")));
     endpoint.url = e.required_string("url");
-    if (!endpoint.url.starts_with("http://") && !endpoint.url.starts_with("https://"))
-      throw ConfigError(fmt::format("'{}' must be an http:// or https:// URL", e.key("url")));
+    // Checked here, whole: a URL that fails only when sent would leave an
+    // error behind, and a notification URL (a Slack webhook's path) is a
+    // secret, so no message ever shows more of it than its key.
+    if (!notification_url_ok(endpoint.url))
+      throw ConfigError(fmt::format(
+          "'{}' must be an http:// or https:// URL with a host and no spaces (not shown here: "
+          "such a URL can be a secret)",
+          e.key("url")));
+    const std::string format = e.string("format", "standard");
+    if (format == "slack")
+      endpoint.format = outbox::NotifyEndpoint::Format::slack;
+    else if (format != "standard")
+      throw ConfigError(fmt::format("'{}' must be \"standard\" or \"slack\"", e.key("format")));
     std::string secret = e.string("secret", "");
-    if (e.has("secret_env")) secret = env_or_empty(e.string("secret_env", ""));
-    auto key = ingress::decode_secret(secret);
-    if (!key)
-      throw ConfigError(
-          fmt::format("notification endpoint '{}': secret (or the variable in "
-                      "secret_env) must be a whsec_ secret",
-                      endpoint.name));
-    endpoint.raw_key = *key;
+    const std::string variable = e.string("secret_env", "");
+    if (e.has("secret_env")) secret = env_or_empty(variable);
+    // Slack reads no signature (its URL is the secret): a secret is optional.
+    const bool optional = endpoint.format == outbox::NotifyEndpoint::Format::slack &&
+                          !e.has("secret") && !e.has("secret_env");
+    if (!optional) {
+      auto key = ingress::decode_secret(secret);
+      if (!key)
+        throw ConfigError(
+            e.has("secret_env")
+                ? fmt::format("notification endpoint '{}': the variable {} (named by '{}') must "
+                              "hold a whsec_ secret{}",
+                              endpoint.name, variable, e.key("secret_env"),
+                              secret.empty() ? ", and it is not set" : "")
+                : fmt::format("notification endpoint '{}': '{}' must be a whsec_ secret (or set "
+                              "'{}' to the name of a variable holding one)",
+                              endpoint.name, e.key("secret"), e.key("secret_env")));
+      endpoint.raw_key = *key;
+    }
+    endpoint.include_evidence = e.boolean("include_evidence", false);
     for (const auto& type : e.strings("events")) {
       const auto& all = operations::notify::all_events();
       if (std::find(all.begin(), all.end(), type) == all.end())
         throw ConfigError(fmt::format("'{}': unknown event '{}'", e.key("events"), type));
       endpoint.events.insert(type);
     }
-    const std::string format = e.string("format", "standard");
-    if (format == "slack")
-      endpoint.format = outbox::NotifyEndpoint::Format::slack;
-    else if (format != "standard")
-      throw ConfigError(fmt::format("'{}' must be \"standard\" or \"slack\"", e.key("format")));
     endpoint.timeout_ms = e.integer("timeout_ms", endpoint.timeout_ms);
     endpoint.max_in_flight = static_cast<int>(e.integer("max_in_flight", endpoint.max_in_flight));
     if (endpoint.timeout_ms <= 0 || endpoint.max_in_flight <= 0 || endpoint.max_in_flight > 64)

@@ -165,6 +165,23 @@ void register_notify_gauges(Metrics& metrics, store::Storage& storage,
       "opgate_notification_backlog", [read] { return read(true); }, "endpoint");
   metrics.gauge_family(
       "opgate_notification_endpoint_healthy", [read] { return read(false); }, "endpoint");
+  // Deliveries waiting for an endpoint this node's configuration does not
+  // name (held, never dropped): by the kept standing of every endpoint.
+  metrics.gauge_family(
+      "opgate_notifications_held",
+      [&storage, &notify] {
+        std::map<std::string, double> out;
+        auto states = storage.reader().endpoint_states();
+        if (!states) return out;
+        auto config = notify.get();
+        for (const auto& st : *states) {
+          bool known = false;
+          for (const auto& e : config->endpoints) known = known || e.name == st.name();
+          if (!known && st.backlog() > 0) out[st.name()] = static_cast<double>(st.backlog());
+        }
+        return out;
+      },
+      "endpoint");
 }
 
 // The console's address on the operator listener as bound, for links in

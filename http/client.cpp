@@ -186,10 +186,12 @@ bool may_resend(const ClientRequest& request) {
 
 Result<Response> send(const ClientRequest& request) {
   auto url = boost::urls::parse_uri(request.url);
-  if (!url) return make_error(errc::bad_url, "not a valid URL: " + request.url);
+  // The URL is never repeated in an error: its path or query may be a
+  // secret (a Slack webhook's), and errors reach logs and API answers.
+  if (!url) return make_error(errc::bad_url, "not a valid URL");
   const bool tls = url->scheme() == "https";
   if (!tls && url->scheme() != "http")
-    return make_error(errc::unsupported_scheme, "only http:// and https:// URLs: " + request.url);
+    return make_error(errc::unsupported_scheme, "only http:// and https:// URLs");
   Exchange x{request,
              std::string(url->host()),
              url->has_port() ? std::string(url->port()) : (tls ? "443" : "80"),
@@ -292,7 +294,7 @@ Result<Response> send(const ClientRequest& request) {
       try {
         port_number = static_cast<uint16_t>(std::stoi(x.port));
       } catch (...) {
-        return make_error(errc::bad_url, "not a valid port: " + request.url);
+        return make_error(errc::bad_url, "not a valid port: " + x.port);
       }
       net::post(ioc, [&, address, port_number] {
         on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),

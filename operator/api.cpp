@@ -633,7 +633,36 @@ class Api {
           {"last_success_ms", state->last_success_ms()},
           {"backlog", state->backlog()}});
     }
-    return ok_json(json::object{{"endpoints", out}});
+    // Endpoints this node does not know whose deliveries wait: held.
+    json::array held;
+    auto states = d_.storage.reader().endpoint_states();
+    if (!states) return from_error(states.error());
+    for (const auto& st : *states) {
+      bool known = false;
+      for (const auto& e : d_.notify->get()->endpoints) known = known || e.name == st.name();
+      if (!known && st.backlog() > 0)
+        held.push_back(json::object{{"name", st.name()}, {"backlog", st.backlog()}});
+    }
+    return ok_json(json::object{{"endpoints", out}, {"held", held}});
+  }
+
+  // Held deliveries of an endpoint this node does not know: replayed to a
+  // configured endpoint ({"to": NAME}) or discarded (no "to").
+  Response notify_release_held(const Request& req, const std::string& name, const Principal& who) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    std::string to;
+    if (auto* t = body->if_contains("to")) {
+      if (!t->is_string() || t->as_string().empty())
+        return error_response(400, "bad_request", "to must name a configured endpoint.");
+      to = std::string(t->as_string());
+    }
+    if (!d_.notifier) return error_response(404, "not_found", "No notification endpoints.");
+    auto moved = d_.notifier->release_held(name, to, who.name);
+    if (!moved) return from_error(moved.error());
+    d_.wake_worker();
+    return ok_json(json::object{
+        {"endpoint", name}, {to.empty() ? "discarded" : "replayed", *moved}, {"to", to}});
   }
 
   Response notify_replay(const Request& req, const std::string& name) {
@@ -732,6 +761,9 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto& q, auto& p, auto&) { return api->notify_replay(q, p.at("name")); });
   route("POST", "/v1/notify/endpoints/{name}/enable", scope::admin,
         [api](auto&, auto& p, auto&) { return api->notify_enable(p.at("name")); });
+  route("POST", "/v1/notify/held/{name}/release", scope::admin, [api](auto& q, auto& p, auto& who) {
+    return api->notify_release_held(q, p.at("name"), who);
+  });
   route("POST", "/v1/backups", scope::admin,
         [api](auto& q, auto&, auto&) { return api->backup(q); });
   route("GET", "/v1/orders/{order_id}", scope::admin,

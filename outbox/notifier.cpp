@@ -43,6 +43,7 @@ std::string console_link(const std::string& base, const std::string& key) {
 
 // What a person reads in chat: the exact proposal and where to decide. No
 // buttons: approval happens where authentication and the fingerprint are.
+// Every value is escaped; the console link is the only markup.
 std::string slack_text(const pb::Notification& n, const json::object& op, const std::string& link) {
   const auto& p = op.at("proposal");
   std::string what = fmt::format("{} {} for order {} of {} ({}): {}", field(op, "kind"), money(op),
@@ -50,13 +51,31 @@ std::string slack_text(const pb::Notification& n, const json::object& op, const 
                                  field(p, "payment_method"), field(p, "effect"));
   std::string status = field(op, "state");
   if (!field(op, "outcome").empty()) status += "/" + field(op, "outcome");
-  std::string text = fmt::format("*{}*: {}\nTier {} · state {} · key {}", n.type(), what,
-                                 field(p, "tier"), status, field(op, "key"));
-  if (!link.empty()) text += fmt::format("\n<{}|Open it in the approval console>", link);
+  std::string text = fmt::format("*{}*: {}\nTier {} · state {} · key {}", n.type(),
+                                 slack_escape(what), slack_escape(field(p, "tier")),
+                                 slack_escape(status), slack_escape(field(op, "key")));
+  if (!link.empty())
+    text += fmt::format("\n<{}|Open it in the approval console>", slack_escape(link));
   return text;
 }
 
 }  // namespace
+
+std::string slack_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else
+      out += c;
+  }
+  return out;
+}
 
 std::string Notifier::webhook_id(const std::string& event_id, const std::string& endpoint) {
   return "msg_" + crypto::sha256_hex(event_id + "/" + endpoint).substr(0, 32);
@@ -73,6 +92,10 @@ http::ClientRequest delivery_request(const NotifyEndpoint& endpoint, const pb::N
     body = json::serialize(json::object{{"text", slack_text(n, op.as_object(), link)}});
   } else {
     json::object data = op.as_object();
+    if (!endpoint.include_evidence) {
+      data.erase("evidence");
+      data.erase("last_error");
+    }
     data["console_url"] = link;
     data["audit_head"] =
         json::object{{"seq", n.audit_seq()}, {"hash", crypto::to_hex(n.audit_hash())}};
@@ -89,7 +112,8 @@ http::ClientRequest delivery_request(const NotifyEndpoint& endpoint, const pb::N
   req.headers["User-Agent"] = "opgate-notifier";
   req.headers["webhook-id"] = n.webhook_id();
   req.headers["webhook-timestamp"] = std::to_string(now_s);
-  req.headers["webhook-signature"] = ingress::sign(endpoint.raw_key, n.webhook_id(), now_s, body);
+  if (!endpoint.raw_key.empty())
+    req.headers["webhook-signature"] = ingress::sign(endpoint.raw_key, n.webhook_id(), now_s, body);
   req.body = std::move(body);
   return req;
 }
@@ -124,8 +148,8 @@ size_t Notifier::dispatch() {
     for (const auto& e : config->endpoints)
       if (e.name == name) endpoint = &e;
     if (!endpoint) {
-      // Removed from the configuration: nobody to deliver to.
-      drop(entry);
+      // Not (or no longer, or not yet) in this node's configuration: held.
+      hold(entry);
       continue;
     }
     {
@@ -178,6 +202,37 @@ void Notifier::drop(const store::OutboxEntry& entry) {
   if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
 }
 
+void Notifier::hold(const store::OutboxEntry& entry) {
+  const auto& name = entry.item.notification().endpoint();
+  bool held = false;
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(held, unchanged(txn, entry));
+    if (!held) return Status::Ok();  // another process has it
+    store::OutboxEntry later = entry;
+    later.item.set_not_before_ms(txn.now_ms() + kHeldRecheckMs);
+    txn.update_outbox(later);
+    return Status::Ok();
+  });
+  if (!s) {
+    spdlog::error("cannot hold a delivery to {}: {}", name, s.error().message);
+    return;
+  }
+  if (!held) return;
+  metrics_.inc("opgate_notifications_held_total", {{"endpoint", name}});
+  bool first = false;
+  {
+    MutexLock lock(mu_);
+    first = held_logged_.insert(name).second;
+  }
+  if (first)
+    log_event(spdlog::level::warn, "notify.delivery_held",
+              fmt::format("deliveries to endpoint {} are held: this node's configuration does not "
+                          "name it; they are sent once it does, or replayed elsewhere or "
+                          "discarded with `opgate notify held`",
+                          name),
+              {{"endpoint", name}});
+}
+
 void Notifier::expand(const std::vector<store::OutboxEntry>& events) {
   auto config = config_.get();
   // Every event the pass found, fanned out in one transaction (an event is
@@ -191,7 +246,13 @@ void Notifier::expand(const std::vector<store::OutboxEntry>& events) {
       for (const auto& endpoint : config->endpoints) {
         if (!endpoint.wants(event.type())) continue;
         OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(endpoint.name));
-        if (state.disabled()) continue;
+        if (state.disabled()) {
+          // Disabled by a 410 (logged then): counted, and kept for replay.
+          txn.after_commit([this, name = endpoint.name] {
+            metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", name}});
+          });
+          continue;
+        }
         pb::OutboxItem delivery;
         delivery.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
         delivery.set_operation_key(entry.item.operation_key());
@@ -272,7 +333,8 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
   auto state = storage_.reader().endpoint_state(name);
   if (!state) return;
   if (state->disabled()) {
-    // Disabled by a 410 since it was queued: dropped, and counted.
+    // Disabled by a 410 since it was queued (logged then): dropped, counted,
+    // and kept for replay once it is enabled again.
     metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", name}});
     return drop(entry);
   }
@@ -394,6 +456,81 @@ Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
     if (events.size() < 500) return queued;
     from = events.back().created_at_ms() + 1;
   }
+}
+
+Result<size_t> Notifier::release_held(const std::string& from, const std::string& to,
+                                      const std::string& principal) {
+  auto config = config_.get();
+  auto configured = [&](const std::string& name) -> const NotifyEndpoint* {
+    for (const auto& e : config->endpoints)
+      if (e.name == name) return &e;
+    return nullptr;
+  };
+  if (configured(from))
+    return make_error(errc::conflict,
+                      "That endpoint is configured: its deliveries are sent, not held.");
+  const NotifyEndpoint* target = to.empty() ? nullptr : configured(to);
+  if (!to.empty() && !target)
+    return make_error(errc::not_found, "No notification endpoint by that name to replay to.");
+  size_t moved = 0;
+  store::OutboxIds seen;
+  for (;;) {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto batch, storage_.reader().due(store::Queue::notifications, INT64_MAX, 500, seen));
+    if (batch.empty()) break;
+    size_t in_batch = 0;
+    OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
+      in_batch = 0;
+      OPGATE_ASSIGN_OR_RETURN(auto held_state, txn.endpoint_state(from));
+      std::optional<pb::EndpointState> target_state;
+      if (target) {
+        OPGATE_ASSIGN_OR_RETURN(target_state, txn.endpoint_state(to));
+      }
+      for (const auto& entry : batch) {
+        if (entry.item.kind() != pb::OUTBOX_NOTIFY_DELIVERY ||
+            entry.item.notification().endpoint() != from)
+          continue;
+        // An event the endpoint does not subscribe to stays held.
+        if (target && !target->wants(entry.item.notification().type())) continue;
+        OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
+        if (!ours) continue;
+        txn.remove_outbox(entry.id);
+        held_state.set_backlog(std::max<int64_t>(0, held_state.backlog() - 1));
+        if (target) {
+          pb::OutboxItem delivery = entry.item;
+          delivery.clear_lease_token();
+          delivery.set_attempts(0);
+          delivery.clear_last_error();
+          delivery.set_not_before_ms(txn.now_ms());
+          delivery.mutable_notification()->set_endpoint(to);
+          delivery.mutable_notification()->set_webhook_id(
+              webhook_id(entry.item.notification().event_id(), to));
+          txn.enqueue(std::move(delivery));
+          target_state->set_backlog(target_state->backlog() + 1);
+        }
+        ++in_batch;
+      }
+      txn.put_endpoint_state(held_state);
+      if (target_state) txn.put_endpoint_state(*target_state);
+      return Status::Ok();
+    }));
+    moved += in_batch;
+    for (const auto& entry : batch) seen.insert(entry.id);
+  }
+  if (to.empty()) {
+    metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", from}},
+                 static_cast<double>(moved));
+    log_event(
+        spdlog::level::warn, "notify.held_discarded",
+        fmt::format("{} held delivery(ies) to endpoint {} discarded by {}", moved, from, principal),
+        {{"endpoint", from}, {"principal", principal}});
+  } else {
+    log_event(spdlog::level::info, "notify.held_replayed",
+              fmt::format("{} held delivery(ies) to endpoint {} replayed to {} by {}", moved, from,
+                          to, principal),
+              {{"endpoint", from}, {"principal", principal}});
+  }
+  return moved;
 }
 
 Status Notifier::enable(const std::string& name) {

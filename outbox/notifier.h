@@ -33,11 +33,17 @@ namespace opgate::outbox {
 struct NotifyEndpoint {
   std::string name;
   std::string url;
-  std::string raw_key;           // the decoded whsec_ secret
+  // The decoded whsec_ secret; a slack endpoint may have none (Slack reads
+  // no signature: its URL is the secret), and then sends none.
+  std::string raw_key;
   std::set<std::string> events;  // empty: every event
   enum class Format { standard, slack } format = Format::standard;
   int64_t timeout_ms = 10'000;
   int max_in_flight = 4;
+  // A standard delivery carries on-call's resolution evidence and the last
+  // provider error only to endpoints that ask for them (they stay in the
+  // audit trail either way).
+  bool include_evidence = false;
   bool wants(std::string_view type) const {
     return events.empty() || events.count(std::string(type)) > 0;
   }
@@ -50,6 +56,17 @@ struct NotifyConfig {
   std::string console_url;
   std::vector<NotifyEndpoint> endpoints;
 };
+
+// Deliveries for an endpoint this node does not know (renamed, removed, or
+// not yet in its configuration during a rolling reload) are held: left
+// queued, looked at again this often, and sent once a configuration knows
+// the endpoint; an operator may replay them to another endpoint or discard
+// them (counted and logged), never lose them in silence.
+inline constexpr int64_t kHeldRecheckMs = 60'000;
+
+// Slack's mrkdwn escapes: "&", "<" and ">" as &amp; &lt; &gt;, so text from
+// order data cannot make a link, a mention or a channel alert.
+std::string slack_escape(std::string_view text);
 
 // The body and headers of one delivery at one attempt (pure).
 http::ClientRequest delivery_request(const NotifyEndpoint& endpoint, const pb::Notification& n,
@@ -69,6 +86,12 @@ class Notifier {
   Result<size_t> replay(const std::string& endpoint, int64_t since_ms);
   // Re-enables an endpoint disabled by a 410.
   Status enable(const std::string& endpoint);
+  // The deliveries held for an endpoint no longer configured here: sent
+  // again to `to` (a configured endpoint, with its own webhook-ids; events
+  // it does not subscribe to stay held), or, with `to` empty, discarded
+  // (counted and logged). Returns how many.
+  Result<size_t> release_held(const std::string& from, const std::string& to,
+                              const std::string& principal);
 
   static std::string webhook_id(const std::string& event_id, const std::string& endpoint);
 
@@ -82,8 +105,11 @@ class Notifier {
  private:
   // Fans each event out to one delivery per endpoint that wants it.
   void expand(const std::vector<store::OutboxEntry>& events);
-  // Removes a delivery nobody will send (endpoint gone or disabled).
+  // Removes a delivery nobody will send (its endpoint disabled by a 410).
   void drop(const store::OutboxEntry& entry);
+  // Leaves a delivery for an endpoint this node does not know queued, to be
+  // looked at again after kHeldRecheckMs; logged once per endpoint.
+  void hold(const store::OutboxEntry& entry) EXCLUDES(mu_);
   void deliver(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint);
   void finish(const std::string& endpoint) EXCLUDES(mu_);
   int64_t retry_delay_ms(size_t attempt, int64_t retry_after_ms) EXCLUDES(mu_);
@@ -98,6 +124,7 @@ class Notifier {
   HeldItems held_;  // handed to a lane, not finished; see held_items.h
   Mutex mu_;
   std::map<std::string, int> in_flight_ GUARDED_BY(mu_);  // per endpoint
+  std::set<std::string> held_logged_ GUARDED_BY(mu_);     // endpoints logged as held
   Random random_ GUARDED_BY(mu_);
 };
 

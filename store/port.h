@@ -179,6 +179,10 @@ class Reader {
   // --- Notifications
   // The endpoint's standing; a fresh state (name set) if none was kept.
   virtual Result<pb::EndpointState> endpoint_state(const std::string& name) = 0;
+  // Every endpoint standing kept, by name: also those of endpoints no
+  // longer configured here, whose deliveries wait (held) for a node that
+  // knows them.
+  virtual Result<std::vector<pb::EndpointState>> endpoint_states() = 0;
   // Notification events created at or after since_ms, oldest first, at most
   // `limit` (kept for replay).
   virtual Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,

@@ -139,6 +139,7 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "RETURNING token"},
     // Notifications.
     {"ep_get", "SELECT data FROM endpoint_states WHERE name = $1"},
+    {"ep_all", "SELECT data FROM endpoint_states ORDER BY name"},
     {"ep_put",
      "INSERT INTO endpoint_states (name, data) VALUES ($1, $2) "
      "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data"},
@@ -399,6 +400,11 @@ class PgReads : public virtual Reader {
     pb::EndpointState fresh;
     fresh.set_name(name);
     return fresh;
+  }
+
+  Result<std::vector<pb::EndpointState>> endpoint_states() override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ep_all", {}}));
+    return every<pb::EndpointState>(rows, "endpoint state");
   }
 
   Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,

@@ -430,6 +430,24 @@ class KvReader : public virtual Reader {
     return fresh;
   }
 
+  Result<std::vector<pb::EndpointState>> endpoint_states() override {
+    std::vector<pb::EndpointState> out;
+    bool bad = false;
+    Status s =
+        view_.scan(Cf::meta, keys::endpoint_state(""), [&](std::string_view, std::string_view v) {
+          pb::EndpointState state;
+          if (!state.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = true;
+            return false;
+          }
+          out.push_back(std::move(state));
+          return true;
+        });
+    if (!s) return s.error();
+    if (bad) return corrupt("endpoint state");
+    return out;
+  }
+
   Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
                                                             size_t limit) override {
     std::vector<pb::Notification> out;

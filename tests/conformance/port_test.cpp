@@ -515,6 +515,18 @@ TEST_CASE("endpoint states start fresh and are kept; notification events are kep
     }
   });
   CHECK(f.s->reader().endpoint_state("ops")->disabled());
+  f.write([](Transaction& t) {
+    pb::EndpointState s;
+    s.set_name("chat");
+    s.set_backlog(3);
+    t.put_endpoint_state(s);
+  });
+  auto all = f.s->reader().endpoint_states();
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 2);
+  CHECK(all->at(0).name() == "chat");
+  CHECK(all->at(0).backlog() == 3);
+  CHECK(all->at(1).name() == "ops");
   auto since = f.s->reader().notifications_since(150, 10);
   REQUIRE(since->size() == 2);
   CHECK(since->at(0).event_id() == "evt_200");

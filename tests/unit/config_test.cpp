@@ -413,3 +413,44 @@ max_evidence = 3
   refused("[policy.tools.add_internal_note]\nmax_evidence = 0\n", "max_evidence");
   refused("[policy.tools.cancel_order]\nenabled = \"no\"\n", "policy.tools.cancel_order.enabled");
 }
+
+TEST_CASE("notification endpoints: URLs checked at load and never quoted; Slack needs no secret") {
+  auto load = [](const std::string& endpoint) {
+    ConfigFile f(kSource + "[[notify.endpoints]]\n" + endpoint);
+    return daemon::load_config(f.path.string());
+  };
+  // A Slack webhook URL is a secret: a bad one is named by its key only.
+  const std::string secret_path = "/services/T000/B000/XXXXSECRETXXXX";
+  for (const std::string& url : {"https://hooks.slack.test" + secret_path + " ",
+                                 "https://" + secret_path, "ftp://hooks.slack.test" + secret_path,
+                                 std::string("https://hooks.slack.test/services/\tT0")}) {
+    auto bad = load("name = \"chat\"\nformat = \"slack\"\nurl = \"" + url + "\"\n");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message.find("notify.endpoints[0].url") != std::string::npos);
+    CHECK(bad.error().message.find("SECRET") == std::string::npos);
+    CHECK(bad.error().message.find("hooks.slack.test") == std::string::npos);
+  }
+  auto slack = load("name = \"chat\"\nformat = \"slack\"\nurl = \"https://hooks.slack.test" +
+                    secret_path + "\"\n");
+  REQUIRE_MESSAGE(slack.ok(), slack.error().message);
+  CHECK(slack->notify.endpoints.at(0).raw_key.empty());
+  CHECK_FALSE(slack->notify.endpoints.at(0).include_evidence);
+  // A standard endpoint signs: its secret is required, and a missing one
+  // names both the key and the variable to set.
+  ::unsetenv("OPGATE_TEST_OPS_SECRET");
+  auto unset = load(
+      "name = \"ops\"\nurl = \"https://ops.test/hooks\"\nsecret_env = "
+      "\"OPGATE_TEST_OPS_SECRET\"\n");
+  REQUIRE_FALSE(unset.ok());
+  CHECK(unset.error().message.find("OPGATE_TEST_OPS_SECRET") != std::string::npos);
+  CHECK(unset.error().message.find("notify.endpoints[0].secret_env") != std::string::npos);
+  CHECK(unset.error().message.find("not set") != std::string::npos);
+  auto none = load("name = \"ops\"\nurl = \"https://ops.test/hooks\"\n");
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message.find("notify.endpoints[0].secret") != std::string::npos);
+  auto evidence = load(
+      "name = \"ops\"\nurl = \"https://ops.test/hooks\"\nsecret = "
+      "\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\ninclude_evidence = true\n");
+  REQUIRE_MESSAGE(evidence.ok(), evidence.error().message);
+  CHECK(evidence->notify.endpoints.at(0).include_evidence);
+}

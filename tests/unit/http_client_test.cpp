@@ -240,3 +240,18 @@ TEST_CASE("http client: a kept connection the peer closed while idle is not used
   CHECK(res->body == "ok 2");
   CHECK(server.connections() == 2);
 }
+
+TEST_CASE("http client: an error never repeats the URL, whose path or query may be a secret") {
+  for (const std::string url : {"https://hooks.slack.test/services/T0/B0/XXXXSECRETXXXX ",
+                                "gopher://hooks.slack.test/XXXXSECRETXXXX",
+                                "http://127.0.0.1:99999/XXXXSECRETXXXX?token=XXXXSECRETXXXX"}) {
+    http::ClientRequest r;
+    r.method = "POST";
+    r.url = url;
+    r.timeout = std::chrono::milliseconds(500);
+    r.headers["Idempotency-Key"] = "k";
+    auto res = http::send(r);
+    REQUIRE_FALSE(res.ok());
+    CHECK_MESSAGE(res.error().message.find("SECRET") == std::string::npos, res.error().message);
+  }
+}

@@ -553,3 +553,142 @@ TEST_CASE("with no endpoint configured nothing is queued to fan out; replay reac
   w.pump_all();
   CHECK(w.types_sent_to("ops") == "operation.proposed operation.denied operation.settled");
 }
+
+namespace {
+
+// A delivery for `endpoint` queued as another node's fan-out would queue it.
+void queue_delivery_for(World& w, const std::string& endpoint) {
+  auto kept = w.storage->reader().notifications_since(0, 10);
+  REQUIRE(kept.ok());
+  REQUIRE_FALSE(kept->empty());
+  pb::OutboxItem d;
+  d.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+  d.set_operation_key(kKey);
+  *d.mutable_notification() = kept->front();
+  d.mutable_notification()->set_endpoint(endpoint);
+  d.mutable_notification()->set_webhook_id(
+      outbox::Notifier::webhook_id(kept->front().event_id(), endpoint));
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(endpoint));
+                st.set_backlog(st.backlog() + 1);
+                txn.put_endpoint_state(st);
+                txn.enqueue(std::move(d));
+                return Status::Ok();
+              })
+              .ok());
+}
+
+double held_total(World& w, const std::string& endpoint) {
+  const auto text = w.metrics.render();
+  const std::string series = "opgate_notifications_held_total{endpoint=\"" + endpoint + "\"} ";
+  const auto at = text.find(series);
+  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size()));
+}
+
+}  // namespace
+
+TEST_CASE("a delivery for an endpoint this node does not know is held and counted, never deleted") {
+  World w({endpoint("ops")});
+  w.propose();
+  // Another node, whose configuration names "chat", fanned an event out to it.
+  queue_delivery_for(w, "chat");
+  w.pump_all();
+  CHECK(w.sent_to("chat").empty());
+  CHECK(w.queued_deliveries() == 1);  // held, not dropped
+  CHECK(held_total(w, "chat") == 1);
+  auto states = w.storage->reader().endpoint_states();
+  REQUIRE(states.ok());
+  bool held = false;
+  for (const auto& st : *states) held = held || (st.name() == "chat" && st.backlog() == 1);
+  CHECK(held);
+  // Looked at again only after the recheck interval.
+  w.pump_all();
+  CHECK(held_total(w, "chat") == 1);
+  // This node's reload names it now: the held delivery goes out.
+  outbox::NotifyConfig c = *w.notify.get();
+  c.endpoints.push_back(endpoint("chat"));
+  w.notify.set(c);
+  w.clock.advance_ms(outbox::kHeldRecheckMs);
+  w.pump_all();
+  CHECK(w.types_sent_to("chat") == "operation.proposed");
+  CHECK(w.queued_deliveries() == 0);
+  CHECK(w.state("chat").backlog() == 0);
+}
+
+TEST_CASE("held deliveries are replayed to another endpoint or discarded on demand, counted") {
+  World w({endpoint("ops"), endpoint("audit")});
+  w.propose();
+  queue_delivery_for(w, "old-chat");
+  queue_delivery_for(w, "gone");
+  w.pump_all();
+  REQUIRE(w.queued_deliveries() == 2);
+  // A configured endpoint's deliveries are not held: refused.
+  auto configured = w.notifier->release_held("ops", "audit", "admin");
+  REQUIRE_FALSE(configured.ok());
+  CHECK(configured.error().is(errc::conflict));
+  CHECK_FALSE(w.notifier->release_held("old-chat", "nowhere", "admin").ok());
+  auto replayed = w.notifier->release_held("old-chat", "audit", "admin");
+  REQUIRE(replayed.ok());
+  CHECK(*replayed == 1);
+  w.pump_all();
+  // The replayed event under audit's webhook-id for it: the receiver sees a
+  // repeat of the proposal it had, not a new event.
+  auto to_audit = w.sent_to("audit");
+  REQUIRE(to_audit.size() == 2);
+  CHECK(to_audit[0].webhook_id == to_audit[1].webhook_id);
+  CHECK(to_audit[1].webhook_id ==
+        outbox::Notifier::webhook_id(
+            w.storage->reader().notifications_since(0, 1)->at(0).event_id(), "audit"));
+  CHECK(w.state("old-chat").backlog() == 0);
+  auto discarded = w.notifier->release_held("gone", "", "admin");
+  REQUIRE(discarded.ok());
+  CHECK(*discarded == 1);
+  CHECK(w.queued_deliveries() == 0);
+  CHECK(w.metrics.render().find("opgate_notifications_dropped_total{endpoint=\"gone\"} 1") !=
+        std::string::npos);
+}
+
+TEST_CASE("Slack text escapes markup from order data; only the console link is a link") {
+  auto slack = endpoint("chat", {"operation.proposed"});
+  slack.format = outbox::NotifyEndpoint::Format::slack;
+  slack.raw_key.clear();  // Slack reads no signature: none is needed, none is sent
+  World w({slack});
+  auto order = *w.storage->reader().order("ORDER-100");
+  REQUIRE(order);
+  order->set_payment_method("<!channel> <https://evil.example|Open the console> & more");
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                txn.put_order(*order);
+                return Status::Ok();
+              })
+              .ok());
+  w.propose();
+  auto sent = w.sent_to("chat");
+  REQUIRE(sent.size() == 1);
+  CHECK(sent[0].signature.empty());
+  const std::string text(json::parse(sent[0].body).at("text").as_string());
+  CHECK(text.find("<!channel>") == std::string::npos);
+  CHECK(text.find("<https://evil") == std::string::npos);
+  CHECK(text.find("&lt;!channel&gt; &lt;https://evil.example|Open the console&gt; &amp; more") !=
+        std::string::npos);
+  size_t links = 0;
+  for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) ++links;
+  CHECK(links == 1);
+  CHECK(text.find("<https://console.test/console/operations/") != std::string::npos);
+  CHECK(outbox::slack_escape("a<b>&c") == "a&lt;b&gt;&amp;c");
+}
+
+TEST_CASE("a standard body leaves out evidence and the last error unless the endpoint asks") {
+  auto with = endpoint("audit");
+  with.include_evidence = true;
+  World w({endpoint("ops"), with});
+  w.propose();
+  auto plain = json::parse(w.sent_to("ops").at(0).body).at("data").as_object();
+  CHECK_FALSE(plain.contains("evidence"));
+  CHECK_FALSE(plain.contains("last_error"));
+  CHECK(plain.contains("decision_reason"));
+  auto full = json::parse(w.sent_to("audit").at(0).body).at("data").as_object();
+  CHECK(full.contains("evidence"));
+  CHECK(full.contains("last_error"));
+}
