@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/crypto.h"
+#include "common/logging.h"
 #include "console/assets.h"
 #include "console/guard.h"
 #include "operator/auth.h"
@@ -61,7 +62,10 @@ std::string_view content_type_of(std::string_view name) {
 
 Console::Console(Options options, const Live<operator_api::Principals>& principals,
                  const Clock& clock)
-    : options_(std::move(options)), principals_(principals), sessions_(clock, options_.sessions) {}
+    : options_(std::move(options)),
+      principals_(principals),
+      clock_(clock),
+      sessions_(clock, options_.sessions) {}
 
 bool Console::secure() const { return options_.tls || options_.origin.rfind("https://", 0) == 0; }
 
@@ -152,13 +156,33 @@ Response Console::login(const Request& request) {
     return login_page(request, 403,
                       "The sign-in form expired or came from another site; please sign in again.",
                       next);
+  const std::string address =
+      request.remote_address.empty() ? std::string("unknown") : request.remote_address;
+  if (auto wait = sign_in_failures_.wait_ms(address, clock_.monotonic_ms())) {
+    auto r = login_page(request, 429,
+                        "Too many failed sign-ins from this address; try again in a minute.", next);
+    r.headers["Retry-After"] = std::to_string(std::max<int64_t>(1, (*wait + 999) / 1000));
+    r.cooldown = kFailedLoginCooldown;
+    log_event(spdlog::level::warn, "console.sign_in_limited",
+              "console sign-in refused: too many failures from this address",
+              {{"address", address}});
+    return r;
+  }
   const std::string token = form->count("token") ? form->at("token") : "";
   auto principals = principals_.get();
   const Principal* p = token.size() <= kMaxTokenLength
                            ? operator_api::authenticate_token(*principals, token)
                            : nullptr;
   if (!p) {
-    auto r = login_page(request, 401, "That token is not valid.", next);
+    const bool short_token = token.size() < operator_api::kMinTokenLength;
+    sign_in_failures_.failed(address, clock_.monotonic_ms());
+    log_event(spdlog::level::warn, "console.sign_in_failed",
+              "console sign-in failed: the token is not valid",
+              {{"address", address}, {"reason", short_token ? "too_short" : "unknown_token"}});
+    auto r = login_page(request, 401,
+                        short_token ? operator_api::kShortTokenMessage
+                                    : std::string_view("That token is not valid."),
+                        next);
     r.cooldown = kFailedLoginCooldown;
     return r;
   }

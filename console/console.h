@@ -10,6 +10,7 @@
 //   GET  /console/operations/{key}  one operation: proposal, context, decision
 //   GET  /console/sessions/{id}     one agent session: calls, ledger, audit
 //   POST /console/login             form: token, csrf, next → 303 with the cookie
+//                                   (failures logged and limited per address)
 //   POST /console/logout            form: csrf → 303, the session ended
 //   GET  /console/assets/{name}     script, style sheet, images
 //
@@ -21,6 +22,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/failure_limiter.h"
 #include "common/live.h"
 #include "console/options.h"
 #include "console/sessions.h"
@@ -68,7 +70,12 @@ class Console {
 
   Options options_;
   const Live<operator_api::Principals>& principals_;
+  const Clock& clock_;
   SessionStore sessions_;
+  // Failed sign-ins per client address: past the limit, 429 until the
+  // oldest leaves the window (a per-connection cooldown alone let parallel
+  // connections guess freely).
+  FailureLimiter sign_in_failures_;
 };
 
 }  // namespace opgate::console

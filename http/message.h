@@ -22,6 +22,8 @@ struct Request {
   std::string target;  // path plus optional query, as received
   Headers headers;
   std::string body;
+  // The peer's IP address as the server accepted it ("" when unknown).
+  std::string remote_address;
 
   std::optional<std::string> header(std::string_view name) const;
   std::string path() const;  // target without the query

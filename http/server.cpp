@@ -80,6 +80,9 @@ class Connection final : public ConnectionBase,
   }
 
   void run() {
+    beast::error_code ec;
+    const auto peer = tcp_layer().socket().remote_endpoint(ec);
+    if (!ec) remote_address_ = peer.address().to_string();
     // Beast reads max(512, free capacity) bytes at a time: from an empty
     // buffer a 1 KiB webhook took three recvmsg calls. With room for a whole
     // typical request it takes one.
@@ -182,6 +185,7 @@ class Connection final : public ConnectionBase,
       if (!inserted) it->second += ", " + std::string(field.value());
     }
     req.body = std::move(msg.body());
+    req.remote_address = remote_address_;
     const bool keep_alive = msg.keep_alive();
     auto answered = std::make_shared<std::atomic<bool>>(false);
     Respond respond = [self = shared_from_this(), keep_alive, answered](Response res) {
@@ -237,7 +241,8 @@ class Connection final : public ConnectionBase,
   Stream stream_;
   net::steady_timer cooldown_{stream_.get_executor()};
   beast::flat_buffer buffer_;
-  std::string wire_;  // the response being written
+  std::string wire_;            // the response being written
+  std::string remote_address_;  // the peer, for requests (limits per address)
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   Server::Impl* server_;
   uint64_t id_;

@@ -97,7 +97,13 @@ class Api {
       }
       if (!p) p = authenticate(*principals, req.header("Authorization"));
       if (!p) {
-        auto r = error_response(401, "unauthorized", "A valid bearer token is required.");
+        const auto presented = req.header("Authorization").value_or("");
+        const bool short_token = presented.starts_with("Bearer ") &&
+                                 presented.size() - 7 < operator_api::kMinTokenLength;
+        auto r =
+            error_response(401, "unauthorized",
+                           short_token ? kShortTokenMessage
+                                       : std::string_view("A valid bearer token is required."));
         r.headers["WWW-Authenticate"] = "Bearer";
         return r;
       }

@@ -6,7 +6,7 @@ namespace opgate::operator_api {
 
 const Principal* authenticate_token(const std::vector<Principal>& principals,
                                     const std::string& token) {
-  if (token.empty()) return nullptr;
+  if (token.size() < kMinTokenLength) return nullptr;
   const std::string digest = crypto::sha256_hex(token);
   const Principal* found = nullptr;
   for (const auto& p : principals)

@@ -37,14 +37,14 @@ struct ClusterOptions {
 };
 
 // Tokens configured for every cluster; their principals in the comments.
-inline constexpr const char* kAdminToken = "tok-admin";      // admin: every scope
-inline constexpr const char* kAliceToken = "tok-alice";      // approver, limit 100000
-inline constexpr const char* kBobToken = "tok-bob";          // approver, limit 100000
-inline constexpr const char* kReaderToken = "tok-reader";    // operations:read only
-inline constexpr const char* kSupportToken = "tok-support";  // approver, limit 2000
-inline constexpr const char* kOncallToken = "tok-oncall";    // read + resolve
+inline constexpr const char* kAdminToken = "tok-admin-only-for-tests";    // admin: every scope
+inline constexpr const char* kAliceToken = "tok-alice-only-for-tests";    // approver, limit 100000
+inline constexpr const char* kBobToken = "tok-bob-only-for-tests";        // approver, limit 100000
+inline constexpr const char* kReaderToken = "tok-reader-only-for-tests";  // operations:read only
+inline constexpr const char* kSupportToken = "tok-support-only-for-tests";  // approver, limit 2000
+inline constexpr const char* kOncallToken = "tok-oncall-only-for-tests";    // read + resolve
 // Every scope, but only for owners matching "outsider-*".
-inline constexpr const char* kOutsiderToken = "tok-outsider";
+inline constexpr const char* kOutsiderToken = "tok-outsider-only-for-tests";
 
 using Reply = eval::Reply;
 

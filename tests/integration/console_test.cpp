@@ -92,7 +92,7 @@ json::object parse(const http::Response& r) { return json::parse(r.body).as_obje
 TEST_CASE("console: a bad token is refused; sign-in sets a flagged cookie; CSP everywhere") {
   Cluster c;
   Browser b(c);
-  auto bad = b.sign_in("tok-nobody");
+  auto bad = b.sign_in("tok-nobody-only-for-tests");
   CHECK(bad.status == 401);
   CHECK(bad.body.find("That token is not valid.") != std::string::npos);
   CHECK(b.cookies.count("opgate_console") == 0);

@@ -108,7 +108,8 @@ TEST_CASE("SIGHUP adds and revokes tokens and rotates a webhook secret, with no 
   auto config = read_file(c.config_file());
   replace_all(config, old_secret, new_secret);
   // Revoke reader's token, add newbie's.
-  replace_all(config, crypto::sha256_hex("tok-reader"), crypto::sha256_hex("tok-revoked-xyz"));
+  replace_all(config, crypto::sha256_hex("tok-reader-only-for-tests"),
+              crypto::sha256_hex("tok-revoked-xyz"));
   config += fmt::format(R"(
 [[operator.tokens]]
 principal = "newbie"
@@ -116,12 +117,12 @@ token_sha256 = "{}"
 scopes = ["operations:read"]
 owners = ["*"]
 )",
-                        crypto::sha256_hex("tok-newbie"));
+                        crypto::sha256_hex("tok-newbie-only-for-tests"));
   write_file(c.config_file(), config);
-  CHECK(c.op("GET", "/v1/operations", "", "tok-newbie").status == 401);
+  CHECK(c.op("GET", "/v1/operations", "", "tok-newbie-only-for-tests").status == 401);
   c.signal_daemon(SIGHUP);
   CHECK(eventually([&] { return c.daemon_log().find("config.reloaded") != std::string::npos; }));
-  CHECK(c.op("GET", "/v1/operations", "", "tok-newbie").status == 200);
+  CHECK(c.op("GET", "/v1/operations", "", "tok-newbie-only-for-tests").status == 200);
   CHECK(c.op("GET", "/v1/operations", "", kReaderToken).status == 401);
   const auto body = event_body("after-rotation");
   CHECK(c.webhook("agents", signed_with(old_secret, "msg_old", body), body).status == 401);
@@ -135,7 +136,7 @@ owners = ["*"]
   CHECK(
       eventually([&] { return c.daemon_log().find("config.reload_failed") != std::string::npos; }));
   CHECK(c.daemon_log().find("policy.approval_ttl_s") != std::string::npos);
-  CHECK(c.op("GET", "/v1/operations", "", "tok-newbie").status == 200);
+  CHECK(c.op("GET", "/v1/operations", "", "tok-newbie-only-for-tests").status == 200);
   CHECK(count_of(c.daemon_log(), "\"listening: ") == 1);  // never restarted
 }
 

@@ -4,7 +4,7 @@
 // creation is not the order of the keys. Requests are
 // dispatched straight to the router, without sockets. Principals: alice and
 // bob (read and approve, any owner), outsider (the same for "outsider-*"
-// only); each token is "tok-" + name.
+// only); each token is "tok-" + name + "-only-for-tests".
 #pragma once
 
 #include <boost/json.hpp>
@@ -33,7 +33,7 @@ struct ApiStage : World {
   static operations::Principal principal(std::string name, std::vector<std::string> owners) {
     operations::Principal p;
     p.name = name;
-    p.token_sha256 = crypto::sha256_hex("tok-" + name);
+    p.token_sha256 = crypto::sha256_hex("tok-" + name + "-only-for-tests");
     p.scopes = {"operations:read", "operations:approve"};
     p.owners = std::move(owners);
     p.max_amount_minor = {{"USD", 100000}};

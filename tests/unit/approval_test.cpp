@@ -44,13 +44,24 @@ int needed(const pb::Operation& op) { return approvals_needed(op.proposal(), Pol
 
 TEST_CASE("a token is found by its SHA-256 only, and only with the Bearer scheme") {
   Principal p = approver();
-  p.token_sha256 = crypto::sha256_hex("s3cret-token");
+  p.token_sha256 = crypto::sha256_hex("s3cret-token-for-a-test");
   std::vector<Principal> all{p};
-  CHECK(authenticate(all, std::string("Bearer s3cret-token")) != nullptr);
+  CHECK(authenticate(all, std::string("Bearer s3cret-token-for-a-test")) != nullptr);
   CHECK(authenticate(all, std::string("Bearer wrong")) == nullptr);
-  CHECK(authenticate(all, std::string("Basic s3cret-token")) == nullptr);
+  CHECK(authenticate(all, std::string("Basic s3cret-token-for-a-test")) == nullptr);
   CHECK(authenticate(all, std::string("Bearer ")) == nullptr);
   CHECK(authenticate(all, std::nullopt) == nullptr);
+}
+
+TEST_CASE("a token shorter than 20 characters never authenticates, whatever hash is configured") {
+  Principal p = approver();
+  p.token_sha256 = crypto::sha256_hex("short-but-configured");  // 20 characters
+  std::vector<Principal> all{p};
+  CHECK(authenticate(all, std::string("Bearer short-but-configured")) != nullptr);
+  p.token_sha256 = crypto::sha256_hex("19-chars-configured");
+  all = {p};
+  CHECK(authenticate(all, std::string("Bearer 19-chars-configured")) == nullptr);
+  CHECK(operator_api::authenticate_token(all, "19-chars-configured") == nullptr);
 }
 
 TEST_CASE("the exact proposal is approved in one step below the two-person threshold") {

@@ -281,8 +281,9 @@ TEST_CASE("console sign-in: a bad token is refused; a good one gets a flagged se
                               {"Origin", kOrigin},
                               {"Content-Type", "application/x-www-form-urlencoded"}};
 
-  auto bad = s.send(request("POST", "/console/login", browser,
-                            "token=tok-mallory&csrf=" + *login + "&next=%2Fconsole%2F"));
+  auto bad =
+      s.send(request("POST", "/console/login", browser,
+                     "token=tok-mallory-only-for-tests&csrf=" + *login + "&next=%2Fconsole%2F"));
   CHECK(bad.status == 401);
   CHECK(bad.body.find("That token is not valid.") != std::string::npos);
   CHECK(bad.headers.at("Set-Cookie").find("opgate_console=") == std::string::npos);
@@ -290,21 +291,21 @@ TEST_CASE("console sign-in: a bad token is refused; a good one gets a flagged se
   CHECK(s.console->sessions().size() == 0);
 
   // The form's token must be the one in the sign-in cookie, from this origin.
-  auto forged = s.send(
-      request("POST", "/console/login", browser, "token=tok-alice&csrf=" + std::string(64, '0')));
+  auto forged = s.send(request("POST", "/console/login", browser,
+                               "token=tok-alice-only-for-tests&csrf=" + std::string(64, '0')));
   CHECK(forged.status == 403);
-  auto no_cookie = s.send(
-      request("POST", "/console/login", {{"Origin", kOrigin}}, "token=tok-alice&csrf=" + *login));
+  auto no_cookie = s.send(request("POST", "/console/login", {{"Origin", kOrigin}},
+                                  "token=tok-alice-only-for-tests&csrf=" + *login));
   CHECK(no_cookie.status == 403);
   auto foreign = s.send(
       request("POST", "/console/login",
               {{"Cookie", "opgate_console_login=" + *login}, {"Origin", "http://evil.example"}},
-              "token=tok-alice&csrf=" + *login));
+              "token=tok-alice-only-for-tests&csrf=" + *login));
   CHECK(foreign.status == 403);
   CHECK(s.console->sessions().size() == 0);
 
   auto good = s.send(request("POST", "/console/login", browser,
-                             "token=tok-alice&csrf=" + *login +
+                             "token=tok-alice-only-for-tests&csrf=" + *login +
                                  "&next=%2Fconsole%2Foperations%2Fdemo-user%253AORDER-100"));
   CHECK(good.status == 303);
   CHECK(good.headers.at("Location") == "/console/operations/demo-user%3AORDER-100");
@@ -317,15 +318,48 @@ TEST_CASE("console sign-in: a bad token is refused; a good one gets a flagged se
   CHECK(s.console->sessions().size() == 1);
 
   // An open redirect is not on offer.
-  auto elsewhere =
-      s.send(request("POST", "/console/login", browser,
-                     "token=tok-alice&csrf=" + *login + "&next=https://evil.example/"));
+  auto elsewhere = s.send(
+      request("POST", "/console/login", browser,
+              "token=tok-alice-only-for-tests&csrf=" + *login + "&next=https://evil.example/"));
   CHECK(elsewhere.headers.at("Location") == "/console/");
+}
+
+TEST_CASE("console sign-in: failures are limited per address, logged, and short tokens refused") {
+  Stage s;
+  auto attempt = [&](const std::string& address, const std::string& token) {
+    auto page = s.send(request("GET", "/console/"));
+    auto login = console::cookie_value(page.headers.at("Set-Cookie"), console::kLoginCookie);
+    REQUIRE(login);
+    auto r = request("POST", "/console/login",
+                     {{"Cookie", "opgate_console_login=" + *login},
+                      {"Origin", kOrigin},
+                      {"Content-Type", "application/x-www-form-urlencoded"}},
+                     "token=" + token + "&csrf=" + *login + "&next=%2Fconsole%2F");
+    r.remote_address = address;
+    return s.send(std::move(r));
+  };
+  // Many connections from one address: ten guesses, then 429 for everyone
+  // there (the good token too) until the oldest guess leaves the window.
+  for (int i = 0; i < 10; ++i)
+    CHECK(attempt("203.0.113.9", "guess-" + std::to_string(i) + "-0123456789abcdef").status == 401);
+  auto limited = attempt("203.0.113.9", "tok-alice-only-for-tests");
+  CHECK(limited.status == 429);
+  REQUIRE(limited.headers.count("Retry-After"));
+  CHECK(std::stoi(limited.headers.at("Retry-After")) == 60);
+  CHECK(s.console->sessions().size() == 0);
+  // Another address is not held up.
+  CHECK(attempt("198.51.100.7", "tok-alice-only-for-tests").status == 303);
+  s.clock.advance_ms(60'000);
+  CHECK(attempt("203.0.113.9", "tok-alice-only-for-tests").status == 303);
+  // A token too short to be a secret is refused, and says so.
+  auto short_token = attempt("198.51.100.8", "tok-alice");
+  CHECK(short_token.status == 401);
+  CHECK(short_token.body.find("shorter than 20 characters") != std::string::npos);
 }
 
 TEST_CASE("console pages and files carry the security headers; pages need a session") {
   Stage s;
-  const auto id = s.sign_in("tok-alice");
+  const auto id = s.sign_in("tok-alice-only-for-tests");
   auto queue = s.send(request("GET", "/console/", {{"Cookie", "opgate_console=" + id}}));
   CHECK(queue.status == 200);
   CHECK(queue.body.find("data-page=\"queue\"") != std::string::npos);
@@ -346,7 +380,8 @@ TEST_CASE("console pages and files carry the security headers; pages need a sess
   // Page templates are served only as pages.
   CHECK(s.send(request("GET", "/console/assets/queue.html")).status == 404);
   // The operator API outside /console keeps its own headers.
-  auto api = s.send(request("GET", "/v1/me", {{"Authorization", "Bearer tok-alice"}}));
+  auto api =
+      s.send(request("GET", "/v1/me", {{"Authorization", "Bearer tok-alice-only-for-tests"}}));
   CHECK(api.status == 200);
   CHECK(api.headers.count("Content-Security-Policy") == 0);
   // Without a session, every page is the sign-in form.
@@ -357,7 +392,7 @@ TEST_CASE("console pages and files carry the security headers; pages need a sess
 
 TEST_CASE("console API: the cookie authenticates under /console/api only; changes need CSRF") {
   Stage s;
-  const auto id = s.sign_in("tok-alice");
+  const auto id = s.sign_in("tok-alice-only-for-tests");
   const auto csrf = s.csrf_of(id);
   auto me = s.api("GET", "/v1/me", id);
   REQUIRE(me.status == 200);
@@ -385,14 +420,15 @@ TEST_CASE("console API: the cookie authenticates under /console/api only; change
   CHECK(s.state(kRefund) == "settled");
   CHECK(s.operation(kRefund).decided_by() == "alice");
   // A bearer token needs no CSRF token, under /console/api too.
-  auto bearer = s.send(request("GET", "/console/api/v1/me", {{"Authorization", "Bearer tok-bob"}}));
+  auto bearer = s.send(
+      request("GET", "/console/api/v1/me", {{"Authorization", "Bearer tok-bob-only-for-tests"}}));
   CHECK(s.body_of(bearer).at("principal").as_string() == "bob");
 }
 
 TEST_CASE("console sessions end when idle, at their absolute lifetime, and at sign-out") {
   Stage s(SessionLimits{60'000, 180'000, 100});
-  auto idle = s.sign_in("tok-alice");
-  auto busy = s.sign_in("tok-bob");
+  auto idle = s.sign_in("tok-alice-only-for-tests");
+  auto busy = s.sign_in("tok-bob-only-for-tests");
   for (int i = 0; i < 3; ++i) {
     s.clock.advance_ms(50'000);
     CHECK(s.api("GET", "/v1/me", busy).status == 200);
@@ -406,7 +442,7 @@ TEST_CASE("console sessions end when idle, at their absolute lifetime, and at si
   auto page = s.send(request("GET", "/console/", {{"Cookie", "opgate_console=" + busy}}));
   CHECK(page.body.find("data-test=\"login-token\"") != std::string::npos);
 
-  auto id = s.sign_in("tok-alice");
+  auto id = s.sign_in("tok-alice-only-for-tests");
   const auto csrf = s.csrf_of(id);
   // A sign-out from elsewhere is refused and the session lives on.
   auto forged = s.send(request("POST", "/console/logout",
@@ -425,15 +461,15 @@ TEST_CASE("console sessions end when idle, at their absolute lifetime, and at si
 
 TEST_CASE("a removed or replaced token ends its console sessions at the next request") {
   Stage s;
-  auto alice = s.sign_in("tok-alice");
-  auto bob = s.sign_in("tok-bob");
+  auto alice = s.sign_in("tok-alice-only-for-tests");
+  auto bob = s.sign_in("tok-bob-only-for-tests");
   auto next = testing::ApiStage::principals();
-  next.erase(next.begin());                                 // alice removed
-  next.front().token_sha256 = crypto::sha256_hex("tok-2");  // bob's token replaced
+  next.erase(next.begin());                                                // alice removed
+  next.front().token_sha256 = crypto::sha256_hex("tok-2-only-for-tests");  // bob's token replaced
   s.people.set(next);
   CHECK(s.api("GET", "/v1/me", alice).status == 401);
   CHECK(s.api("GET", "/v1/me", bob).status == 401);
   CHECK(s.console->sessions().size() == 0);
-  auto again = s.sign_in("tok-2");
+  auto again = s.sign_in("tok-2-only-for-tests");
   CHECK(s.body_of(s.api("GET", "/v1/me", again)).at("principal").as_string() == "bob");
 }

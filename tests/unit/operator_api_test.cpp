@@ -18,7 +18,7 @@ TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /
   testing::ApiStage s;
   s.open_api();
   auto send = [&](http::Request r) { return s.router.dispatch(r); };
-  const http::Headers alice{{"Authorization", "Bearer tok-alice"}};
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
   auto list = [&](const std::string& query) {
     auto r = send(request("GET", "/v1/operations?" + query, alice));
     REQUIRE_MESSAGE(r.status == 200, r.body);
@@ -75,7 +75,7 @@ TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /
   }
   // Outside its owner patterns a principal's queue is empty.
   auto outsider = send(request("GET", "/v1/operations?state=pending&sort=created_at",
-                               {{"Authorization", "Bearer tok-outsider"}}));
+                               {{"Authorization", "Bearer tok-outsider-only-for-tests"}}));
   CHECK(s.body_of(outsider).at("operations").as_array().empty());
 
   auto me = s.body_of(send(request("GET", "/v1/me", alice))).as_object();
@@ -90,7 +90,7 @@ TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /
 TEST_CASE("without a console the routes are not served under /console/api") {
   testing::ApiStage s;
   s.open_api();
-  const http::Headers alice{{"Authorization", "Bearer tok-alice"}};
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
   CHECK(s.router.dispatch(request("GET", "/v1/me", alice)).status == 200);
   CHECK(s.router.dispatch(request("GET", "/console/api/v1/me", alice)).status == 404);
 }

@@ -1,0 +1,44 @@
+// Failed attempts per key (a client's address): after `max_failures`
+// within `window_ms`, further attempts are refused until the oldest of them
+// leaves the window. Guessing a token from many connections is then as slow
+// as from one. Memory is bounded: at most `max_keys` keys are tracked, the
+// quietest forgotten first. Time comes from the caller (monotonic ms).
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "common/mutex.h"
+
+namespace opgate {
+
+struct FailureLimits {
+  int max_failures = 10;
+  int64_t window_ms = 60'000;
+  size_t max_keys = 10'000;
+};
+
+class FailureLimiter {
+ public:
+  explicit FailureLimiter(FailureLimits limits = {}) : limits_(limits) {}
+
+  // How long the key must wait before its next attempt; nothing if it may
+  // try now.
+  std::optional<int64_t> wait_ms(const std::string& key, int64_t now_ms) EXCLUDES(mu_);
+  // Records a failed attempt.
+  void failed(const std::string& key, int64_t now_ms) EXCLUDES(mu_);
+
+ private:
+  void forget_old(int64_t now_ms) REQUIRES(mu_);
+
+  const FailureLimits limits_;
+  Mutex mu_;
+  // Each key's failures in the window, oldest first (at most max_failures).
+  std::unordered_map<std::string, std::deque<int64_t>> failures_ GUARDED_BY(mu_);
+};
+
+}  // namespace opgate
