@@ -82,7 +82,19 @@
   function kindText(kind) {
     if (kind === "full-refund" || kind === "refund") return "refund";
     if (kind === "account-credit" || kind === "credit") return "credit";
+    if (kind === "cancel-order") return "cancellation";
     return kind || "";
+  }
+
+  // The page's heading for an operation: what it does, of how much, where.
+  function titleText(op) {
+    const amount = money(op.amount_minor, op.currency);
+    switch (kindText(op.kind)) {
+      case "credit": return `Account credit of ${amount} on ${op.order_id}`;
+      case "refund": return `Refund of ${amount} on ${op.order_id}`;
+      case "cancellation": return `Cancellation of ${op.order_id}, refunding ${amount}`;
+      default: return `${op.kind} on ${op.order_id} (${amount})`;
+    }
   }
 
   function opLink(key, text) {
@@ -391,8 +403,7 @@
                     fingerprint: op.fingerprint };
     const p = op.proposal;
     document.title = `${kindText(op.kind)} ${op.order_id} · opgate console`;
-    setText($("title"), `${kindText(op.kind) === "credit" ? "Account credit" : "Refund"} of ` +
-      `${money(op.amount_minor, op.currency)} on ${op.order_id}`);
+    setText($("title"), titleText(op));
     dl($("proposal"), [
       ["Owner", op.owner, "owner"],
       ["Order", op.order_id, "order_id"],

@@ -221,6 +221,7 @@ class Run:
             order("ORDER-300", 80000, payment_method="mastercard ending 4444"),
             order("ORDER-400", 1500),
             order("ORDER-500", 3000, note=NOTE_MARKUP),
+            order("ORDER-600", 1800),
         ], payments_timeout_ms=500, keep=args.keep, tokens=tokens,
             policy="two_person_threshold_minor = { USD = 50000 }")
         self.base = f"http://127.0.0.1:{self.c.operator_port}"
@@ -516,8 +517,28 @@ def markup_is_text(run):
     a.wait(lambda: "pending" not in (a.safe_text("state") or "pending"), "the refusal's state")
 
 
+def cancellation_is_named(run):
+    """A cancellation's page names what it does: the order cancelled and
+    what is refunded with it, never "Refund of"."""
+    status, s = run.c.agent_admin("POST", "/_sim/sessions", {
+        "input": "Cancel ORDER-600.",
+        "script": [{"name": "cancel_order",
+                    "arguments": {"order_id": "ORDER-600", "reason": "no longer needed"}}]})
+    check(status == 200, f"create a session: {status} {s}")
+    status, body = run.c.op("POST", f"/v1/sessions/{s['id']}/bind", {"owner": "demo-user"})
+    check(status == 200, f"bind: {status} {body}")
+    k = "demo-user:ORDER-600:cancel-order:v1"
+    run.wait_operation(k, lambda o: o["state"] == "pending", "became pending")
+    a = run.alice
+    a.open_operation(k)
+    a.wait(lambda: a.d.find_element(By.ID, "title").text.startswith("Cancellation of ORDER-600"),
+           "the cancellation's title")
+    title = a.d.find_element(By.ID, "title").text
+    check("18.00 USD" in title and "Refund of" not in title, f"the title: {title!r}")
+
+
 SCENARIOS = [queue_and_approve, queue_updates_itself, deny_with_reason, two_person,
-             resolve_unknown, outsider_sees_nothing, markup_is_text]
+             resolve_unknown, outsider_sees_nothing, markup_is_text, cancellation_is_named]
 
 
 def csp_violations(entries):
