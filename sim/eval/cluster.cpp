@@ -79,7 +79,9 @@ void stop_child(bp::child& c) {
 
 }  // namespace
 
-std::string token_for(const std::string& principal) { return "tok-" + principal; }
+std::string token_for(const std::string& principal) {
+  return "tok-" + principal + "-only-for-tests";
+}
 
 bool poll_until(const std::function<bool()>& done, std::chrono::milliseconds deadline) {
   const auto until = std::chrono::steady_clock::now() + deadline;
@@ -349,7 +351,9 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
       token("bob", R"("operations:read", "operations:approve")", 100000),
       token("reader", R"("operations:read")", 0),
       token("support", R"("operations:read", "operations:approve")", 2000,
-            R"(tiers = ["support"])"),
+            R"(tiers = ["support"])") +
+          token("refunds", R"("operations:read", "operations:approve")", 100000,
+                R"(tiers = ["refund"])"),
       token("oncall", R"("operations:read", "operations:resolve")", 0),
       token("outsider",
             R"("operations:read", "operations:approve", "operations:resolve", "sessions:bind")",
@@ -417,6 +421,27 @@ Status Cluster::start_daemon() {
 }
 
 void Cluster::signal_daemon(int signal) { ::kill(daemon_.id(), signal); }
+
+Status Cluster::reload(const std::string& extra_toml) {
+  auto count = [this](std::string_view event) {
+    const std::string log = daemon_log();
+    const std::string mark = fmt::format("\"event\":\"{}\"", event);
+    size_t n = 0;
+    for (size_t at = log.find(mark); at != std::string::npos; at = log.find(mark, at + 1)) ++n;
+    return n;
+  };
+  const size_t reloaded = count("config.reloaded"), refused = count("config.reload_failed");
+  options_.extra_config += "\n" + extra_toml + "\n";
+  if (auto s = write_config(); !s) return s;
+  signal_daemon(SIGHUP);
+  if (!poll_until([&] {
+        return count("config.reloaded") > reloaded || count("config.reload_failed") > refused;
+      }))
+    return failed("the daemon did not log a reload within 20 s");
+  if (count("config.reload_failed") > refused)
+    return failed("the daemon refused the new configuration (see its log)");
+  return Status::Ok();
+}
 
 Result<int> Cluster::wait_daemon_exit() {
   std::error_code ec;

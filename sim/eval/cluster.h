@@ -60,8 +60,8 @@ struct Reply {
 // Operator tokens every cluster has, by principal: admin (every scope),
 // alice and bob (approve up to 100000), support (approve up to 2000, tier
 // "support"), oncall (read and resolve), reader (read only), and outsider
-// (every scope but for owners "outsider-*" only). The token is "tok-" +
-// principal.
+// (every scope but for owners "outsider-*" only). The token is
+// "tok-{principal}-only-for-tests".
 std::string token_for(const std::string& principal);
 
 class Cluster {
@@ -93,6 +93,9 @@ class Cluster {
   // Starts the daemon (again); it must not be running.
   Status start_daemon();
   void signal_daemon(int signal);
+  // Appends TOML to the configuration, sends SIGHUP and waits until the
+  // daemon logs that it reloaded (an error if it refused the new file).
+  Status reload(const std::string& extra_toml);
   // The daemon's exit code, once it exits within 20 s.
   Result<int> wait_daemon_exit();
   // The daemon's current log (JSON lines).

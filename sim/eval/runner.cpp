@@ -229,6 +229,7 @@ class Run {
     if (step.action == "webhook") return webhook(a);
     if (step.action == "reconcile") return reconcile(a);
     if (step.action == "settle_refund") return settle_refund(a);
+    if (step.action == "reload") return reload(a);
     return fail("unknown action");
   }
 
@@ -326,7 +327,8 @@ class Run {
     // The operator approves what they were shown: the proposal as it was
     // when it was awaited, or as it is now.
     json::object shown;
-    if (auto it = seen_.find(key); it != seen_.end()) {
+    const bool fresh = a.contains("fresh") && a.at("fresh").as_bool();
+    if (auto it = seen_.find(key); it != seen_.end() && !fresh) {
       shown = it->second;
     } else {
       auto r = c_.op("GET", "/v1/operations/" + key);
@@ -387,17 +389,22 @@ class Run {
   Result<std::string> fault(const json::object& a) {
     const auto service = text(a.at("service"));
     const auto body = json::serialize(json::object{{"rules", a.at("rules")}});
-    Result<Reply> r = service == "payments" ? c_.payments_admin("POST", "/_sim/faults", body)
-                      : service == "agent"
-                          ? c_.agent_admin("POST", "/_sim/faults", body)
-                          : Result<Reply>(fail("service must be payments or agent"));
+    // No rules: the service's faults are cleared.
+    const bool clear = a.at("rules").is_array() && a.at("rules").as_array().empty();
+    const char* method = clear ? "DELETE" : "POST";
+    Result<Reply> r = service == "payments" ? c_.payments_admin(method, "/_sim/faults", body)
+                      : service == "agent"  ? c_.agent_admin(method, "/_sim/faults", body)
+                      : service == "orders"
+                          ? c_.orders_admin(method, "/_sim/faults", body)
+                          : Result<Reply>(fail("service must be payments, agent or orders"));
     if (!r) return r.error();
     if (r->status != 200) return fail("the simulator refused the faults: " + r->raw);
     std::vector<std::string> actions;
     for (const auto& rule : a.at("rules").as_array())
       actions.push_back(fmt::format("{} on {} {}", str(rule, "action"), str(rule, "method"),
                                     str(rule, "path_prefix")));
-    auto line = fmt::format("{} faults: {}", service, fmt::join(actions, "; "));
+    auto line = clear ? fmt::format("{} faults cleared", service)
+                      : fmt::format("{} faults: {}", service, fmt::join(actions, "; "));
     trace_.interruptions.push_back(line);
     return line;
   }
@@ -411,24 +418,55 @@ class Run {
     return line;
   }
 
+  // Changes an order where it lives: in opgate's store (an admin's PUT), or
+  // at the order service when the scenario has one, which may also forget
+  // the idempotency keys it kept (as a service restarted without them).
   Result<std::string> update_order(const json::object& a) {
     const auto id = text(a.at("order_id"));
-    auto r = c_.op("GET", "/v1/orders/" + id);
+    const bool at_service = sc_.settings.order_service;
+    auto r = at_service ? c_.orders_admin("GET", "/_sim/orders/" + id)
+                        : c_.op("GET", "/v1/orders/" + id);
     if (!r) return r.error();
     if (r->status != 200) return fail("no such order: " + r->raw);
     json::object order = r->body.as_object();
     std::vector<std::string> changes;
     for (const auto& kv : a) {
-      if (kv.key() == "order_id") continue;
+      if (kv.key() == "order_id" || kv.key() == "forget_idempotency_keys") continue;
+      if (kv.key() == "delivered") {
+        if (!kv.value().as_bool()) continue;
+        json::array events;
+        if (auto* d = order.if_contains("delivery"); d && d->is_array()) events = d->as_array();
+        events.push_back(json::object{
+            {"at", SystemClock().now_s()}, {"status", "delivered"}, {"detail", "delivered"}});
+        order["delivery"] = std::move(events);
+        changes.push_back("delivered");
+        continue;
+      }
       changes.push_back(fmt::format("{} {} → {}", std::string(kv.key()), str(order, kv.key()),
                                     json::serialize(kv.value())));
       order[kv.key()] = kv.value();
     }
     order.erase("updated_at_ms");
-    auto put = c_.op("PUT", "/v1/orders/" + id, json::serialize(order));
+    auto put = at_service ? c_.orders_admin("PUT", "/_sim/orders/" + id, json::serialize(order))
+                          : c_.op("PUT", "/v1/orders/" + id, json::serialize(order));
     if (!put) return put.error();
     if (put->status != 200) return fail("update refused: " + put->raw);
-    return fmt::format("order {} changed: {}", id, fmt::join(changes, ", "));
+    if (auto* f = a.if_contains("forget_idempotency_keys"); f && f->as_bool()) {
+      if (!at_service) return fail("only an order service forgets idempotency keys");
+      auto reset = c_.orders_admin("POST", "/_sim/reset");
+      if (!reset) return reset.error();
+      changes.push_back("the order service forgot its idempotency keys");
+    }
+    return fmt::format("order {} changed{}: {}", id, at_service ? " at the order service" : "",
+                       fmt::join(changes, ", "));
+  }
+
+  Result<std::string> reload(const json::object& a) {
+    const auto toml = text(a.at("config"));
+    if (auto s = c_.reload(toml); !s) return s.error();
+    auto line = "configuration reloaded (SIGHUP) with: " + toml;
+    trace_.interruptions.push_back(line);
+    return line;
   }
 
   Result<std::string> webhook(const json::object& a) {
@@ -539,6 +577,7 @@ ScenarioReport run_scenario(const Scenario& scenario, const RunOptions& options)
   cluster_options.sim_bin = options.sim_bin;
   cluster_options.orders = scenario.orders;
   cluster_options.settings = scenario.settings;
+  cluster_options.order_service = scenario.settings.order_service;
   cluster_options.keep_dir = options.keep_dirs;
   auto cluster = Cluster::start(cluster_options);
   if (!cluster) {

@@ -25,13 +25,16 @@ const std::map<std::string, StepShape>& step_shapes() {
   static const std::map<std::string, StepShape> shapes = {
       {"start_session", {{"session"}, {}}},
       {"await_proposal", {{"key"}, {"session"}}},
-      {"approve", {{"key", "as"}, {"expect_status", "amount_minor", "currency"}}},
+      {"approve", {{"key", "as"}, {"expect_status", "amount_minor", "currency", "fresh"}}},
       {"deny", {{"key", "as"}, {"expect_status", "reason"}}},
       {"await_state", {{"key", "state"}, {"outcome", "linked_calls"}}},
       {"await_turn", {{"session", "status"}, {}}},
       {"fault", {{"service", "rules"}, {}}},
       {"restart_daemon", {{}, {"kill"}}},
-      {"update_order", {{"order_id"}, {"amount_minor", "currency", "status", "note"}}},
+      {"update_order",
+       {{"order_id"},
+        {"amount_minor", "currency", "status", "note", "delivered", "forget_idempotency_keys"}}},
+      {"reload", {{"config"}, {}}},
       {"webhook", {{"session", "kind", "expect_status"}, {}}},
       {"reconcile", {{"key"}, {"as"}}},
       {"settle_refund", {{"key", "status"}, {}}},
@@ -180,9 +183,13 @@ Result<Settings> parse_settings(const json::value& v) {
       {"agent_timeout_ms", &s.agent_timeout_ms},
       {"two_person_threshold_minor", &s.two_person_threshold_minor},
       {"delivery_delay_after_days", &s.delivery_delay_after_days}};
-  std::set<std::string> known;
+  std::set<std::string> known{"order_service"};
   for (const auto& [key, _] : fields) known.insert(key);
   if (auto st = check_keys(in, {}, known, "settings"); !st) return st.error();
+  if (auto* o = in.if_contains("order_service")) {
+    if (!o->is_bool()) return bad("settings: \"order_service\" must be true or false");
+    s.order_service = o->as_bool();
+  }
   for (const auto& [key, target] : fields) {
     if (!in.contains(key)) continue;
     auto value = int_at(in, key, "settings");
@@ -211,6 +218,11 @@ Result<Step> parse_step(const json::value& v, size_t index, const std::set<std::
     if (!s->is_string() || !sessions.count(std::string(s->as_string())))
       return bad(fmt::format("{}: \"session\" must name one of the scenario's sessions", where));
   }
+  for (const char* flag : {"delivered", "forget_idempotency_keys", "fresh"})
+    if (auto* f = args.if_contains(flag); f && !f->is_bool())
+      return bad(fmt::format("{}: \"{}\" must be true or false", where, flag));
+  if (*action == "reload" && !args.at("config").is_string())
+    return bad(where + ": \"config\" must be TOML text (a string)");
   return Step{*action, std::move(args), index + 1};
 }
 
