@@ -132,7 +132,7 @@ CREATE TABLE leases (
 );
 )SQL";
 
-// Notifications (main's issue #15): outbox items wait in two queues and are
+// Notifications: outbox items wait in two queues and are
 // found by operation; settled operations are counted by outcome; endpoints'
 // standing and the events kept for replay. The columns added to existing
 // rows are filled by backfill_v3 from the records themselves.
