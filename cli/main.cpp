@@ -9,7 +9,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/store_factory.h"
-#include "worker/tools.h"
+#include "operations/tools.h"
 
 int main(int argc, char** argv) {
   using namespace opgate;
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       }
       policy = config->policy;
     }
-    std::cout << worker::tool_definitions_json(policy) << "\n";
+    std::cout << operations::tool_definitions_json(policy) << "\n";
   });
 
   std::string session, owner, key, reason, state, outcome, evidence, data_dir, file, dir;

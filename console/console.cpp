@@ -7,7 +7,7 @@
 #include "common/logging.h"
 #include "console/assets.h"
 #include "console/guard.h"
-#include "operator/auth.h"
+#include "operator_api/auth.h"
 
 namespace opgate::console {
 

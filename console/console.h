@@ -27,7 +27,7 @@
 #include "console/options.h"
 #include "console/sessions.h"
 #include "http/router.h"
-#include "operator/api.h"
+#include "operator_api/api.h"
 
 namespace opgate::console {
 

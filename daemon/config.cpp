@@ -14,7 +14,7 @@
 
 #include "common/identifiers.h"
 #include "common/logging.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "operations/notifications.h"
 
 namespace opgate::daemon {
@@ -201,7 +201,7 @@ void parse_ingress(const Section& in, Config& c, const std::filesystem::path& ba
                       "variable in secrets_env)",
                       source.name));
     for (const auto& secret : secrets) {
-      auto key = ingress::decode_secret(secret);
+      auto key = webhooks::decode_secret(secret);
       if (!key)
         throw ConfigError(fmt::format("webhook source '{}': {}", source.name, key.error().message));
       source.raw_keys.push_back(*key);
@@ -415,7 +415,7 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
     const bool optional = endpoint.format == outbox::NotifyEndpoint::Format::slack &&
                           !e.has("secret") && !e.has("secret_env");
     if (!optional) {
-      auto key = ingress::decode_secret(secret);
+      auto key = webhooks::decode_secret(secret);
       if (!key)
         throw ConfigError(
             e.has("secret_env")

@@ -14,6 +14,7 @@
 #include "adapters/agents/agents_client.h"
 #include "adapters/orders/order_service.h"
 #include "adapters/payments/provider.h"
+#include "agent_sessions/session_sync.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "common/descriptors.h"
@@ -38,10 +39,9 @@
 #include "operations/decisions.h"
 #include "operations/orders.h"
 #include "operations/state_machine.h"
-#include "operator/api.h"
+#include "operator_api/api.h"
 #include "outbox/drainer.h"
 #include "store/rocksdb/rocks_storage.h"
-#include "worker/session_sync.h"
 
 namespace opgate::daemon {
 
@@ -447,8 +447,8 @@ int serve(const Config& initial, const ServeOptions& options) {
   // Session syncs and outbox items run here, one lane per session,
   // operation or tool call; a slow one holds only its own lane.
   Lanes lanes("lane", 32, 1024);
-  worker::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random,
-                               order_service.get());
+  agent_sessions::SessionSync sessions(storage, **inbox, *agents, policy, metrics, clock, random,
+                                       order_service.get());
   outbox::DrainerOptions drainer_options;
   // Longer than an execution can take: a cancellation at the order service
   // and then the refund.

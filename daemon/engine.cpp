@@ -9,8 +9,8 @@
 
 namespace opgate::daemon {
 
-Engine::Engine(store::Storage& storage, worker::SessionSync& sessions, outbox::Drainer& drainer,
-               Lanes& lanes, const Clock& clock, Options options)
+Engine::Engine(store::Storage& storage, agent_sessions::SessionSync& sessions,
+               outbox::Drainer& drainer, Lanes& lanes, const Clock& clock, Options options)
     : storage_(storage),
       sessions_(sessions),
       drainer_(drainer),

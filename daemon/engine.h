@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "agent_sessions/session_sync.h"
 #include "common/clock.h"
 #include "common/lanes.h"
 #include "common/mutex.h"
@@ -20,7 +21,6 @@
 #include "outbox/drainer.h"
 #include "outbox/notifier.h"
 #include "store/port.h"
-#include "worker/session_sync.h"
 
 namespace opgate::daemon {
 
@@ -34,7 +34,7 @@ class Engine {
     // that share the store (expiry, sweeps); empty: always.
     std::function<bool()> leads;
   };
-  Engine(store::Storage& storage, worker::SessionSync& sessions, outbox::Drainer& drainer,
+  Engine(store::Storage& storage, agent_sessions::SessionSync& sessions, outbox::Drainer& drainer,
          Lanes& lanes, const Clock& clock, Options options);
   ~Engine();
   void start();
@@ -59,7 +59,7 @@ class Engine {
  private:
   void loop();
   store::Storage& storage_;
-  worker::SessionSync& sessions_;
+  agent_sessions::SessionSync& sessions_;
   outbox::Drainer& drainer_;
   Lanes& lanes_;
   const Clock& clock_;

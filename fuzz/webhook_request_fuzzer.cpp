@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/webhook_signature.h"
 #include "http/router.h"
 #include "ingress/envelope.h"
-#include "ingress/signature.h"
 
 namespace {
 std::string_view next_line(std::string_view& rest) {
@@ -23,18 +23,18 @@ std::string_view next_line(std::string_view& rest) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::string> keys = {
-      *opgate::ingress::decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")};
+      *opgate::webhooks::decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")};
   std::string_view rest(reinterpret_cast<const char*>(data), size);
   auto id = next_line(rest);
   auto ts = next_line(rest);
   auto sig = next_line(rest);
   auto body = rest;
-  (void)opgate::ingress::verify({id, ts, sig, body}, keys, 1614265330, 300);
-  const std::string good = opgate::ingress::sign(keys[0], id, 1614265330, body);
-  if (opgate::ingress::verify({id, "1614265330", good, body}, keys, 1614265330, 300).ok())
+  (void)opgate::webhooks::verify({id, ts, sig, body}, keys, 1614265330, 300);
+  const std::string good = opgate::webhooks::sign(keys[0], id, 1614265330, body);
+  if (opgate::webhooks::verify({id, "1614265330", good, body}, keys, 1614265330, 300).ok())
     (void)opgate::ingress::parse_envelope(body);
   std::vector<std::string> segments;
   (void)opgate::http::split_path(std::string(id), segments);
-  (void)opgate::ingress::decode_secret(sig);
+  (void)opgate::webhooks::decode_secret(sig);
   return 0;
 }

@@ -5,7 +5,7 @@
 
 #include "common/logging.h"
 #include "common/text.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 
 namespace opgate::ingress {
 
@@ -65,8 +65,8 @@ std::optional<http::Response> WebhookHandler::check(const http::Request& req,
     if (c < 0x21 || c > 0x7e || c == '/')
       return reject(source->name, 400, "bad_headers", "webhook-id has invalid characters.");
 
-  Status verified = verify({*id, *ts, *sig, req.body}, source->raw_keys, clock_.now_s(),
-                           config->timestamp_tolerance_s);
+  Status verified = webhooks::verify({*id, *ts, *sig, req.body}, source->raw_keys, clock_.now_s(),
+                                     config->timestamp_tolerance_s);
   if (!verified) {
     if (verified.error().code == "bad_timestamp")
       return reject(source->name, 400, "bad_headers", verified.error().message, *id);

@@ -4,7 +4,7 @@
 
 #include <boost/json.hpp>
 
-#include "operations/proposal.h"
+#include "operations/keys.h"
 #include "operations/settlement.h"
 #include "operations/transitions.h"
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <set>
 
-#include "operations/proposal.h"
+#include "operations/keys.h"
 
 namespace opgate::operations {
 

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "operations/keys.h"
 #include "operations/orders.h"
-#include "operations/proposal.h"
 
 namespace opgate::operations {
 

@@ -4,7 +4,7 @@
 
 #include <charconv>
 
-#include "operations/proposal.h"
+#include "operations/keys.h"
 #include "operations/settlement.h"
 #include "operations/transitions.h"
 

@@ -2,8 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "operations/keys.h"
 #include "operations/orders.h"
-#include "operations/proposal.h"
 #include "operations/transitions.h"
 
 namespace opgate::operations {

@@ -9,7 +9,7 @@
 #include "common/crypto.h"
 #include "operations/decisions.h"
 #include "operations/execution.h"
-#include "operations/proposal.h"
+#include "operations/keys.h"
 #include "operations/state_machine.h"
 #include "outbox/claim.h"
 

@@ -8,7 +8,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "operations/notifications.h"
 #include "outbox/claim.h"
 
@@ -113,7 +113,8 @@ http::ClientRequest delivery_request(const NotifyEndpoint& endpoint, const pb::N
   req.headers["webhook-id"] = n.webhook_id();
   req.headers["webhook-timestamp"] = std::to_string(now_s);
   if (!endpoint.raw_key.empty())
-    req.headers["webhook-signature"] = ingress::sign(endpoint.raw_key, n.webhook_id(), now_s, body);
+    req.headers["webhook-signature"] =
+        webhooks::sign(endpoint.raw_key, n.webhook_id(), now_s, body);
   req.body = std::move(body);
   return req;
 }

@@ -5,7 +5,7 @@
 #include "operations/decisions.h"
 #include "operations/execution.h"
 #include "operations/proposals.h"
-#include "worker/tools.h"
+#include "operations/tools.h"
 
 namespace opgate::sim {
 
@@ -50,16 +50,16 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
   call.set_name("request_refund");
   call.set_arguments_json(fmt::format(R"({{"order_id":"{}"}})", order.order_id()));
   call.set_created_at_ms(txn.now_ms());
-  worker::OrderLookup lookup =
-      [&](const std::string& id) -> Result<std::optional<worker::OrderView>> {
+  operations::OrderLookup lookup =
+      [&](const std::string& id) -> Result<std::optional<operations::OrderView>> {
     OPGATE_ASSIGN_OR_RETURN(auto found, txn.order(id));
-    if (!found) return std::optional<worker::OrderView>();
+    if (!found) return std::optional<operations::OrderView>();
     OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(id));
-    return std::optional<worker::OrderView>(worker::OrderView{*found, funds});
+    return std::optional<operations::OrderView>(operations::OrderView{*found, funds});
   };
   OPGATE_ASSIGN_OR_RETURN(
-      auto outcome, worker::dispatch_tool(call.name(), call.arguments_json(), order.owner(), lookup,
-                                          policy, now_s));
+      auto outcome, operations::dispatch_tool(call.name(), call.arguments_json(), order.owner(),
+                                              lookup, policy, now_s));
   if (!outcome.proposal) return make_error(errc::internal, "the history's refund was refused");
   OPGATE_TRY(operations::propose(txn, call, *outcome.proposal, policy));
   const std::string key = call.operation_key();

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/crypto.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "sim/percentile.h"
 
 namespace opgate::sim {
@@ -113,7 +113,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                    "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n"
                    "webhook-id: {}\r\nwebhook-timestamp: {}\r\nwebhook-signature: {}\r\n"
                    "Content-Length: {}\r\n\r\n",
-                   s_.o.path, s_.o.host, id, ts, ingress::sign(s_.key, id, ts, body), body.size());
+                   s_.o.path, s_.o.host, id, ts, webhooks::sign(s_.key, id, ts, body), body.size());
     wire_ += body;
     started_ = Clock::now();
     stream_.expires_after(std::chrono::seconds(30));
@@ -173,7 +173,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 }  // namespace
 
 Result<LoadReport> run_load(const LoadOptions& o) {
-  auto key = ingress::decode_secret(o.secret);
+  auto key = webhooks::decode_secret(o.secret);
   if (!key) return key.error();
   Shared s{o,
            o.bad_signatures ? std::string(key->size(), 'x') : *key,

@@ -31,8 +31,8 @@
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/signals.h"
+#include "common/webhook_signature.h"
 #include "http/server.h"
-#include "ingress/signature.h"
 #include "sim/agent_sim.h"
 #include "sim/approver.h"
 #include "sim/eval/runner.h"
@@ -294,7 +294,7 @@ int main(int argc, char** argv) {
 
   opgate::SystemClock clock;
   if (receiver->parsed()) {
-    auto key = opgate::ingress::decode_secret(receiver_secret);
+    auto key = opgate::webhooks::decode_secret(receiver_secret);
     if (!key) {
       log_warn("bad --secret", {{"error", key.error().message}});
       return 2;
@@ -335,7 +335,7 @@ int main(int argc, char** argv) {
     log_warn("bad --webhook-url", {{"error", "only http:// URLs are supported"}});
     return 2;
   }
-  auto raw_key = opgate::ingress::decode_secret(webhook_secret);
+  auto raw_key = opgate::webhooks::decode_secret(webhook_secret);
   if (!raw_key) {
     log_warn("bad --webhook-secret", {{"error", raw_key.error().message}});
     return 2;

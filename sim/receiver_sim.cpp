@@ -2,7 +2,7 @@
 
 #include <boost/json.hpp>
 
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "sim/fault_replies.h"
 #include "sim/log.h"
 #include "sim/sim_http.h"
@@ -60,7 +60,7 @@ http::Response ReceiverSim::receive(const http::Request& request) {
   const auto ts = request.header("webhook-timestamp").value_or("");
   const auto sig = request.header("webhook-signature").value_or("");
   const bool verified =
-      ingress::verify({id, ts, sig, request.body}, {raw_key_}, clock_.now_s(), 300).ok();
+      webhooks::verify({id, ts, sig, request.body}, {raw_key_}, clock_.now_s(), 300).ok();
   json::object record{{"path", request.path()},
                       {"webhook_id", id},
                       {"webhook_timestamp", ts},

@@ -1,7 +1,7 @@
 #include "sim/webhook_sender.h"
 
+#include "common/webhook_signature.h"
 #include "http/client.h"
-#include "ingress/signature.h"
 #include "sim/ids.h"
 #include "sim/log.h"
 
@@ -68,7 +68,7 @@ void WebhookSender::attempt(std::shared_ptr<Message> message) {
   req.headers["webhook-id"] = message->webhook_id;
   req.headers["webhook-timestamp"] = std::to_string(ts);
   req.headers["webhook-signature"] =
-      ingress::sign(options_.raw_key, message->webhook_id, ts, message->body);
+      webhooks::sign(options_.raw_key, message->webhook_id, ts, message->body);
   req.body = message->body;
   auto result = http::send(req);
   if (result && result->status >= 200 && result->status < 300) {

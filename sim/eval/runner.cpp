@@ -14,7 +14,7 @@
 
 #include "common/clock.h"
 #include "common/crypto.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "sim/eval/cluster.h"
 #include "sim/eval/json_fields.h"
 
@@ -476,7 +476,7 @@ class Run {
     const auto kind = text(a.at("kind"));
     const int64_t expect = i64(a, "expect_status", 0);
     const int64_t now = SystemClock().now_s();
-    auto key = ingress::decode_secret(Cluster::webhook_secret());
+    auto key = webhooks::decode_secret(Cluster::webhook_secret());
     if (!key) return key.error();
     std::string secret_key = *key;
     int64_t ts = now;
@@ -497,7 +497,7 @@ class Run {
     if (!before) return before.error();
     auto r = c_.webhook({{"webhook-id", id},
                          {"webhook-timestamp", std::to_string(ts)},
-                         {"webhook-signature", ingress::sign(secret_key, id, ts, body)},
+                         {"webhook-signature", webhooks::sign(secret_key, id, ts, body)},
                          {"Content-Type", "application/json"}},
                         body);
     if (!r) return r.error();

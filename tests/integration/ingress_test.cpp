@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "cluster.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 
 using namespace opgate;
 using namespace opgate::testing;
@@ -29,10 +29,10 @@ std::string envelope(const std::string& session = "sess_demo") {
 
 http::Headers signed_headers(const Cluster& c, const std::string& id, const std::string& body,
                              int64_t ts = now_s()) {
-  auto key = ingress::decode_secret(c.webhook_secret());
+  auto key = webhooks::decode_secret(c.webhook_secret());
   return {{"webhook-id", id},
           {"webhook-timestamp", std::to_string(ts)},
-          {"webhook-signature", ingress::sign(*key, id, ts, body)},
+          {"webhook-signature", webhooks::sign(*key, id, ts, body)},
           {"Content-Type", "application/json"}};
 }
 

@@ -15,7 +15,7 @@
 
 #include "cluster.h"
 #include "common/crypto.h"
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 
 using namespace opgate;
 using namespace opgate::testing;
@@ -37,12 +37,12 @@ std::string event_body(const std::string& id) {
 
 http::Headers signed_with(const std::string& secret, const std::string& id,
                           const std::string& body) {
-  auto key = ingress::decode_secret(secret);
+  auto key = webhooks::decode_secret(secret);
   REQUIRE(key.ok());
   const auto ts = now_s();
   return {{"webhook-id", id},
           {"webhook-timestamp", std::to_string(ts)},
-          {"webhook-signature", ingress::sign(*key, id, ts, body)},
+          {"webhook-signature", webhooks::sign(*key, id, ts, body)},
           {"Content-Type", "application/json"}};
 }
 

@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "operations/state_machine.h"
-#include "operator/api.h"
+#include "operator_api/api.h"
 #include "world.h"
 
 namespace opgate::testing {

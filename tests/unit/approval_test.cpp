@@ -2,9 +2,9 @@
 
 #include "common/crypto.h"
 #include "operations/authority.h"
+#include "operations/keys.h"
 #include "operations/policy.h"
-#include "operations/proposal.h"
-#include "operator/auth.h"
+#include "operator_api/auth.h"
 
 using namespace opgate;
 using namespace opgate::operations;

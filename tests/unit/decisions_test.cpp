@@ -8,7 +8,7 @@
 
 #include <boost/json.hpp>
 
-#include "operations/proposal.h"
+#include "operations/keys.h"
 #include "world.h"
 
 using namespace opgate;

@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "ingress/webhook_handler.h"
 #include "opgate.pb.h"
 #include "world.h"
@@ -32,7 +32,7 @@ http::Request signed_request(const std::string& id, const std::string& body, int
   r.headers = {{"Content-Type", "application/json"},
                {"webhook-id", id},
                {"webhook-timestamp", std::to_string(now_s)},
-               {"webhook-signature", ingress::sign(kRawKey, id, now_s, body)}};
+               {"webhook-signature", webhooks::sign(kRawKey, id, now_s, body)}};
   return r;
 }
 

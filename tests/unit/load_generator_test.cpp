@@ -10,8 +10,8 @@
 #include <mutex>
 #include <set>
 
+#include "common/webhook_signature.h"
 #include "http/server.h"
-#include "ingress/signature.h"
 
 using namespace opgate;
 
@@ -24,20 +24,19 @@ struct Receiver {
   uint64_t repeats = 0;
   uint64_t bad = 0;
   bool call_everything_a_duplicate = false;
-  std::string key = *ingress::decode_secret(kSecret);
-  http::Server server{{}, [this](http::Request&& r) {
-                        std::lock_guard lock(mu);
-                        const auto id = r.header("webhook-id").value_or("");
-                        const auto ts = r.header("webhook-timestamp").value_or("");
-                        const auto sig = r.header("webhook-signature").value_or("");
-                        if (!ingress::verify({id, ts, sig, r.body}, {key}, std::time(nullptr), 300))
-                          ++bad;
-                        if (!ids.insert(id).second) ++repeats;
-                        return http::json_response(200,
-                                                   call_everything_a_duplicate
-                                                       ? R"({"accepted":true,"duplicate":true})"
-                                                       : R"({"accepted":true,"duplicate":false})");
-                      }};
+  std::string key = *webhooks::decode_secret(kSecret);
+  http::Server server{
+      {}, [this](http::Request&& r) {
+        std::lock_guard lock(mu);
+        const auto id = r.header("webhook-id").value_or("");
+        const auto ts = r.header("webhook-timestamp").value_or("");
+        const auto sig = r.header("webhook-signature").value_or("");
+        if (!webhooks::verify({id, ts, sig, r.body}, {key}, std::time(nullptr), 300)) ++bad;
+        if (!ids.insert(id).second) ++repeats;
+        return http::json_response(200, call_everything_a_duplicate
+                                            ? R"({"accepted":true,"duplicate":true})"
+                                            : R"({"accepted":true,"duplicate":false})");
+      }};
   uint16_t port = *server.start();
 };
 

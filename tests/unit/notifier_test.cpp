@@ -11,7 +11,7 @@
 #include <boost/json.hpp>
 #include <condition_variable>
 
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 #include "operations/decisions.h"
 #include "operations/notifications.h"
 #include "world.h"
@@ -28,7 +28,7 @@ outbox::NotifyEndpoint endpoint(const std::string& name, std::set<std::string> e
   outbox::NotifyEndpoint e;
   e.name = name;
   e.url = "http://receiver.test/hooks/" + name;
-  e.raw_key = *ingress::decode_secret(kSecret);
+  e.raw_key = *webhooks::decode_secret(kSecret);
   e.events = std::move(events);
   return e;
 }
@@ -172,10 +172,10 @@ TEST_CASE(
   REQUIRE(sent.size() == 1);
   const auto& s = sent[0];
   CHECK(s.type == "operation.proposed");
-  auto key = ingress::decode_secret(kSecret);
+  auto key = webhooks::decode_secret(kSecret);
   // The signature as sent, checked by the ingress's own verifier.
-  CHECK(ingress::verify({s.webhook_id, s.timestamp, s.signature, s.body}, {*key},
-                        std::stoll(s.timestamp), 300)
+  CHECK(webhooks::verify({s.webhook_id, s.timestamp, s.signature, s.body}, {*key},
+                         std::stoll(s.timestamp), 300)
             .ok());
   auto body = json::parse(s.body).as_object();
   CHECK(body.at("type").as_string() == "operation.proposed");
@@ -199,13 +199,13 @@ TEST_CASE("the signature the notifier sends is the one the ingress accepts") {
   n.set_webhook_id("msg_abc");
   n.set_operation_json(R"({"key":"k","amount_minor":1,"currency":"USD"})");
   auto req = outbox::delivery_request(e, n, "", 1'800'000'000);
-  CHECK(ingress::verify({req.headers.at("webhook-id"), req.headers.at("webhook-timestamp"),
-                         req.headers.at("webhook-signature"), req.body},
-                        {e.raw_key}, 1'800'000'000, 300)
+  CHECK(webhooks::verify({req.headers.at("webhook-id"), req.headers.at("webhook-timestamp"),
+                          req.headers.at("webhook-signature"), req.body},
+                         {e.raw_key}, 1'800'000'000, 300)
             .ok());
-  CHECK(ingress::verify({req.headers.at("webhook-id"), req.headers.at("webhook-timestamp"),
-                         req.headers.at("webhook-signature"), req.body + " "},
-                        {e.raw_key}, 1'800'000'000, 300)
+  CHECK(webhooks::verify({req.headers.at("webhook-id"), req.headers.at("webhook-timestamp"),
+                          req.headers.at("webhook-signature"), req.body + " "},
+                         {e.raw_key}, 1'800'000'000, 300)
             .error()
             .code == "bad_signature");
 }

@@ -2,7 +2,7 @@
 // API and an injected clock: coalescing, backoff, Retry-After, the sweep,
 // sessions the platform does not know, calls of one step that ask for the
 // same thing, and one slow session beside the others.
-#include "worker/session_sync.h"
+#include "agent_sessions/session_sync.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -191,7 +191,7 @@ TEST_CASE("events queued behind many events of a session in backoff still run") 
   w.bind("sess_1");
   w.agents.session_errors["sess_bad"] =
       make_error(errc::agents_unavailable, "agents API answered 503");
-  const size_t many = worker::SessionSync::kPassEntries + 100;
+  const size_t many = agent_sessions::SessionSync::kPassEntries + 100;
   for (size_t i = 0; i < many; ++i) w.webhook(fmt::format("msg_bad_{}", i), "sess_bad");
   w.pump();  // sess_bad's fetch fails: it backs off
   w.require_lookup("call_1");

@@ -1,14 +1,14 @@
-#include "ingress/signature.h"
-
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
 
+#include "common/webhook_signature.h"
 #include "ingress/envelope.h"
 
-using namespace opgate::ingress;
+using namespace opgate::webhooks;
+using opgate::ingress::parse_envelope;
 namespace json = boost::json;
 
 namespace {

@@ -1,16 +1,16 @@
 // The tools: validation outside the model, the server-computed proposals,
 // delivery history, the internal note's evidence rule, cancel_order and the
 // policy per tool.
-#include "worker/tools.h"
+#include "operations/tools.h"
 
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
 #include <map>
 
+#include "operations/keys.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
-#include "operations/proposal.h"
 #include "operations/settlement.h"
 
 using namespace opgate;
@@ -39,16 +39,18 @@ struct Fixture {
   std::map<std::string, pb::OrderFunds> funds;
   std::vector<pb::ToolCall> calls;  // the session's calls so far
   operations::PolicyConfig policy;
-  worker::OrderLookup lookup =
-      [this](const std::string& id) -> Result<std::optional<worker::OrderView>> {
+  operations::OrderLookup lookup =
+      [this](const std::string& id) -> Result<std::optional<operations::OrderView>> {
     auto it = orders.find(id);
-    if (it == orders.end()) return std::optional<worker::OrderView>();
-    return std::optional<worker::OrderView>(worker::OrderView{it->second, funds[id]});
+    if (it == orders.end()) return std::optional<operations::OrderView>();
+    return std::optional<operations::OrderView>(operations::OrderView{it->second, funds[id]});
   };
-  worker::ToolOutcome run(std::string_view tool, std::string_view args,
-                          const std::string& owner = "demo-user") {
-    worker::CallsLookup session = [this]() -> Result<std::vector<pb::ToolCall>> { return calls; };
-    auto out = worker::dispatch_tool(tool, args, owner, lookup, policy, kNow, session);
+  operations::ToolOutcome run(std::string_view tool, std::string_view args,
+                              const std::string& owner = "demo-user") {
+    operations::CallsLookup session = [this]() -> Result<std::vector<pb::ToolCall>> {
+      return calls;
+    };
+    auto out = operations::dispatch_tool(tool, args, owner, lookup, policy, kNow, session);
     REQUIRE(out.ok());
     return *out;
   }
@@ -72,7 +74,7 @@ pb::ToolCall call(std::string id, std::string name, std::string order_id) {
   return c;
 }
 
-std::string refusal(const worker::ToolOutcome& out) {
+std::string refusal(const operations::ToolOutcome& out) {
   REQUIRE(out.result);
   CHECK_FALSE(out.result->success());
   CHECK_FALSE(out.note);
@@ -238,7 +240,7 @@ TEST_CASE("the fingerprint binds every canonical field of a proposal") {
 }
 
 TEST_CASE("every tool schema forbids additional properties") {
-  auto tools = json::parse(worker::tool_definitions_json()).as_array();
+  auto tools = json::parse(operations::tool_definitions_json()).as_array();
   CHECK(tools.size() == 5);
   for (const auto& t : tools)
     CHECK(t.at("parameters").at("additionalProperties").as_bool() == false);
@@ -367,7 +369,7 @@ TEST_CASE("an internal note is accepted with evidence from this session about th
   CHECK(out.note->evidence == std::vector<std::string>{"call-1"});
   CHECK_FALSE(out.proposal);
   CHECK_FALSE(out.result);  // the caller stores the note, then answers with note_result
-  auto answer = worker::note_result(*out.note, "note:sess_1:call-2");
+  auto answer = operations::note_result(*out.note, "note:sess_1:call-2");
   REQUIRE(answer.success());
   auto v = json::parse(answer.output()).as_object();
   CHECK(v.at("status").as_string() == "noted");
@@ -473,7 +475,7 @@ TEST_CASE("the policy per tool: disabled tools are neither offered nor run; tier
   f.policy.tools["cancel_order"].enabled = false;
   f.policy.tools["request_refund"].tier = "supervisor";
   f.policy.tools["issue_account_credit"].tier = "supervisor";
-  auto tools = json::parse(worker::tool_definitions_json(f.policy)).as_array();
+  auto tools = json::parse(operations::tool_definitions_json(f.policy)).as_array();
   std::vector<std::string> names;
   for (const auto& t : tools) names.emplace_back(t.at("name").as_string());
   CHECK(names == std::vector<std::string>{"lookup_order", "add_internal_note", "request_refund",

@@ -20,6 +20,7 @@
 
 #include "adapters/agents/agents_client.h"
 #include "adapters/payments/provider.h"
+#include "agent_sessions/session_sync.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "common/lanes.h"
@@ -31,7 +32,6 @@
 #include "outbox/drainer.h"
 #include "outbox/notifier.h"
 #include "store/rocksdb/rocks_storage.h"
-#include "worker/session_sync.h"
 
 namespace opgate::testing {
 
@@ -159,7 +159,7 @@ struct World {
   std::unique_ptr<store::rocks::RocksStorage> storage;
   std::unique_ptr<ingress::Inbox> inbox;
   std::unique_ptr<Lanes> lanes;
-  std::unique_ptr<worker::SessionSync> sync;
+  std::unique_ptr<agent_sessions::SessionSync> sync;
   std::unique_ptr<outbox::Drainer> drainer;
   std::unique_ptr<Lanes> notify_lanes;
   std::unique_ptr<outbox::Notifier> notifier;
@@ -181,8 +181,8 @@ struct World {
     REQUIRE(in.ok());
     inbox = std::move(*in);
     lanes = std::make_unique<Lanes>("test-lane", 4, 256);
-    sync = std::make_unique<worker::SessionSync>(*storage, *inbox, agents, policy, metrics, clock,
-                                                 [] { return 0.0; });
+    sync = std::make_unique<agent_sessions::SessionSync>(*storage, *inbox, agents, policy, metrics,
+                                                         clock, [] { return 0.0; });
     outbox::DrainerOptions d;
     d.claim_lease_ms = 30'000;
     drainer = std::make_unique<outbox::Drainer>(

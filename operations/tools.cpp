@@ -1,4 +1,4 @@
-#include "worker/tools.h"
+#include "operations/tools.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,11 +8,11 @@
 #include <map>
 #include <set>
 
+#include "operations/keys.h"
 #include "operations/orders.h"
-#include "operations/proposal.h"
 #include "operations/settlement.h"
 
-namespace opgate::worker {
+namespace opgate::operations {
 
 namespace json = boost::json;
 
@@ -97,9 +97,6 @@ std::string tool_definitions_json(const operations::PolicyConfig& policy) {
 }
 
 namespace {
-
-using operations::failure_result;
-using operations::format_money;
 
 pb::ToolResult success_result(const json::object& output) {
   pb::ToolResult r;
@@ -426,4 +423,4 @@ std::optional<std::string> order_id_argument(std::string_view arguments_json) {
   return std::string(id->as_string());
 }
 
-}  // namespace opgate::worker
+}  // namespace opgate::operations

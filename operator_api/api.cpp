@@ -1,4 +1,4 @@
-#include "operator/api.h"
+#include "operator_api/api.h"
 
 #include <fmt/format.h>
 
@@ -11,11 +11,11 @@
 #include "common/logging.h"
 #include "operations/audit.h"
 #include "operations/decisions.h"
+#include "operations/keys.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
-#include "operations/proposal.h"
 #include "operations/views.h"
-#include "operator/auth.h"
+#include "operator_api/auth.h"
 
 namespace opgate::operator_api {
 

@@ -1,4 +1,4 @@
-#include "operations/proposal.h"
+#include "operations/keys.h"
 
 #include <fmt/format.h>
 

@@ -10,7 +10,7 @@
 
 #include "common/result.h"
 
-namespace opgate::ingress {
+namespace opgate::webhooks {
 
 // Decodes "whsec_<base64>" to the raw key; error if malformed.
 Result<std::string> decode_secret(std::string_view secret);
@@ -33,4 +33,4 @@ struct SignedMessage {
 Status verify(const SignedMessage& message, const std::vector<std::string>& raw_keys, int64_t now_s,
               int64_t tolerance_s);
 
-}  // namespace opgate::ingress
+}  // namespace opgate::webhooks

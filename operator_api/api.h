@@ -21,6 +21,7 @@
 
 #include "adapters/agents/agents_client.h"
 #include "adapters/orders/order_service.h"
+#include "agent_sessions/session_sync.h"
 #include "common/live.h"
 #include "common/metrics.h"
 #include "http/router.h"
@@ -30,7 +31,6 @@
 #include "outbox/drainer.h"
 #include "outbox/notifier.h"
 #include "store/port.h"
-#include "worker/session_sync.h"
 
 namespace opgate::operator_api {
 
@@ -52,7 +52,7 @@ using Authenticator =
 
 struct ApiDeps {
   store::Storage& storage;
-  worker::SessionSync& sessions;
+  agent_sessions::SessionSync& sessions;
   outbox::Drainer& drainer;
   adapters::AgentsClient& agents;
   Metrics& metrics;

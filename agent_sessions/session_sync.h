@@ -28,7 +28,7 @@
 #include "operations/policy.h"
 #include "store/port.h"
 
-namespace opgate::worker {
+namespace opgate::agent_sessions {
 
 class SessionSync {
  public:
@@ -102,4 +102,4 @@ class SessionSync {
   std::string sweep_cursor_;
 };
 
-}  // namespace opgate::worker
+}  // namespace opgate::agent_sessions

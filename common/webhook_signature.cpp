@@ -1,10 +1,10 @@
-#include "ingress/signature.h"
+#include "common/webhook_signature.h"
 
 #include <charconv>
 
 #include "common/crypto.h"
 
-namespace opgate::ingress {
+namespace opgate::webhooks {
 
 Result<std::string> decode_secret(std::string_view secret) {
   constexpr std::string_view prefix = "whsec_";
@@ -63,4 +63,4 @@ Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, 
   return Status::Ok();
 }
 
-}  // namespace opgate::ingress
+}  // namespace opgate::webhooks

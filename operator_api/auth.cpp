@@ -1,4 +1,4 @@
-#include "operator/auth.h"
+#include "operator_api/auth.h"
 
 #include "common/crypto.h"
 

@@ -1,18 +1,26 @@
-#include "worker/session_sync.h"
+#include "agent_sessions/session_sync.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <set>
 
+#include "operations/keys.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
-#include "operations/proposal.h"
 #include "operations/proposals.h"
 #include "operations/settlement.h"
-#include "worker/tools.h"
+#include "operations/tools.h"
 
-namespace opgate::worker {
+namespace opgate::agent_sessions {
+
+using operations::CallsLookup;
+using operations::dispatch_tool;
+using operations::note_result;
+using operations::order_id_argument;
+using operations::OrderLookup;
+using operations::OrderView;
+using operations::refund_order_id;
 
 SessionSync::SessionSync(store::Storage& storage, ingress::Inbox& inbox,
                          adapters::AgentsClient& agents,
@@ -387,4 +395,4 @@ size_t SessionSync::sweep(Lanes& lanes, int64_t window_ms, size_t max_sessions, 
   return handed;
 }
 
-}  // namespace opgate::worker
+}  // namespace opgate::agent_sessions

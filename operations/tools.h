@@ -14,7 +14,7 @@
 #include "operations/policy.h"
 #include "opgate.pb.h"
 
-namespace opgate::worker {
+namespace opgate::operations {
 
 // The longest internal note accepted, in bytes.
 inline constexpr size_t kNoteMaxChars = 2000;
@@ -33,7 +33,7 @@ struct OrderView {
 // "orders_unavailable" (the order service did not answer), which the tool
 // answers as a temporary refusal.
 using OrderLookup = std::function<Result<std::optional<OrderView>>(const std::string& order_id)>;
-using operations::PolicyConfig;
+
 // Every call of the session so far (the evidence an internal note may cite).
 using CallsLookup = std::function<Result<std::vector<pb::ToolCall>>()>;
 
@@ -76,4 +76,4 @@ std::optional<std::string> order_id_argument(std::string_view arguments_json);
 // tool makes), or nothing.
 std::optional<std::string> refund_order_id(std::string_view arguments_json);
 
-}  // namespace opgate::worker
+}  // namespace opgate::operations
