@@ -23,9 +23,9 @@ using operations::OrderView;
 using operations::refund_order_id;
 
 SessionSync::SessionSync(store::Storage& storage, ingress::Inbox& inbox,
-                         adapters::AgentsClient& agents,
+                         operations::AgentPlatform& agents,
                          const Live<operations::PolicyConfig>& policy, Metrics& metrics,
-                         const Clock& clock, Random random, adapters::OrderService* orders)
+                         const Clock& clock, Random random, operations::OrderService* orders)
     : storage_(storage),
       inbox_(inbox),
       agents_(agents),
@@ -175,7 +175,7 @@ void SessionSync::process(const std::string& session_id,
   inbox_.processed(events.size());
 }
 
-SessionSync::FetchedOrders SessionSync::fetch_orders(const adapters::SessionView& view) {
+SessionSync::FetchedOrders SessionSync::fetch_orders(const operations::SessionView& view) {
   FetchedOrders fetched;
   if (!orders_) return fetched;
   for (const auto& action : view.required_actions) {
@@ -183,15 +183,15 @@ SessionSync::FetchedOrders SessionSync::fetch_orders(const adapters::SessionView
     if (!id || fetched.contains(*id)) continue;
     auto order = orders_->get(*id);
     metrics_.inc("opgate_order_service_reads_total",
-                 {{"result", std::string(adapters::read_name(order.read))}});
-    if (order.read == adapters::OrderRead::unavailable)
+                 {{"result", std::string(operations::read_name(order.read))}});
+    if (order.read == operations::OrderRead::unavailable)
       spdlog::warn("cannot read order {} from the order service: {}", *id, order.error);
     fetched.emplace(*id, std::move(order));
   }
   return fetched;
 }
 
-Status SessionSync::answer_all(const pb::Session& session, const adapters::SessionView& view,
+Status SessionSync::answer_all(const pb::Session& session, const operations::SessionView& view,
                                const std::vector<store::QueuedEvent>& events) {
   auto policy = policy_.get();
   const FetchedOrders fetched = fetch_orders(view);
@@ -220,7 +220,7 @@ Status SessionSync::sync(const std::string& session_id) {
 }
 
 Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
-                           const adapters::RequiredAction& action,
+                           const operations::RequiredAction& action,
                            const operations::PolicyConfig& policy, const FetchedOrders& fetched) {
   if (!operations::valid_identifier(action.call_id) ||
       !operations::valid_identifier(action.turn_id)) {
@@ -266,10 +266,10 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
       // as the store's copy (audited when it changed), which the proposal,
       // the console and the later re-checks read.
       auto it = fetched.find(order_id);
-      if (it == fetched.end() || it->second.read == adapters::OrderRead::unavailable)
+      if (it == fetched.end() || it->second.read == operations::OrderRead::unavailable)
         return make_error(errc::orders_unavailable,
                           it == fetched.end() ? "the order was not read" : it->second.error);
-      if (it->second.read == adapters::OrderRead::absent) return std::optional<OrderView>();
+      if (it->second.read == operations::OrderRead::absent) return std::optional<OrderView>();
       OPGATE_TRY(
           operations::upsert_order(txn, it->second.order, operations::kOrderServicePrincipal));
     }

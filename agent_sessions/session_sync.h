@@ -16,8 +16,6 @@
 #include <optional>
 #include <string>
 
-#include "adapters/agents/agents_client.h"
-#include "adapters/orders/order_service.h"
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/lanes.h"
@@ -25,6 +23,8 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "ingress/inbox.h"
+#include "operations/agent_platform.h"
+#include "operations/order_service.h"
 #include "operations/policy.h"
 #include "store/port.h"
 
@@ -37,9 +37,9 @@ class SessionSync {
   // `orders`: the business's order service (orders.source = "http"), read
   // afresh for every order a sync's tool calls name; nullptr when the
   // orders are kept in the store (embedded).
-  SessionSync(store::Storage& storage, ingress::Inbox& inbox, adapters::AgentsClient& agents,
+  SessionSync(store::Storage& storage, ingress::Inbox& inbox, operations::AgentPlatform& agents,
               const Live<operations::PolicyConfig>& policy, Metrics& metrics, const Clock& clock,
-              Random random, adapters::OrderService* orders = nullptr);
+              Random random, operations::OrderService* orders = nullptr);
 
   // Hands the queued events of each session that is neither busy nor
   // backing off to its lane; returns how many sessions it handed over.
@@ -69,12 +69,12 @@ class SessionSync {
   void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events);
   // What the order service answered for each order the view's calls name,
   // read before the transaction (no network call is made inside one).
-  using FetchedOrders = std::map<std::string, adapters::FetchedOrder>;
-  FetchedOrders fetch_orders(const adapters::SessionView& view);
+  using FetchedOrders = std::map<std::string, operations::FetchedOrder>;
+  FetchedOrders fetch_orders(const operations::SessionView& view);
   Status answer(store::Transaction& txn, const pb::Session& session,
-                const adapters::RequiredAction& action, const operations::PolicyConfig& policy,
+                const operations::RequiredAction& action, const operations::PolicyConfig& policy,
                 const FetchedOrders& fetched);
-  Status answer_all(const pb::Session& session, const adapters::SessionView& view,
+  Status answer_all(const pb::Session& session, const operations::SessionView& view,
                     const std::vector<store::QueuedEvent>& events);
   bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
   bool backing_off(const std::string& session_id, int64_t now_ms);
@@ -82,11 +82,11 @@ class SessionSync {
 
   store::Storage& storage_;
   ingress::Inbox& inbox_;
-  adapters::AgentsClient& agents_;
+  operations::AgentPlatform& agents_;
   const Live<operations::PolicyConfig>& policy_;
   Metrics& metrics_;
   const Clock& clock_;
-  adapters::OrderService* orders_;
+  operations::OrderService* orders_;
 
   struct Retry {
     int attempts = 0;

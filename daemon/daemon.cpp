@@ -11,9 +11,9 @@
 #include <random>
 #include <thread>
 
-#include "adapters/agents/agents_client.h"
-#include "adapters/orders/order_service.h"
-#include "adapters/payments/provider.h"
+#include "adapters/agents/agents_http_client.h"
+#include "adapters/orders/http_order_service.h"
+#include "adapters/payments/stripe_provider.h"
 #include "agent_sessions/session_sync.h"
 #include "common/clock.h"
 #include "common/crypto.h"
@@ -419,16 +419,15 @@ int serve(const Config& initial, const ServeOptions& options) {
                                       config.payments.timeout_ms, config.payments.ca_file});
   // orders.source = "http": the business's order service is read afresh at
   // each step, and cancellations go to it before the refund goes out.
-  std::unique_ptr<adapters::OrderService> order_service;
-  std::unique_ptr<adapters::PaymentProvider> cancelling;
+  std::unique_ptr<operations::OrderService> order_service;
+  std::unique_ptr<operations::PaymentProvider> cancelling;
   if (config.orders_source == "http") {
-    order_service = adapters::make_http_order_service(
-        {config.orders.base_url, config.orders.secret, config.orders.timeout_ms,
-         config.orders.ca_file},
-        [](std::string_view text) { return operations::parse_order(text); });
+    order_service =
+        adapters::make_http_order_service({config.orders.base_url, config.orders.secret,
+                                           config.orders.timeout_ms, config.orders.ca_file});
     cancelling = adapters::make_cancelling_provider(*payments, *order_service);
   }
-  adapters::PaymentProvider* provider = cancelling ? cancelling.get() : payments.get();
+  operations::PaymentProvider* provider = cancelling ? cancelling.get() : payments.get();
 
   // Jitter for every backoff, shared by the threads that back off.
   struct Jitter {

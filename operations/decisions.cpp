@@ -64,18 +64,14 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                              "expired and the session is told.");
     return out;
   }
-  OPGATE_ASSIGN_OR_RETURN(auto order, order_for_recheck(txn, p.order_id(), sourced));
-  OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
-  std::optional<std::string> reason =
-      order ? recheck(p, *order, funds, policy, txn.now_ms() / 1000)
-            : std::optional<std::string>("The order no longer exists.");
-  if (reason) {
-    const bool changed = !order || order_changed(p, *order);
+  OPGATE_ASSIGN_OR_RETURN(const Recheck now, recheck_now(txn, p, policy, sourced));
+  if (now.refusal) {
+    const std::string& reason = *now.refusal;
     op.set_decided_by(principal.name);
-    op.set_decision_reason(*reason);
-    OPGATE_TRY(settle(txn, op, Event::reject, principal.name, details({{"reason", *reason}})));
-    out.refusal = make_error(changed ? errc::order_changed : errc::policy_refused,
-                             *reason + " The operation is rejected and the session is told.");
+    op.set_decision_reason(reason);
+    OPGATE_TRY(settle(txn, op, Event::reject, principal.name, details({{"reason", reason}})));
+    out.refusal = make_error(now.order_changed ? errc::order_changed : errc::policy_refused,
+                             reason + " The operation is rejected and the session is told.");
     return out;
   }
 

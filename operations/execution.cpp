@@ -1,5 +1,6 @@
 #include "operations/execution.h"
 
+#include "operations/keys.h"
 #include "operations/settlement.h"
 #include "operations/state_machine.h"
 #include "operations/transitions.h"
@@ -15,6 +16,21 @@ void enqueue_reconcile(store::Transaction& txn, const std::string& key, int64_t 
   txn.enqueue(std::move(item));
 }
 }  // namespace
+
+PaymentRequest payment_request(const pb::Operation& op) {
+  const auto& p = op.proposal();
+  using Kind = PaymentRequest::Kind;
+  return {p.kind() == kAccountCredit ? Kind::customer_credit : Kind::refund,
+          op.key(),
+          op.idempotency_key(),
+          p.payment_intent(),
+          p.customer(),
+          p.amount_minor(),
+          p.currency(),
+          p.reason(),
+          p.kind() == kCancelOrder,
+          p.order_id()};
+}
 
 Status recover_executing(store::Transaction& txn, pb::Operation& op, const std::string& reason,
                          bool with_item) {
@@ -36,15 +52,11 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
   }
   if (!is(*op, State::approved)) return out;  // nothing left to execute
   const auto& p = op->proposal();
-  OPGATE_ASSIGN_OR_RETURN(auto order, order_for_recheck(txn, p.order_id(), sourced));
-  OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
-  std::optional<std::string> reason =
-      order ? recheck(p, *order, funds, policy, txn.now_ms() / 1000)
-            : std::optional<std::string>("The order no longer exists.");
-  if (reason) {
-    op->set_decision_reason(*reason);
+  OPGATE_ASSIGN_OR_RETURN(const Recheck now, recheck_now(txn, p, policy, sourced));
+  if (now.refusal) {
+    op->set_decision_reason(*now.refusal);
     OPGATE_TRY(settle(txn, *op, Event::reject, "system",
-                      details({{"reason", "before execution: " + *reason}})));
+                      details({{"reason", "before execution: " + *now.refusal}})));
     return out;
   }
   op->set_attempts(op->attempts() + 1);
@@ -55,7 +67,7 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
   return out;
 }
 
-Status record_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& a,
+Status record_answer(store::Transaction& txn, const std::string& key, const PaymentResult& a,
                      const std::string& principal, int64_t reconcile_in_ms) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op) return make_error(errc::not_found, "The operation vanished.");
@@ -63,17 +75,17 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Prov
   if (!a.object_id.empty()) op->set_provider_object_id(a.object_id);
   op->set_provider_status(a.provider_status);
   switch (a.verdict) {
-    case ProviderVerdict::succeeded:
+    case Verdict::succeeded:
       op->set_last_error("");
       return settle(txn, *op, Event::provider_succeeded, principal,
                     details({{"provider_object_id", op->provider_object_id()}}), "provider");
-    case ProviderVerdict::refused:
+    case Verdict::refused:
       op->set_last_error(a.error);
       op->set_decision_reason(a.error);
       return settle(txn, *op, Event::provider_refused, principal, details({{"error", a.error}}));
-    case ProviderVerdict::pending:
-    case ProviderVerdict::indeterminate:
-      op->set_last_error(a.verdict == ProviderVerdict::pending
+    case Verdict::pending:
+    case Verdict::indeterminate:
+      op->set_last_error(a.verdict == Verdict::pending
                              ? "the provider holds the object but its result is pending"
                              : a.error);
       OPGATE_TRY(apply(txn, *op, Event::provider_indeterminate, principal,
@@ -84,33 +96,29 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Prov
   return Status::Ok();
 }
 
-Status record_late_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& a,
+Status record_late_answer(store::Transaction& txn, const std::string& key, const PaymentResult& a,
                           const std::string& principal) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op) return make_error(errc::not_found, "The operation vanished.");
-  if (is(*op, State::outcome_unknown) && a.verdict == ProviderVerdict::succeeded)
+  if (is(*op, State::outcome_unknown) && a.verdict == Verdict::succeeded)
     return settle_found(txn, key, a);
   if (is(*op, State::settled) && op->provider_object_id() == a.object_id &&
-      a.verdict == ProviderVerdict::succeeded)
+      a.verdict == Verdict::succeeded)
     return Status::Ok();  // the same success, recorded already
-  std::string verdict = a.verdict == ProviderVerdict::succeeded ? "succeeded"
-                        : a.verdict == ProviderVerdict::refused ? "refused"
-                        : a.verdict == ProviderVerdict::pending ? "pending"
-                                                                : "indeterminate";
   return save_with_audit(txn, *op, "late_answer", principal,
-                         details({{"verdict", verdict},
+                         details({{"verdict", std::string(to_string(a.verdict))},
                                   {"provider_object_id", a.object_id},
                                   {"provider_status", a.provider_status},
                                   {"error", a.error}}));
 }
 
-Status settle_found(store::Transaction& txn, const std::string& key, const ProviderAnswer& found) {
+Status settle_found(store::Transaction& txn, const std::string& key, const PaymentResult& found) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op || !is(*op, State::outcome_unknown)) return Status::Ok();
   op->set_provider_object_id(found.object_id);
   op->set_provider_status(found.provider_status);
   op->set_attempts(op->attempts() + 1);
-  const bool ok = found.verdict == ProviderVerdict::succeeded;
+  const bool ok = found.verdict == Verdict::succeeded;
   if (!ok) op->set_decision_reason("The payment provider reports the operation failed.");
   return settle(txn, *op, ok ? Event::reconcile_succeeded : Event::reconcile_failed, "reconciler",
                 details({{"provider_object_id", op->provider_object_id()},

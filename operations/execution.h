@@ -11,26 +11,16 @@
 
 #include "common/result.h"
 #include "operations/orders.h"
+#include "operations/payment_provider.h"
 #include "operations/policy.h"
 #include "opgate.pb.h"
 #include "store/port.h"
 
 namespace opgate::operations {
 
-// The provider's answer, as the domain sees it.
-enum class ProviderVerdict {
-  succeeded,      // the provider holds the object and it succeeded
-  pending,        // the provider holds the object; its result is not final
-  refused,        // a definite refusal: nothing was or will be done
-  indeterminate,  // timeout, 5xx, 429, connection loss: it may have happened
-};
-
-struct ProviderAnswer {
-  ProviderVerdict verdict = ProviderVerdict::indeterminate;
-  std::string object_id;
-  std::string provider_status;
-  std::string error;
-};
+// What executing the operation asks of the payment provider: its kind,
+// amount and payee, under the operation's idempotency key.
+PaymentRequest payment_request(const pb::Operation& operation);
 
 struct Claim {
   // Set when the operation is now durably executing: call the provider.
@@ -52,7 +42,7 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
 // (succeeded or failed), or outcome_unknown with a reconcile item due at
 // now + reconcile_in_ms. An answer for an operation no longer executing
 // (recovered meanwhile) is a late answer: see record_late_answer.
-Status record_answer(store::Transaction& txn, const std::string& key, const ProviderAnswer& answer,
+Status record_answer(store::Transaction& txn, const std::string& key, const PaymentResult& answer,
                      const std::string& principal, int64_t reconcile_in_ms);
 
 // An answer that arrived after the operation left `executing` (another
@@ -61,7 +51,7 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Prov
 // settled by it; anything else is audited ("late_answer") and the
 // operation's reconcile item goes on to prove what happened.
 Status record_late_answer(store::Transaction& txn, const std::string& key,
-                          const ProviderAnswer& answer, const std::string& principal);
+                          const PaymentResult& answer, const std::string& principal);
 
 // An executing operation whose provider call may have happened without a
 // recorded answer (restart, crash, storage error): outcome_unknown, with a
@@ -70,7 +60,7 @@ Status recover_executing(store::Transaction& txn, pb::Operation& operation,
                          const std::string& reason, bool with_item = true);
 
 // The reconciler found the provider's object with a final result.
-Status settle_found(store::Transaction& txn, const std::string& key, const ProviderAnswer& found);
+Status settle_found(store::Transaction& txn, const std::string& key, const PaymentResult& found);
 
 // The provider proved it has no object for the key: executing again under
 // the same idempotency key. Returns the claimed operation, or nothing if it

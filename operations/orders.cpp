@@ -221,14 +221,33 @@ Status upsert_order(store::Transaction& txn, pb::Order order, const std::string&
   return Status::Ok();
 }
 
-Result<std::optional<pb::Order>> order_for_recheck(store::Transaction& txn,
-                                                   const std::string& order_id,
-                                                   const std::optional<SourcedOrder>& sourced) {
+Result<std::optional<SourcedOrder>> source_order(OrderService* service, const std::string& order_id,
+                                                 Metrics& metrics) {
+  using Sourced = std::optional<SourcedOrder>;
+  if (!service) return Sourced();
+  auto fetched = service->get(order_id);
+  metrics.inc("opgate_order_service_reads_total",
+              {{"result", std::string(read_name(fetched.read))}});
+  if (fetched.read == OrderRead::unavailable)
+    return make_error(errc::orders_unavailable,
+                      "The order service cannot be read (" + fetched.error +
+                          "), so the order cannot be re-checked; nothing goes ahead until it can. "
+                          "Try again shortly.");
+  if (fetched.read == OrderRead::absent) return Sourced(SourcedOrder{});
+  return Sourced(SourcedOrder{std::move(fetched.order)});
+}
+
+Result<Recheck> recheck_now(store::Transaction& txn, const pb::Proposal& p,
+                            const PolicyConfig& policy,
+                            const std::optional<SourcedOrder>& sourced) {
   if (sourced) {
-    if (!sourced->order) return std::optional<pb::Order>();
+    if (!sourced->order) return Recheck{"The order no longer exists.", true};
     OPGATE_TRY(upsert_order(txn, *sourced->order, kOrderServicePrincipal));
   }
-  return txn.order(order_id);
+  OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(p.order_id()));
+  if (!order) return Recheck{"The order no longer exists.", true};
+  OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(p.order_id()));
+  return Recheck{recheck(p, *order, funds, policy, txn.now_ms() / 1000), order_changed(p, *order)};
 }
 
 Result<size_t> import_orders(store::Storage& storage, std::vector<pb::Order> orders,

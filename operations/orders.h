@@ -13,7 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/result.h"
+#include "operations/order_service.h"
+#include "operations/policy.h"
 #include "opgate.pb.h"
 #include "store/port.h"
 
@@ -54,12 +57,27 @@ struct SourcedOrder {
   std::optional<pb::Order> order;
 };
 
-// The order a re-check reads: with an answer from the order service, the
-// store's copy is first brought up to date with it (nothing if the service
-// no longer has the order); without one, the store's copy (embedded orders).
-Result<std::optional<pb::Order>> order_for_recheck(store::Transaction& txn,
-                                                   const std::string& order_id,
-                                                   const std::optional<SourcedOrder>& sourced);
+// The order as the order service reads it now, for a decision or an
+// execution about to re-check it: read before the transaction (no network
+// call is made inside one). Nothing without a service (embedded orders:
+// the store's copy is the order); orders_unavailable when the service
+// cannot say, so nothing goes ahead on stale data. Counts each read in
+// opgate_order_service_reads_total.
+Result<std::optional<SourcedOrder>> source_order(OrderService* service, const std::string& order_id,
+                                                 Metrics& metrics);
+
+// Whether the proposal may still go ahead, read at a decision or a claim:
+// the order (as `sourced`, or the store's copy; the store's copy is first
+// brought up to date with the service's answer) and what opgate moved for
+// it, checked against the policy in force. `refusal` is the reason it
+// must be rejected, if any; `order_changed` whether the order itself moved
+// (or vanished) since the proposal.
+struct Recheck {
+  std::optional<std::string> refusal;
+  bool order_changed = false;
+};
+Result<Recheck> recheck_now(store::Transaction& txn, const pb::Proposal& proposal,
+                            const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced);
 
 // Upserts every order in one transaction.
 Result<size_t> import_orders(store::Storage& storage, std::vector<pb::Order> orders,

@@ -429,26 +429,15 @@ class Api {
   }
 
   // With an order service, the order of a pending operation as it reads
-  // there now (read before the transaction: no network call inside one);
-  // orders_unavailable if the service cannot say, so nothing is approved on
-  // stale data. Nothing for embedded orders, or an operation the principal
-  // cannot see or that is no longer pending (approve() answers those).
+  // there now (operations::source_order). Nothing for an operation the
+  // principal cannot see or that is no longer pending (approve() answers
+  // those).
   Result<std::optional<operations::SourcedOrder>> source_order(const std::string& key,
                                                                const Principal& p) {
-    using Sourced = std::optional<operations::SourcedOrder>;
-    if (!d_.orders) return Sourced();
     auto op = operations::visible_operation(d_.storage.reader(), key, p);
-    if (!op || !operations::is(*op, operations::State::pending)) return Sourced();
-    auto fetched = d_.orders->get(op->proposal().order_id());
-    d_.metrics.inc("opgate_order_service_reads_total",
-                   {{"result", std::string(adapters::read_name(fetched.read))}});
-    if (fetched.read == adapters::OrderRead::unavailable)
-      return make_error(errc::orders_unavailable,
-                        "The order service cannot be read (" + fetched.error +
-                            "), so the order cannot be re-checked; nothing was approved. Try "
-                            "again shortly.");
-    if (fetched.read == adapters::OrderRead::absent) return Sourced(operations::SourcedOrder{});
-    return Sourced(operations::SourcedOrder{std::move(fetched.order)});
+    if (!d_.orders || !op || !operations::is(*op, operations::State::pending))
+      return std::optional<operations::SourcedOrder>();
+    return operations::source_order(d_.orders, op->proposal().order_id(), d_.metrics);
   }
 
   Response deny(const Request& req, const http::PathParams& params, const Principal& p) {

@@ -19,14 +19,14 @@
 #include <string_view>
 #include <vector>
 
-#include "adapters/agents/agents_client.h"
-#include "adapters/orders/order_service.h"
 #include "agent_sessions/session_sync.h"
 #include "common/live.h"
 #include "common/metrics.h"
 #include "http/router.h"
+#include "operations/agent_platform.h"
 #include "operations/attention.h"
 #include "operations/authority.h"
+#include "operations/order_service.h"
 #include "operations/policy.h"
 #include "outbox/drainer.h"
 #include "outbox/notifier.h"
@@ -54,7 +54,7 @@ struct ApiDeps {
   store::Storage& storage;
   agent_sessions::SessionSync& sessions;
   outbox::Drainer& drainer;
-  adapters::AgentsClient& agents;
+  operations::AgentPlatform& agents;
   Metrics& metrics;
   const Clock& clock;
   // Replaced as a whole on reload.
@@ -70,7 +70,7 @@ struct ApiDeps {
   Authenticator console_auth = {};
   // The business's order service (orders.source = "http"): an approval
   // re-checks the order as it reads there now; nullptr for embedded orders.
-  adapters::OrderService* orders = nullptr;
+  operations::OrderService* orders = nullptr;
 };
 
 http::Router make_router(ApiDeps& deps);

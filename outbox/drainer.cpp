@@ -15,61 +15,7 @@
 
 namespace opgate::outbox {
 
-using operations::ProviderAnswer;
-using operations::ProviderVerdict;
-
 namespace {
-
-std::string_view verdict_name(adapters::Verdict v) {
-  switch (v) {
-    case adapters::Verdict::succeeded:
-      return "succeeded";
-    case adapters::Verdict::pending:
-      return "pending";
-    case adapters::Verdict::refused:
-      return "refused";
-    case adapters::Verdict::indeterminate:
-      return "indeterminate";
-  }
-  return "unknown";
-}
-
-ProviderAnswer answer_of(const adapters::PaymentResult& r) {
-  ProviderAnswer a;
-  switch (r.verdict) {
-    case adapters::Verdict::succeeded:
-      a.verdict = ProviderVerdict::succeeded;
-      break;
-    case adapters::Verdict::pending:
-      a.verdict = ProviderVerdict::pending;
-      break;
-    case adapters::Verdict::refused:
-      a.verdict = ProviderVerdict::refused;
-      break;
-    case adapters::Verdict::indeterminate:
-      a.verdict = ProviderVerdict::indeterminate;
-      break;
-  }
-  a.object_id = r.object_id;
-  a.provider_status = r.provider_status;
-  a.error = r.error;
-  return a;
-}
-
-adapters::PaymentRequest request_for(const pb::Operation& op) {
-  const auto& p = op.proposal();
-  using Kind = adapters::PaymentRequest::Kind;
-  return {p.kind() == operations::kAccountCredit ? Kind::customer_credit : Kind::refund,
-          op.key(),
-          op.idempotency_key(),
-          p.payment_intent(),
-          p.customer(),
-          p.amount_minor(),
-          p.currency(),
-          p.reason(),
-          p.kind() == operations::kCancelOrder,
-          p.order_id()};
-}
 
 std::string call_text(const pb::CallRef& c) {
   return c.session_id() + "/" + c.turn_id() + "/" + c.call_id();
@@ -95,10 +41,10 @@ std::string result_idempotency_key(const pb::CallRef& call) {
   return "opgate-result-" + crypto::sha256_hex(call_text(call)).substr(0, 40);
 }
 
-Drainer::Drainer(store::Storage& storage, Lanes& lanes, adapters::PaymentProvider& provider,
-                 adapters::AgentsClient& agents, const Live<operations::PolicyConfig>& policy,
+Drainer::Drainer(store::Storage& storage, Lanes& lanes, operations::PaymentProvider& provider,
+                 operations::AgentPlatform& agents, const Live<operations::PolicyConfig>& policy,
                  Metrics& metrics, const Clock& clock, Random random, DrainerOptions options,
-                 adapters::OrderService* orders)
+                 operations::OrderService* orders)
     : storage_(storage),
       lanes_(lanes),
       provider_(provider),
@@ -236,17 +182,10 @@ void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& er
 }
 
 Result<std::optional<operations::SourcedOrder>> Drainer::source_order(const std::string& key) {
-  using Sourced = std::optional<operations::SourcedOrder>;
-  if (!orders_) return Sourced();
   OPGATE_ASSIGN_OR_RETURN(auto op, storage_.reader().operation(key));
-  if (!op || !operations::is(*op, operations::State::approved)) return Sourced();
-  auto fetched = orders_->get(op->proposal().order_id());
-  metrics_.inc("opgate_order_service_reads_total",
-               {{"result", std::string(adapters::read_name(fetched.read))}});
-  if (fetched.read == adapters::OrderRead::unavailable)
-    return make_error(errc::orders_unavailable, "order service: " + fetched.error);
-  if (fetched.read == adapters::OrderRead::absent) return Sourced(operations::SourcedOrder{});
-  return Sourced(operations::SourcedOrder{std::move(fetched.order)});
+  if (!orders_ || !op || !operations::is(*op, operations::State::approved))
+    return std::optional<operations::SourcedOrder>();
+  return operations::source_order(orders_, op->proposal().order_id(), metrics_);
 }
 
 void Drainer::execute(const store::OutboxEntry& entry) {
@@ -290,12 +229,12 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
                             const std::string& principal) {
   // Durably executing: now, and only now, the provider is called.
   const int64_t started_ns = clock_.monotonic_ns();
-  auto result = provider_.execute(request_for(claimed));
+  auto result = provider_.execute(operations::payment_request(claimed));
   metrics_
       .histogram("opgate_provider_call_seconds", {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
       .observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
   metrics_.inc("opgate_provider_attempts_total",
-               {{"result", std::string(verdict_name(result.verdict))}});
+               {{"result", std::string(operations::to_string(result.verdict))}});
   const int64_t reconcile_in = backoff(0);
   bool fenced = false;
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
@@ -305,10 +244,8 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
     // they are, and its reconciliation proves the rest.
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     fenced = !ours;
-    if (fenced)
-      return operations::record_late_answer(txn, claimed.key(), answer_of(result), principal);
-    OPGATE_TRY(
-        operations::record_answer(txn, claimed.key(), answer_of(result), principal, reconcile_in));
+    if (fenced) return operations::record_late_answer(txn, claimed.key(), result, principal);
+    OPGATE_TRY(operations::record_answer(txn, claimed.key(), result, principal, reconcile_in));
     txn.remove_outbox(entry.id);
     return Status::Ok();
   });
@@ -347,24 +284,24 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   }
   if (!*op || !operations::is(**op, operations::State::outcome_unknown)) return remove(entry);
   const pb::Operation operation = **op;
-  auto found = provider_.find(request_for(operation));
+  auto found = provider_.find(operations::payment_request(operation));
   metrics_.inc("opgate_reconciliations_total",
-               {{"result", found.lookup == adapters::Lookup::found    ? "found"
-                           : found.lookup == adapters::Lookup::absent ? "absent"
-                                                                      : "unreachable"}});
-  if (found.lookup == adapters::Lookup::found &&
-      found.object.verdict != adapters::Verdict::pending) {
+               {{"result", found.lookup == operations::Lookup::found    ? "found"
+                           : found.lookup == operations::Lookup::absent ? "absent"
+                                                                        : "unreachable"}});
+  if (found.lookup == operations::Lookup::found &&
+      found.object.verdict != operations::Verdict::pending) {
     Status s = storage_.transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
       if (!ours) return Status::Ok();
-      OPGATE_TRY(operations::settle_found(txn, key, answer_of(found.object)));
+      OPGATE_TRY(operations::settle_found(txn, key, found.object));
       txn.remove_outbox(entry.id);
       return Status::Ok();
     });
     if (!s) spdlog::error("cannot settle reconciled {}: {}", key, s.error().message);
     return;
   }
-  if (found.lookup == adapters::Lookup::absent) {
+  if (found.lookup == operations::Lookup::absent) {
     // Proven absent: execute again, under the same idempotency key.
     std::optional<pb::Operation> claimed;
     store::OutboxEntry leased;
@@ -387,7 +324,7 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
     return;
   }
   // Unreachable, or found but still pending: stay outcome_unknown, try later.
-  const std::string error = found.lookup == adapters::Lookup::found
+  const std::string error = found.lookup == operations::Lookup::found
                                 ? "the provider's object is still pending"
                                 : "reconciliation: " + found.error;
   const int64_t wait = backoff(entry.item.attempts() + 1);
@@ -492,10 +429,10 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
   }
   pb::Delivery delivery = pb::DELIVERY_DELIVERED;
   std::string error;
-  if (*verdict == adapters::SubmitVerdict::conflict) {
+  if (*verdict == operations::SubmitVerdict::conflict) {
     delivery = pb::DELIVERY_CONFLICT;
     error = "the session holds a different result for this call";
-  } else if (*verdict == adapters::SubmitVerdict::unknown_call) {
+  } else if (*verdict == operations::SubmitVerdict::unknown_call) {
     delivery = pb::DELIVERY_STALE;
     error = "the session no longer waits for this call";
   }

@@ -12,17 +12,17 @@
 
 #include <string>
 
-#include "adapters/agents/agents_client.h"
-#include "adapters/orders/order_service.h"
-#include "adapters/payments/provider.h"
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/lanes.h"
 #include "common/live.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
+#include "operations/agent_platform.h"
 #include "operations/authority.h"
+#include "operations/order_service.h"
 #include "operations/orders.h"
+#include "operations/payment_provider.h"
 #include "operations/policy.h"
 #include "outbox/held_items.h"
 #include "store/port.h"
@@ -50,10 +50,10 @@ class Drainer {
   // operation's order is read there afresh before it is claimed, and its
   // cancellations go through `provider` (adapters/orders). nullptr for
   // embedded orders.
-  Drainer(store::Storage& storage, Lanes& lanes, adapters::PaymentProvider& provider,
-          adapters::AgentsClient& agents, const Live<operations::PolicyConfig>& policy,
+  Drainer(store::Storage& storage, Lanes& lanes, operations::PaymentProvider& provider,
+          operations::AgentPlatform& agents, const Live<operations::PolicyConfig>& policy,
           Metrics& metrics, const Clock& clock, Random random, DrainerOptions options = {},
-          adapters::OrderService* orders = nullptr);
+          operations::OrderService* orders = nullptr);
 
   // On start-up: every `executing` operation becomes `outcome_unknown`
   // (with a reconcile item), because its provider call may have happened;
@@ -96,15 +96,15 @@ class Drainer {
 
   store::Storage& storage_;
   Lanes& lanes_;
-  adapters::PaymentProvider& provider_;
-  adapters::AgentsClient& agents_;
+  operations::PaymentProvider& provider_;
+  operations::AgentPlatform& agents_;
   const Live<operations::PolicyConfig>& policy_;
   Metrics& metrics_;
   const Clock& clock_;
   Mutex random_mu_;
   Random random_ GUARDED_BY(random_mu_);
   DrainerOptions options_;
-  adapters::OrderService* orders_;
+  operations::OrderService* orders_;
   int64_t last_stale_check_ms_ = 0;  // dispatcher thread only
   HeldItems held_;                   // handed to a lane, not finished
 };

@@ -73,9 +73,9 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
   if (approved.refusal) return *approved.refusal;
   OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, policy));
   if (!claim.claimed) return make_error(errc::internal, "the history's refund was not claimed");
-  operations::ProviderAnswer answer;
+  operations::PaymentResult answer;
   if (settle) {
-    answer.verdict = operations::ProviderVerdict::succeeded;
+    answer.verdict = operations::Verdict::succeeded;
     answer.object_id = fmt::format("re_hist_{}", i);
     answer.provider_status = "succeeded";
   } else {

@@ -1,3 +1,5 @@
+#include "adapters/agents/agents_http_client.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -5,12 +7,16 @@
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
-#include "adapters/agents/agents_client.h"
 #include "http/client.h"
 
 namespace opgate::adapters {
 
 namespace json = boost::json;
+using operations::AgentPlatform;
+using operations::Page;
+using operations::RequiredAction;
+using operations::SessionView;
+using operations::SubmitVerdict;
 
 namespace {
 
@@ -18,7 +24,7 @@ std::string seg(const std::string& s) {
   return boost::urls::encode(s, boost::urls::unreserved_chars);
 }
 
-class AgentsHttpClient final : public AgentsClient {
+class AgentsHttpClient final : public AgentPlatform {
  public:
   explicit AgentsHttpClient(AgentsHttpOptions o) : o_(std::move(o)) {
     while (!o_.base_url.empty() && o_.base_url.back() == '/') o_.base_url.pop_back();
@@ -164,7 +170,7 @@ class AgentsHttpClient final : public AgentsClient {
 
 }  // namespace
 
-std::unique_ptr<AgentsClient> make_agents_http_client(AgentsHttpOptions options) {
+std::unique_ptr<AgentPlatform> make_agents_http_client(AgentsHttpOptions options) {
   return std::make_unique<AgentsHttpClient>(std::move(options));
 }
 

@@ -1,15 +1,26 @@
+#include "adapters/orders/http_order_service.h"
+
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
-#include "adapters/orders/order_service.h"
 #include "http/client.h"
+#include "operations/orders.h"
 
 namespace opgate::adapters {
 
 namespace json = boost::json;
+using operations::CancelResult;
+using operations::FetchedOrder;
+using operations::LookupResult;
+using operations::OrderRead;
+using operations::OrderService;
+using operations::PaymentProvider;
+using operations::PaymentRequest;
+using operations::PaymentResult;
+using operations::Verdict;
 
 namespace {
 
@@ -30,8 +41,7 @@ std::string error_code_of(std::string_view body) {
 
 class HttpOrderService final : public OrderService {
  public:
-  HttpOrderService(OrderServiceOptions o, OrderParser parse)
-      : o_(std::move(o)), parse_(std::move(parse)) {
+  explicit HttpOrderService(OrderServiceOptions o) : o_(std::move(o)) {
     while (!o_.base_url.empty() && o_.base_url.back() == '/') o_.base_url.pop_back();
   }
 
@@ -52,7 +62,7 @@ class HttpOrderService final : public OrderService {
       out.error = fmt::format("the order service answered {}", res->status);
       return out;
     }
-    auto order = parse_(res->body);
+    auto order = operations::parse_order(res->body);
     if (!order) {
       out.error = "the order service answered malformed data: " + order.error().message;
       return out;
@@ -81,7 +91,7 @@ class HttpOrderService final : public OrderService {
       return out;
     }
     if (res->status == 200) {
-      auto order = parse_(res->body);
+      auto order = operations::parse_order(res->body);
       if (order && order->order_id() == order_id && order->status() == pb::ORDER_CANCELLED) {
         out.verdict = Verdict::succeeded;
         return out;
@@ -120,7 +130,6 @@ class HttpOrderService final : public OrderService {
   }
 
   OrderServiceOptions o_;
-  OrderParser parse_;
 };
 
 class CancellingProvider final : public PaymentProvider {
@@ -161,21 +170,8 @@ class CancellingProvider final : public PaymentProvider {
 
 }  // namespace
 
-std::string_view read_name(OrderRead read) {
-  switch (read) {
-    case OrderRead::found:
-      return "found";
-    case OrderRead::absent:
-      return "absent";
-    case OrderRead::unavailable:
-      break;
-  }
-  return "unavailable";
-}
-
-std::unique_ptr<OrderService> make_http_order_service(OrderServiceOptions options,
-                                                      OrderParser parse) {
-  return std::make_unique<HttpOrderService>(std::move(options), std::move(parse));
+std::unique_ptr<OrderService> make_http_order_service(OrderServiceOptions options) {
+  return std::make_unique<HttpOrderService>(std::move(options));
 }
 
 std::unique_ptr<PaymentProvider> make_cancelling_provider(PaymentProvider& payments,

@@ -1,15 +1,22 @@
+#include "adapters/payments/stripe_provider.h"
+
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
-#include "adapters/payments/provider.h"
 #include "http/client.h"
 
 namespace opgate::adapters {
 
 namespace json = boost::json;
+using operations::Lookup;
+using operations::LookupResult;
+using operations::PaymentProvider;
+using operations::PaymentRequest;
+using operations::PaymentResult;
+using operations::Verdict;
 
 namespace {
 

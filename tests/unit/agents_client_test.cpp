@@ -2,13 +2,12 @@
 // whose error body says the platform has no such session closes a
 // session's events; a 404 from a wrong base_url, a proxy's page or an error
 // about some other session is a retryable failure.
-#include "adapters/agents/agents_client.h"
-
 #include <doctest/doctest.h>
 
 #include <mutex>
 #include <string>
 
+#include "adapters/agents/agents_http_client.h"
 #include "http/server.h"
 
 using namespace opgate;
@@ -29,7 +28,7 @@ struct Platform {
                         res.headers["Content-Type"] = "application/json";
                         return res;
                       }};
-  std::unique_ptr<adapters::AgentsClient> client;
+  std::unique_ptr<operations::AgentPlatform> client;
 
   Platform() {
     auto port = server.start();

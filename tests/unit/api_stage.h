@@ -68,7 +68,7 @@ struct ApiStage : World {
 
   void propose(const std::string& session, const std::string& order) {
     REQUIRE(sync->bind(session, "demo-user", "admin").ok());
-    adapters::SessionView v;
+    operations::SessionView v;
     v.required_actions = {
         {"call_" + session, "turn_1", "request_refund", R"({"order_id":")" + order + R"("})"}};
     agents.views[session] = v;

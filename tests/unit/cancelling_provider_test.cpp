@@ -4,7 +4,7 @@
 // the refund at the provider, never from what the order service says now.
 #include <doctest/doctest.h>
 
-#include "adapters/orders/order_service.h"
+#include "adapters/orders/http_order_service.h"
 #include "world.h"
 
 using namespace opgate;
@@ -12,26 +12,26 @@ using namespace opgate;
 namespace {
 
 // An order service that answers as scripted and counts what it was asked.
-class FakeOrders final : public adapters::OrderService {
+class FakeOrders final : public operations::OrderService {
  public:
-  adapters::FetchedOrder fetched;
-  adapters::CancelResult cancelled;
+  operations::FetchedOrder fetched;
+  operations::CancelResult cancelled;
   int gets = 0;
   int cancels = 0;
 
-  adapters::FetchedOrder get(const std::string&) override {
+  operations::FetchedOrder get(const std::string&) override {
     ++gets;
     return fetched;
   }
-  adapters::CancelResult cancel(const std::string&, const std::string&,
-                                const std::string&) override {
+  operations::CancelResult cancel(const std::string&, const std::string&,
+                                  const std::string&) override {
     ++cancels;
     return cancelled;
   }
 };
 
-adapters::PaymentRequest cancel_request() {
-  adapters::PaymentRequest r;
+operations::PaymentRequest cancel_request() {
+  operations::PaymentRequest r;
   r.operation_key = "demo-user:ORDER-100:cancel-order:v1";
   r.idempotency_key = "opgate-v1-abc";
   r.payment_intent = "pi_ORDER-100";
@@ -43,9 +43,9 @@ adapters::PaymentRequest cancel_request() {
 }
 
 // The order as the service reports it after a person changed it back.
-adapters::FetchedOrder delivered_order() {
-  adapters::FetchedOrder f;
-  f.read = adapters::OrderRead::found;
+operations::FetchedOrder delivered_order() {
+  operations::FetchedOrder f;
+  f.read = operations::OrderRead::found;
   f.order.set_order_id("ORDER-100");
   f.order.set_status(pb::ORDER_PAID);
   f.order.add_deliveries()->set_status("delivered");
@@ -59,13 +59,13 @@ TEST_CASE(
   FakeOrders orders;
   orders.fetched = delivered_order();
   testing::FakeProvider payments;
-  adapters::LookupResult held;
-  held.lookup = adapters::Lookup::found;
-  held.object = {adapters::Verdict::succeeded, "re_1", "succeeded", ""};
+  operations::LookupResult held;
+  held.lookup = operations::Lookup::found;
+  held.object = {operations::Verdict::succeeded, "re_1", "succeeded", ""};
   payments.lookups = {held};
   auto provider = adapters::make_cancelling_provider(payments, orders);
   auto found = provider->find(cancel_request());
-  CHECK(found.lookup == adapters::Lookup::found);
+  CHECK(found.lookup == operations::Lookup::found);
   CHECK(found.object.object_id == "re_1");
   REQUIRE(payments.looked_up.size() == 1);
   CHECK(payments.looked_up[0].operation_key == "demo-user:ORDER-100:cancel-order:v1");
@@ -78,7 +78,7 @@ TEST_CASE("a cancellation's refund the provider cannot be asked about stays unpr
   testing::FakeProvider payments;  // no script: unreachable
   auto provider = adapters::make_cancelling_provider(payments, orders);
   auto found = provider->find(cancel_request());
-  CHECK(found.lookup == adapters::Lookup::unreachable);
+  CHECK(found.lookup == operations::Lookup::unreachable);
   CHECK(payments.looked_up.size() == 1);
 }
 
@@ -87,18 +87,18 @@ TEST_CASE("a cancellation is refunded only once the order service confirms it") 
   testing::FakeProvider payments;
   auto provider = adapters::make_cancelling_provider(payments, orders);
   SUBCASE("refused: no refund") {
-    orders.cancelled = {adapters::Verdict::refused, "not cancellable"};
-    CHECK(provider->execute(cancel_request()).verdict == adapters::Verdict::refused);
+    orders.cancelled = {operations::Verdict::refused, "not cancellable"};
+    CHECK(provider->execute(cancel_request()).verdict == operations::Verdict::refused);
     CHECK(payments.calls() == 0);
   }
   SUBCASE("indeterminate: no refund yet") {
-    orders.cancelled = {adapters::Verdict::indeterminate, "timeout"};
-    CHECK(provider->execute(cancel_request()).verdict == adapters::Verdict::indeterminate);
+    orders.cancelled = {operations::Verdict::indeterminate, "timeout"};
+    CHECK(provider->execute(cancel_request()).verdict == operations::Verdict::indeterminate);
     CHECK(payments.calls() == 0);
   }
   SUBCASE("cancelled: the refund goes out") {
-    orders.cancelled = {adapters::Verdict::succeeded, ""};
-    CHECK(provider->execute(cancel_request()).verdict == adapters::Verdict::succeeded);
+    orders.cancelled = {operations::Verdict::succeeded, ""};
+    CHECK(provider->execute(cancel_request()).verdict == operations::Verdict::succeeded);
     CHECK(payments.calls() == 1);
   }
 }

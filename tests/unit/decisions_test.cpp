@@ -31,7 +31,7 @@ struct World : testing::World {
   explicit World(operations::PolicyConfig policy = {}) : testing::World({}, policy) {
     seed_order("ORDER-100");
     REQUIRE(sync->bind("sess_1", "demo-user", "admin").ok());
-    adapters::SessionView v;
+    operations::SessionView v;
     v.required_actions = {{"call_1", "turn_1", "request_refund", R"({"order_id":"ORDER-100"})"}};
     agents.views["sess_1"] = v;
     webhook("msg_1", "sess_1");
@@ -184,7 +184,7 @@ TEST_CASE("re-tiering discards the approvals given for the old tier; a lower tie
 TEST_CASE("a credit re-tiered by a lower support limit is decided at the tier in force") {
   operations::PolicyConfig policy;
   World w(policy);
-  adapters::SessionView v;
+  operations::SessionView v;
   v.required_actions = {{"call_c", "turn_2", "issue_account_credit",
                          R"({"order_id":"ORDER-100","amount_minor":1500,"currency":"USD",)"
                          R"("reason_code":"GOODWILL"})"}};
@@ -216,7 +216,7 @@ TEST_CASE("outside the principal's owner patterns an operation does not exist") 
 TEST_CASE("on-call's evidence stays in the record; the session gets the outcome") {
   World w;
   REQUIRE(w.approve(person("alice")).ok());
-  w.provider.answers = {{adapters::Verdict::indeterminate, "", "", "timeout"}};
+  w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout"}};
   w.pump();
   REQUIRE(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
   operations::Resolution r;

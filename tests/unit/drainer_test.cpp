@@ -44,7 +44,7 @@ struct World : testing::World {
 
   // The model asks; the proposal is stored pending.
   void propose(const std::string& call_id, const std::string& tool, const std::string& args) {
-    adapters::SessionView v;
+    operations::SessionView v;
     v.required_actions = {{call_id, "turn_1", tool, args}};
     {
       std::lock_guard lock(agents.mu);
@@ -96,16 +96,16 @@ struct World : testing::World {
   }
 };
 
-adapters::PaymentResult answer(adapters::Verdict v, std::string error = "") {
-  return {v, v == adapters::Verdict::refused ? "" : "re_1", "", std::move(error)};
+operations::PaymentResult answer(operations::Verdict v, std::string error = "") {
+  return {v, v == operations::Verdict::refused ? "" : "re_1", "", std::move(error)};
 }
 
-adapters::LookupResult lookup(adapters::Lookup l,
-                              adapters::Verdict v = adapters::Verdict::succeeded) {
-  adapters::LookupResult r;
+operations::LookupResult lookup(operations::Lookup l,
+                                operations::Verdict v = operations::Verdict::succeeded) {
+  operations::LookupResult r;
   r.lookup = l;
-  r.object = {v, "re_found", v == adapters::Verdict::succeeded ? "succeeded" : "failed", ""};
-  r.error = l == adapters::Lookup::unreachable ? "connection refused" : "";
+  r.object = {v, "re_found", v == operations::Verdict::succeeded ? "succeeded" : "failed", ""};
+  r.error = l == operations::Lookup::unreachable ? "connection refused" : "";
   return r;
 }
 
@@ -134,7 +134,7 @@ TEST_CASE("a definite refusal settles failed: no ledger row, the held amount rel
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::refused, "card declined")};
+  w.provider.answers = {answer(operations::Verdict::refused, "card declined")};
   w.pump();
   CHECK(w.state(kRefund) == "settled/failed");
   CHECK_FALSE(w.ledger(kRefund));
@@ -147,12 +147,12 @@ TEST_CASE("an indeterminate answer is outcome_unknown; the reconciler finds the 
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
   w.pump();
   CHECK(w.state(kRefund) == "outcome_unknown");
   CHECK(w.funds().reserved_minor() == 2500);  // it may have been paid: still held
   CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 60'000) == 1);
-  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.provider.lookups = {lookup(operations::Lookup::found)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
@@ -166,9 +166,9 @@ TEST_CASE("the reconciler finds a failed object: settled failed, the held amount
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
   w.pump();
-  w.provider.lookups = {lookup(adapters::Lookup::found, adapters::Verdict::refused)};
+  w.provider.lookups = {lookup(operations::Lookup::found, operations::Verdict::refused)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kRefund) == "settled/failed");
@@ -179,10 +179,10 @@ TEST_CASE("a proven absence executes again under the same idempotency key") {
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "reset"),
-                        answer(adapters::Verdict::succeeded)};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "reset"),
+                        answer(operations::Verdict::succeeded)};
   w.pump();
-  w.provider.lookups = {lookup(adapters::Lookup::absent)};
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
@@ -194,9 +194,9 @@ TEST_CASE("an unreachable provider leaves it outcome_unknown and tries again lat
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
   w.pump();
-  w.provider.lookups = {lookup(adapters::Lookup::unreachable)};
+  w.provider.lookups = {lookup(operations::Lookup::unreachable)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kRefund) == "outcome_unknown");
@@ -211,7 +211,7 @@ TEST_CASE(
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
   w.pump();
   REQUIRE(w.state(kRefund) == "outcome_unknown");
   // The scheduled pass finds the provider unreachable, but only once the
@@ -225,7 +225,7 @@ TEST_CASE(
     entered.set_value();
     released.wait();
   };
-  w.provider.lookups = {lookup(adapters::Lookup::unreachable), lookup(adapters::Lookup::found)};
+  w.provider.lookups = {lookup(operations::Lookup::unreachable), lookup(operations::Lookup::found)};
   w.clock.advance_ms(60'000);
   REQUIRE(w.drainer->dispatch() == 1);
   entered.get_future().wait();
@@ -250,8 +250,8 @@ TEST_CASE(
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout"),
-                        answer(adapters::Verdict::succeeded)};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout"),
+                        answer(operations::Verdict::succeeded)};
   w.pump();
   REQUIRE(w.state(kRefund) == "outcome_unknown");
   // Node B shares the store. Its lane for the operation is busy, so the
@@ -268,7 +268,7 @@ TEST_CASE(
   while (!b_lanes.awaited(lane)) std::this_thread::yield();
   // Node A's scheduled pass proves the refund absent and executes it
   // again; while that call is in flight, node B's pass runs.
-  w.provider.lookups = {lookup(adapters::Lookup::absent)};
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
   std::optional<Status> manual_status;
   w.provider.during_execute = [&] {
     if (manual_status) return;
@@ -294,7 +294,7 @@ TEST_CASE("an operator's reconcile of an operation that lost its reconcile item 
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout")};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
   w.pump();
   REQUIRE(w.state(kRefund) == "outcome_unknown");
   // As an older version could leave it: unknown, with no reconcile item.
@@ -305,12 +305,12 @@ TEST_CASE("an operator's reconcile of an operation that lost its reconcile item 
                   return Status::Ok();
                 })
                 .ok());
-  w.provider.lookups = {lookup(adapters::Lookup::unreachable)};
+  w.provider.lookups = {lookup(operations::Lookup::unreachable)};
   Status s = w.drainer->reconcile_now(kRefund, alice());
   CHECK(s.ok());
   CHECK(w.state(kRefund) == "outcome_unknown");
   CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);  // kept, backing off
-  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.provider.lookups = {lookup(operations::Lookup::found)};
   w.clock.advance_ms(3'600'000);
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
@@ -346,7 +346,7 @@ TEST_CASE("a refusal answered late is audited and left for the reconciler to pro
   World w;
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(adapters::Verdict::refused, "card_declined")};
+  w.provider.answers = {answer(operations::Verdict::refused, "card_declined")};
   w.provider.during_execute = [&] {
     REQUIRE(w.storage
                 ->transact([&](store::Transaction& txn) -> Status {
@@ -376,7 +376,7 @@ TEST_CASE("a provider call that throws leaves no operation stuck: after the leas
   w.clock.advance_ms(30'000);  // the claim's lease
   w.pump();
   CHECK(w.state(kRefund) != "executing");
-  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.provider.lookups = {lookup(operations::Lookup::found)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
@@ -416,7 +416,7 @@ TEST_CASE("a failed sync recording the provider's answer: read-only, restarted, 
   w.open(o);
   REQUIRE(w.drainer->recover_after_restart().ok());
   CHECK(w.state(kRefund) == (lost ? "outcome_unknown" : "settled/succeeded"));
-  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.provider.lookups = {lookup(operations::Lookup::found)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
@@ -440,7 +440,7 @@ TEST_CASE("a slow provider call holds only its own lane: another session is answ
   entered.get_future().wait();
   // Meanwhile another session asks for a lookup: answered and delivered.
   REQUIRE(w.sync->bind("sess_2", "demo-user", "admin").ok());
-  adapters::SessionView v;
+  operations::SessionView v;
   v.required_actions = {{"call_lookup", "turn_1", "lookup_order", R"({"order_id":"ORDER-100"})"}};
   {
     std::lock_guard lock(w.agents.mu);
@@ -494,7 +494,7 @@ TEST_CASE("a claim taken over while its provider call ran records nothing over t
   REQUIRE(items.size() == 1);
   CHECK(items[0].item.lease_token() == "the-other-process");
   // The new holder, when its lease passes, reconciles: never a second call.
-  w.provider.lookups = {lookup(adapters::Lookup::found)};
+  w.provider.lookups = {lookup(operations::Lookup::found)};
   w.clock.advance_ms(60'000);
   w.pump();
   w.clock.advance_ms(60'000);
@@ -556,7 +556,7 @@ TEST_CASE("a credit and a full refund approved together: the order pays out at m
 
 TEST_CASE("a call the session no longer waits for is recorded as stale, not retried") {
   World w;
-  w.agents.verdict = adapters::SubmitVerdict::unknown_call;
+  w.agents.verdict = operations::SubmitVerdict::unknown_call;
   w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
   CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_STALE);
   CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
@@ -564,7 +564,7 @@ TEST_CASE("a call the session no longer waits for is recorded as stale, not retr
 
 TEST_CASE("a conflicting result is flagged, never overwritten or retried") {
   World w;
-  w.agents.verdict = adapters::SubmitVerdict::conflict;
+  w.agents.verdict = operations::SubmitVerdict::conflict;
   w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
   CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_CONFLICT);
   CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
@@ -581,7 +581,7 @@ TEST_CASE("a retryable failure waits for Retry-After and resends under the same 
   CHECK(w.items_of(pb::OUTBOX_DELIVER_RESULT, w.clock.now_ms() + 6999) == 0);
   CHECK(w.items_of(pb::OUTBOX_DELIVER_RESULT, w.clock.now_ms() + 7000) == 1);
   w.clock.advance_ms(7000);
-  w.agents.verdict = adapters::SubmitVerdict::accepted;
+  w.agents.verdict = operations::SubmitVerdict::accepted;
   w.pump();
   CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_DELIVERED);
   REQUIRE(w.agents.idempotency_keys.size() == 2);
@@ -612,20 +612,20 @@ TEST_CASE(
   CHECK(op.proposal().amount_minor() == 2500);
   REQUIRE(w.approve(kCancel).ok());
   // The provider times out: outcome_unknown, the order still paid and held.
-  w.provider.answers = {answer(adapters::Verdict::indeterminate, "timeout"),
-                        answer(adapters::Verdict::succeeded)};
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout"),
+                        answer(operations::Verdict::succeeded)};
   w.pump();
   CHECK(w.state(kCancel) == "outcome_unknown");
   CHECK((*w.storage->reader().order("ORDER-100"))->status() == pb::ORDER_PAID);
   CHECK(w.funds().reserved_minor() == 2500);
   // Proven absent: executed again under the same key; then it succeeds.
-  w.provider.lookups = {lookup(adapters::Lookup::absent)};
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
   w.clock.advance_ms(60'000);
   w.pump();
   CHECK(w.state(kCancel) == "settled/succeeded");
   REQUIRE(w.provider.executed.size() == 2);
   CHECK(w.provider.executed[0].idempotency_key == w.provider.executed[1].idempotency_key);
-  CHECK(w.provider.executed[0].kind == adapters::PaymentRequest::Kind::refund);
+  CHECK(w.provider.executed[0].kind == operations::PaymentRequest::Kind::refund);
   CHECK((*w.storage->reader().order("ORDER-100"))->status() == pb::ORDER_CANCELLED);
   CHECK(w.funds().refunded_minor() == 2500);
   CHECK(w.funds().reserved_minor() == 0);
@@ -635,7 +635,7 @@ TEST_CASE(
   World v;
   v.propose("call_cancel", "cancel_order", R"({"order_id":"ORDER-100","reason":"duplicate"})");
   REQUIRE(v.approve(kCancel).ok());
-  v.provider.answers = {answer(adapters::Verdict::refused, "card declined")};
+  v.provider.answers = {answer(operations::Verdict::refused, "card declined")};
   v.pump();
   CHECK(v.state(kCancel) == "settled/failed");
   CHECK((*v.storage->reader().order("ORDER-100"))->status() == pb::ORDER_PAID);

@@ -21,7 +21,7 @@ struct World : testing::World {
     REQUIRE(sync->bind("sess_1", "demo-user", "admin").ok());
   }
   void require_lookup(const std::string& call_id) {
-    adapters::SessionView v;
+    operations::SessionView v;
     v.status = "requires_action";
     v.required_actions = {{call_id, "turn_1", "lookup_order", R"({"order_id":"ORDER-100"})"}};
     std::lock_guard lock(agents.mu);

@@ -80,7 +80,7 @@ struct World : testing::World {
 
   // With wait_for_notifications false, only the work lanes are waited for.
   void propose(bool wait_for_notifications = true) {
-    adapters::SessionView v;
+    operations::SessionView v;
     v.required_actions = {{"call_1", "turn_1", "request_refund", R"({"order_id":"ORDER-100"})"}};
     {
       std::lock_guard lock(agents.mu);
@@ -480,13 +480,13 @@ TEST_CASE("each change a person must hear about is sent once: denied, expired, o
     World w;
     w.propose();
     w.approve();
-    w.provider.answers = {{adapters::Verdict::indeterminate, "", "", "timeout"}};
+    w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout"}};
     w.pump_all();
     CHECK(w.types_sent_to("ops") ==
           "operation.proposed operation.approved operation.outcome_unknown");
-    adapters::LookupResult found;
-    found.lookup = adapters::Lookup::found;
-    found.object = {adapters::Verdict::succeeded, "re_found", "succeeded", ""};
+    operations::LookupResult found;
+    found.lookup = operations::Lookup::found;
+    found.object = {operations::Verdict::succeeded, "re_found", "succeeded", ""};
     w.provider.lookups = {found};
     w.clock.advance_ms(60'000);
     w.pump_all();

@@ -54,7 +54,7 @@ TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /
   CHECK(keys(list("state=pending&sort=created_at")) == std::vector<std::string>{kLarge});
   // Tiers: a small credit is "support", a refund "refund".
   REQUIRE(s.sync->bind("sess_3", "demo-user", "admin").ok());
-  adapters::SessionView credit;
+  operations::SessionView credit;
   credit.required_actions = {
       {"call_3", "turn_1", "issue_account_credit",
        R"({"order_id":"ORDER-300","amount_minor":500,"currency":"USD","reason_code":"GOODWILL"})"}};

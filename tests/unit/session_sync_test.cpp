@@ -24,7 +24,7 @@ struct World : testing::World {
 
   void require(const std::string& session,
                std::vector<std::pair<std::string, std::string>> calls) {  // call id, tool+args
-    adapters::SessionView v;
+    operations::SessionView v;
     v.status = "requires_action";
     for (auto& [id, spec] : calls) {
       auto paren = spec.find('(');

@@ -18,8 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "adapters/agents/agents_client.h"
-#include "adapters/payments/provider.h"
 #include "agent_sessions/session_sync.h"
 #include "common/clock.h"
 #include "common/crypto.h"
@@ -28,6 +26,8 @@
 #include "common/metrics.h"
 #include "daemon/engine.h"
 #include "ingress/inbox.h"
+#include "operations/agent_platform.h"
+#include "operations/payment_provider.h"
 #include "operations/policy.h"
 #include "outbox/drainer.h"
 #include "outbox/notifier.h"
@@ -37,22 +37,22 @@ namespace opgate::testing {
 
 // Answers as scripted and records what it was asked. Thread-safe: the
 // lanes call it from their threads.
-class FakeAgents final : public adapters::AgentsClient {
+class FakeAgents final : public operations::AgentPlatform {
  public:
-  std::optional<Error> fetch_error;                    // for every session
-  std::map<std::string, Error> session_errors;         // for one session
-  std::map<std::string, adapters::SessionView> views;  // per session; else `view`
-  adapters::SessionView view;
+  std::optional<Error> fetch_error;                      // for every session
+  std::map<std::string, Error> session_errors;           // for one session
+  std::map<std::string, operations::SessionView> views;  // per session; else `view`
+  operations::SessionView view;
   int fetches = 0;
   std::map<std::string, int> fetches_of;
-  Result<adapters::SubmitVerdict> verdict = adapters::SubmitVerdict::accepted;
+  Result<operations::SubmitVerdict> verdict = operations::SubmitVerdict::accepted;
   std::vector<std::string> idempotency_keys;
   std::vector<std::pair<pb::CallRef, pb::ToolResult>> submitted;
   // A session whose fetch waits until released (a slow platform call).
   std::string held_session;
   bool holding = false;
 
-  Result<adapters::SessionView> get_session(const std::string& session_id) override {
+  Result<operations::SessionView> get_session(const std::string& session_id) override {
     std::unique_lock lock(mu);
     ++fetches;
     ++fetches_of[session_id];
@@ -67,17 +67,17 @@ class FakeAgents final : public adapters::AgentsClient {
     if (auto it = views.find(session_id); it != views.end()) return it->second;
     return view;
   }
-  Result<adapters::SubmitVerdict> submit_result(const std::string&, const pb::CallRef& ref,
-                                                const pb::ToolResult& result,
-                                                const std::string& key) override {
+  Result<operations::SubmitVerdict> submit_result(const std::string&, const pb::CallRef& ref,
+                                                  const pb::ToolResult& result,
+                                                  const std::string& key) override {
     std::lock_guard lock(mu);
     idempotency_keys.push_back(key);
     submitted.emplace_back(ref, result);
     return verdict;
   }
   Result<std::string> get_turns(const std::string&) override { return std::string("{}"); }
-  Result<adapters::Page> get_items(const std::string&, const std::string&, int) override {
-    return adapters::Page{};
+  Result<operations::Page> get_items(const std::string&, const std::string&, int) override {
+    return operations::Page{};
   }
   void wait_until_holding() {
     std::unique_lock lock(mu);
@@ -95,35 +95,35 @@ class FakeAgents final : public adapters::AgentsClient {
 
 // The payment provider as the drainer sees it: answers from a script, in
 // order (the last answer repeats), and records every request.
-class FakeProvider final : public adapters::PaymentProvider {
+class FakeProvider final : public operations::PaymentProvider {
  public:
-  std::deque<adapters::PaymentResult> answers;
-  std::deque<adapters::LookupResult> lookups;
-  std::vector<adapters::PaymentRequest> executed;
-  std::vector<adapters::PaymentRequest> looked_up;
+  std::deque<operations::PaymentResult> answers;
+  std::deque<operations::LookupResult> lookups;
+  std::vector<operations::PaymentRequest> executed;
+  std::vector<operations::PaymentRequest> looked_up;
   bool throw_on_execute = false;
   // Runs while the provider is being called (another process acting then).
   std::function<void()> during_execute;
   // Runs while the provider's records are being read.
   std::function<void()> during_find;
 
-  adapters::PaymentResult execute(const adapters::PaymentRequest& r) override {
+  operations::PaymentResult execute(const operations::PaymentRequest& r) override {
     if (during_execute) during_execute();
     std::lock_guard lock(mu);
     executed.push_back(r);
     if (throw_on_execute) throw std::runtime_error("the provider client blew up");
     return next(answers, succeeded(r));
   }
-  adapters::LookupResult find(const adapters::PaymentRequest& r) override {
+  operations::LookupResult find(const operations::PaymentRequest& r) override {
     if (during_find) during_find();
     std::lock_guard lock(mu);
     looked_up.push_back(r);
-    adapters::LookupResult unreachable;
+    operations::LookupResult unreachable;
     unreachable.error = "no script";
     return next(lookups, unreachable);
   }
-  static adapters::PaymentResult succeeded(const adapters::PaymentRequest& r) {
-    return {adapters::Verdict::succeeded, "re_" + r.operation_key, "succeeded", ""};
+  static operations::PaymentResult succeeded(const operations::PaymentRequest& r) {
+    return {operations::Verdict::succeeded, "re_" + r.operation_key, "succeeded", ""};
   }
   size_t calls() {
     std::lock_guard lock(mu);

@@ -1,17 +1,17 @@
-// The agent platform as opgate sees it: read a session's
-// required actions, submit tool results, read turns and items. An interface,
-// so the worker and outbox never see HTTP; AgentsHttpClient implements it.
-// Implementations are thread-safe.
+// The agent platform as the domain needs it (a port): read a session's
+// required actions, submit tool results, read turns and items. Session
+// sync, the outbox and the operator API never see HTTP
+// (adapters/agents implements it over the Agents API). Implementations are
+// thread-safe.
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "opgate.pb.h"
 
-namespace opgate::adapters {
+namespace opgate::operations {
 
 struct RequiredAction {
   std::string call_id;
@@ -37,9 +37,9 @@ struct Page {
   std::string last_id;
 };
 
-class AgentsClient {
+class AgentPlatform {
  public:
-  virtual ~AgentsClient() = default;
+  virtual ~AgentPlatform() = default;
   // Error "session_not_found" is final (the platform has no such session);
   // any other error may be retried.
   virtual Result<SessionView> get_session(const std::string& session_id) = 0;
@@ -52,13 +52,4 @@ class AgentsClient {
                                  int limit) = 0;
 };
 
-struct AgentsHttpOptions {
-  std::string base_url;  // ".../v1"
-  std::string api_key;
-  int timeout_ms = 10000;
-  std::string ca_file;  // https only; empty = system store
-};
-
-std::unique_ptr<AgentsClient> make_agents_http_client(AgentsHttpOptions options);
-
-}  // namespace opgate::adapters
+}  // namespace opgate::operations

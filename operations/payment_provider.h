@@ -1,15 +1,15 @@
-// The payment provider as opgate sees it: execute a refund
-// or credit under an idempotency key, and look an operation up by its key
-// for reconciliation. Every answer is classified here, so the outbox decides
-// on verdicts, not on HTTP. Implementations are thread-safe.
+// The payment provider as the domain needs it (a port): execute a refund or
+// a credit under an idempotency key, and look an operation up by its key
+// for reconciliation. Every answer is a verdict, so the domain decides on
+// verdicts, never on HTTP (adapters/payments implements it over a
+// Stripe-shaped API). Implementations are thread-safe.
 #pragma once
 
-#include <memory>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
-#include "common/result.h"
-
-namespace opgate::adapters {
+namespace opgate::operations {
 
 struct PaymentRequest {
   enum class Kind { refund, customer_credit };
@@ -21,8 +21,8 @@ struct PaymentRequest {
   int64_t amount_minor = 0;
   std::string currency;
   std::string reason;
-  // A refund that cancels the order first, at the order service (see
-  // adapters/orders/order_service.h); the order it names.
+  // A refund that cancels the order first, at the order service
+  // (order_service.h); the order it names.
   bool cancel_order = false;
   std::string order_id;
 };
@@ -33,6 +33,9 @@ enum class Verdict {
   refused,        // a definite refusal: nothing was or will be done
   indeterminate,  // timeout, 5xx, 429, connection loss: it may have happened
 };
+
+// "succeeded", "pending", "refused", "indeterminate" (metrics, audit).
+std::string_view to_string(Verdict verdict);
 
 struct PaymentResult {
   Verdict verdict = Verdict::indeterminate;
@@ -58,13 +61,4 @@ class PaymentProvider {
   virtual LookupResult find(const PaymentRequest& request) = 0;
 };
 
-struct StripeOptions {
-  std::string base_url;
-  std::string secret_key;
-  int timeout_ms = 5000;
-  std::string ca_file;  // https only; empty = system store
-};
-
-std::unique_ptr<PaymentProvider> make_stripe_provider(StripeOptions options);
-
-}  // namespace opgate::adapters
+}  // namespace opgate::operations
