@@ -1,7 +1,6 @@
-// `opgate serve`: wires the store, the two listeners, the worker and the
-// adapters together, and runs until SIGTERM or SIGINT, then drains: stop
-// accepting, answer or refuse what is in flight, finish the worker's pass,
-// flush, exit 0.
+// `opgate serve`: starts a node (daemon/node.h), reloads it on SIGHUP and
+// runs until SIGTERM or SIGINT, then drains it: stop accepting, answer or
+// refuse what is in flight, let the lanes finish, flush, exit 0.
 #pragma once
 
 #include <string>
