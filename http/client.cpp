@@ -184,6 +184,123 @@ bool may_resend(const ClientRequest& request) {
 
 }  // namespace
 
+namespace {
+
+// The request as it goes on the wire: the caller's headers over ours.
+void prepare(Exchange& x, const std::string& target) {
+  const ClientRequest& request = x.request;
+  x.req.method_string(request.method);
+  x.req.target(target);
+  x.req.version(11);
+  x.req.set(bhttp::field::host, x.host + ":" + x.port);
+  x.req.set(bhttp::field::user_agent, "opgate/1");
+  x.req.keep_alive(true);  // a caller's own Connection header still wins
+  for (const auto& [k, v] : request.headers) x.req.set(k, v);
+  x.req.body() = request.body;
+  x.req.prepare_payload();
+}
+
+// Sends on a connection kept from an earlier request; true if answered.
+bool exchange_on_kept(Exchange& x, Connection& conn, bool tls) {
+  net::io_context& ioc = thread_state().ioc;
+  ioc.restart();
+  if (tls)
+    x.write_and_read(*conn.secure, true);
+  else
+    x.write_and_read(*conn.plain, true);
+  ioc.run();
+  return !x.failure;
+}
+
+// A new connection to the origin (TLS with SNI and the host's name
+// verified), not yet connected.
+Result<std::unique_ptr<Connection>> new_connection(const Exchange& x, const std::string& origin,
+                                                   bool tls) {
+  auto conn = std::make_unique<Connection>();
+  conn->origin = origin;
+  net::io_context& ioc = thread_state().ioc;
+  if (!tls) {
+    conn->plain.emplace(ioc);
+    return conn;
+  }
+  OPGATE_ASSIGN_OR_RETURN(conn->ctx, tls_context(x.request.ca_file));
+  conn->secure.emplace(ioc, *conn->ctx);
+  if (!SSL_set_tlsext_host_name(conn->secure->native_handle(), x.host.c_str()))
+    return make_error(errc::tls_setup, "cannot set the TLS server name");
+  conn->secure->set_verify_callback(ssl::host_name_verification(x.host));
+  return conn;
+}
+
+// Connects (resolving the host unless it is a numeric address), shakes
+// hands under TLS, then writes the request and reads the answer; a failure
+// is left in x.failure.
+Status connect_and_exchange(Exchange& x, Connection& c, bool tls) {
+  net::io_context& ioc = thread_state().ioc;
+  beast::tcp_stream& lowest = c.lowest();
+  ioc.restart();
+  tcp::resolver resolver(ioc);
+  auto on_resolved = [&](beast::error_code ec, tcp::resolver::results_type eps) {
+    if (ec) return x.fail(ec, false);
+    lowest.expires_after(x.remaining());
+    lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
+      if (ec) return x.fail(ec, false);
+      if (!tls) return x.write_and_read(*c.plain, false);
+      lowest.expires_after(x.remaining());
+      c.secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
+        if (ec) {
+          if (ec == beast::error::timeout) return x.fail(ec, false);
+          x.failure = make_error(errc::tls_failed,
+                                 "TLS handshake with " + x.host + " failed: " + ec.message());
+          return;
+        }
+        x.write_and_read(*c.secure, false);
+      });
+    });
+  };
+  // A numeric address needs no resolver (whose lookup runs on a thread of
+  // its own for every request).
+  std::string literal = x.host;
+  if (literal.size() > 2 && literal.front() == '[') literal = literal.substr(1, literal.size() - 2);
+  beast::error_code parse_ec;
+  auto address = net::ip::make_address(literal, parse_ec);
+  if (!parse_ec) {
+    uint16_t port_number = 0;
+    try {
+      port_number = static_cast<uint16_t>(std::stoi(x.port));
+    } catch (...) {
+      return make_error(errc::bad_url, "not a valid port: " + x.port);
+    }
+    net::post(ioc, [&, address, port_number] {
+      on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
+                                                          x.host, x.port));
+    });
+  } else {
+    resolver.async_resolve(x.host, x.port, on_resolved);
+  }
+  ioc.run();
+  return Status::Ok();
+}
+
+// The answer read, and the connection kept for the next request only if
+// the peer keeps it too and nothing of another answer is already waiting.
+Response take_answer(Exchange& x, std::unique_ptr<Connection> conn) {
+  auto& msg = x.parser->get();
+  Response out;
+  out.status = static_cast<int>(msg.result_int());
+  for (const auto& field : msg)
+    out.headers[std::string(field.name_string())] = std::string(field.value());
+  out.body = std::move(msg.body());
+  if (x.parser->keep_alive() && x.req.keep_alive() && x.parser->is_done() && x.buffer.size() == 0) {
+    keep_idle(std::move(conn));
+  } else {
+    beast::error_code ignore;
+    conn->lowest().socket().shutdown(tcp::socket::shutdown_both, ignore);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Response> send(const ClientRequest& request) {
   auto url = boost::urls::parse_uri(request.url);
   // The URL is never repeated in an error: its path or query may be a
@@ -201,24 +318,20 @@ Result<Response> send(const ClientRequest& request) {
              {},
              std::chrono::steady_clock::now() + request.timeout};
   std::string target(url->encoded_target());
-  if (target.empty()) target = "/";
+  prepare(x, target.empty() ? "/" : target);
   const std::string origin =
       std::string(url->scheme()) + "://" + x.host + ":" + x.port + "|" + request.ca_file;
 
-  x.req.method_string(request.method);
-  x.req.target(target);
-  x.req.version(11);
-  x.req.set(bhttp::field::host, x.host + ":" + x.port);
-  x.req.set(bhttp::field::user_agent, "opgate/1");
-  x.req.keep_alive(true);  // a caller's own Connection header still wins
-  for (const auto& [k, v] : request.headers) x.req.set(k, v);
-  x.req.body() = request.body;
-  x.req.prepare_payload();
-
-  net::io_context& ioc = thread_state().ioc;
   std::unique_ptr<Connection> conn = take_idle(origin);
-  bool answered = false;
-  bool resent = false;  // a first attempt went out on a kept connection
+  if (conn && exchange_on_kept(x, *conn, tls)) return take_answer(x, std::move(conn));
+  // The peer closed the kept connection. A request it may safely see twice
+  // goes again on a new one; any other stays "may have reached the peer".
+  const bool resent = conn != nullptr;
+  if (resent) {
+    if (!x.stale || !may_resend(request) || x.remaining().count() <= 0) return *x.failure;
+    x.failure.reset();
+    x.stale = false;
+  }
   // Once a first attempt went out, whatever befalls the second, the request
   // may have reached the peer.
   auto failed = [&](Error e) -> Error {
@@ -226,102 +339,11 @@ Result<Response> send(const ClientRequest& request) {
     return make_error(errc::connection_lost, "connection to " + x.host + ":" + x.port +
                                                  " lost, and sending again failed: " + e.message);
   };
-  if (conn) {
-    ioc.restart();
-    if (tls)
-      x.write_and_read(*conn->secure, true);
-    else
-      x.write_and_read(*conn->plain, true);
-    ioc.run();
-    answered = !x.failure;
-  }
-  if (conn && !answered) {
-    // The peer closed the kept connection. A request it may safely see
-    // twice goes again on a new one; any other stays "may have reached".
-    if (!x.stale || !may_resend(request) || x.remaining().count() <= 0) return *x.failure;
-    x.failure.reset();
-    x.stale = false;
-    conn.reset();
-    resent = true;
-  }
-  if (!answered) {
-    conn = std::make_unique<Connection>();
-    conn->origin = origin;
-    if (tls) {
-      auto c = tls_context(request.ca_file);
-      if (!c) return failed(c.error());
-      conn->ctx = *c;
-      conn->secure.emplace(ioc, *conn->ctx);
-      // SNI, and the certificate must name the host we asked for.
-      if (!SSL_set_tlsext_host_name(conn->secure->native_handle(), x.host.c_str()))
-        return failed(make_error(errc::tls_setup, "cannot set the TLS server name"));
-      conn->secure->set_verify_callback(ssl::host_name_verification(x.host));
-    } else {
-      conn->plain.emplace(ioc);
-    }
-    Connection& c = *conn;
-    beast::tcp_stream& lowest = c.lowest();
-    ioc.restart();
-    tcp::resolver resolver(ioc);
-
-    auto on_resolved = [&](beast::error_code ec, tcp::resolver::results_type eps) {
-      if (ec) return x.fail(ec, false);
-      lowest.expires_after(x.remaining());
-      lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
-        if (ec) return x.fail(ec, false);
-        if (!tls) return x.write_and_read(*c.plain, false);
-        lowest.expires_after(x.remaining());
-        c.secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
-          if (ec) {
-            if (ec == beast::error::timeout) return x.fail(ec, false);
-            x.failure = make_error(errc::tls_failed,
-                                   "TLS handshake with " + x.host + " failed: " + ec.message());
-            return;
-          }
-          x.write_and_read(*c.secure, false);
-        });
-      });
-    };
-    // A numeric address needs no resolver (whose lookup runs on a thread of
-    // its own for every request).
-    std::string literal = x.host;
-    if (literal.size() > 2 && literal.front() == '[')
-      literal = literal.substr(1, literal.size() - 2);
-    beast::error_code parse_ec;
-    auto address = net::ip::make_address(literal, parse_ec);
-    if (!parse_ec) {
-      uint16_t port_number = 0;
-      try {
-        port_number = static_cast<uint16_t>(std::stoi(x.port));
-      } catch (...) {
-        return make_error(errc::bad_url, "not a valid port: " + x.port);
-      }
-      net::post(ioc, [&, address, port_number] {
-        on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
-                                                            x.host, x.port));
-      });
-    } else {
-      resolver.async_resolve(x.host, x.port, on_resolved);
-    }
-    ioc.run();
-    if (x.failure) return failed(*x.failure);
-  }
-
-  auto& msg = x.parser->get();
-  Response out;
-  out.status = static_cast<int>(msg.result_int());
-  for (const auto& field : msg)
-    out.headers[std::string(field.name_string())] = std::string(field.value());
-  out.body = std::move(msg.body());
-  // Kept for the next request only if the peer keeps it too and nothing of
-  // another answer is already waiting.
-  if (x.parser->keep_alive() && x.req.keep_alive() && x.parser->is_done() && x.buffer.size() == 0) {
-    keep_idle(std::move(conn));
-  } else {
-    beast::error_code ignore;
-    conn->lowest().socket().shutdown(tcp::socket::shutdown_both, ignore);
-  }
-  return out;
+  auto fresh = new_connection(x, origin, tls);
+  if (!fresh) return failed(fresh.error());
+  if (Status s = connect_and_exchange(x, **fresh, tls); !s) return s.error();
+  if (x.failure) return failed(*x.failure);
+  return take_answer(x, std::move(*fresh));
 }
 
 }  // namespace opgate::http

@@ -282,79 +282,86 @@ int64_t Notifier::retry_delay_ms(size_t attempt, int64_t retry_after_ms) {
   return std::max(base + jitter, retry_after_ms);
 }
 
-void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoint& endpoint) {
-  const auto& n = dispatched.item.notification();
-  store::OutboxEntry entry = dispatched;
-  if (shared_store_) {
-    // Another process may see the delivery due too: it is held for one
-    // attempt (its timeout and a margin) and what this process records is
-    // fenced by the lease's token. A holder that stalls past the lease
-    // leaves the delivery to another process, which sends it again under
-    // the same webhook-id.
-    bool ours = false;
-    const std::string token = crypto::random_hex(8);
-    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(ours, unchanged(txn, dispatched));
-      if (!ours) return Status::Ok();
-      entry = leased(dispatched, txn.now_ms() + endpoint.timeout_ms + kLeaseMarginMs, token);
-      txn.update_outbox(entry);
-      return Status::Ok();
-    });
-    if (!s) spdlog::error("cannot claim a delivery to {}: {}", endpoint.name, s.error().message);
-    if (!s || !ours) return;
+std::optional<store::OutboxEntry> Notifier::lease_attempt(const store::OutboxEntry& dispatched,
+                                                          const NotifyEndpoint& endpoint) {
+  if (!shared_store_) return dispatched;
+  // Another process may see the delivery due too: it is held for one
+  // attempt (its timeout and a margin) and what this process records is
+  // fenced by the lease's token. A holder that stalls past the lease leaves
+  // the delivery to another process, which sends it again under the same
+  // webhook-id.
+  std::optional<store::OutboxEntry> entry;
+  const std::string token = crypto::random_hex(8);
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    entry.reset();
+    OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, dispatched));
+    if (!ours) return Status::Ok();
+    entry = leased(dispatched, txn.now_ms() + endpoint.timeout_ms + kLeaseMarginMs, token);
+    txn.update_outbox(*entry);
+    return Status::Ok();
+  });
+  if (!s) {
+    spdlog::error("cannot claim a delivery to {}: {}", endpoint.name, s.error().message);
+    return std::nullopt;
   }
-  const std::string& name = endpoint.name;
+  return entry;
+}
+
+bool Notifier::waits_for_earlier(const store::OutboxEntry& entry) {
   // Events of one operation reach an endpoint in order: an earlier delivery
   // still queued goes first, and so does an earlier event not yet fanned out
   // (it may become a delivery here).
+  const auto& n = entry.item.notification();
   auto queued = storage_.reader().outbox_of(entry.item.operation_key());
-  if (!queued) return;
+  if (!queued) return true;
   for (const auto& other : *queued) {
     const auto& o = other.item.notification();
     if (other.id == entry.id) continue;
     const bool earlier_event =
         other.item.kind() == pb::OUTBOX_NOTIFY_EVENT && operations::notified_before(o, n);
     const bool earlier_delivery = other.item.kind() == pb::OUTBOX_NOTIFY_DELIVERY &&
-                                  o.endpoint() == name &&
+                                  o.endpoint() == n.endpoint() &&
                                   (operations::notified_before(o, n) ||
                                    (!operations::notified_before(n, o) && other.id < entry.id));
-    if (earlier_event || earlier_delivery) {
-      Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-        OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
-        if (!ours) return Status::Ok();
-        store::OutboxEntry later = entry;
-        later.item.set_not_before_ms(std::max(other.item.not_before_ms(), txn.now_ms()) + 1);
-        txn.update_outbox(later);
-        return Status::Ok();
-      });
-      if (!s) spdlog::error("cannot reorder a delivery to {}: {}", name, s.error().message);
-      return;
-    }
+    if (!earlier_event && !earlier_delivery) continue;
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
+      if (!ours) return Status::Ok();
+      store::OutboxEntry later = entry;
+      later.item.set_not_before_ms(std::max(other.item.not_before_ms(), txn.now_ms()) + 1);
+      txn.update_outbox(later);
+      return Status::Ok();
+    });
+    if (!s) spdlog::error("cannot reorder a delivery to {}: {}", n.endpoint(), s.error().message);
+    return true;
   }
-  auto state = storage_.reader().endpoint_state(name);
-  if (!state) return;
-  if (state->disabled()) {
-    // Disabled by a 410 since it was queued (logged then): dropped, counted,
-    // and kept for replay once it is enabled again.
-    metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", name}});
-    return drop(entry);
-  }
+  return false;
+}
+
+Notifier::Attempt Notifier::send_attempt(const store::OutboxEntry& entry,
+                                         const NotifyEndpoint& endpoint) {
   auto config = config_.get();
-  auto response = send_(delivery_request(endpoint, n, config->console_url, clock_.now_ms() / 1000));
+  auto response = send_(delivery_request(endpoint, entry.item.notification(), config->console_url,
+                                         clock_.now_ms() / 1000));
+  Attempt a;
   const int status = response ? response->status : 0;
-  const bool ok = status >= 200 && status < 300;
-  const bool gone = status == 410;
+  a.ok = status >= 200 && status < 300;
+  a.gone = status == 410;
   int64_t retry_after_ms = 0;
   if (response)
     if (auto it = response->headers.find("Retry-After"); it != response->headers.end()) try {
         retry_after_ms = std::clamp<int64_t>(std::stoll(it->second), 0, 86400) * 1000;
       } catch (...) {
       }
-  const std::string error =
-      ok ? "" : (response ? fmt::format("HTTP {}", status) : response.error().message);
-  const size_t attempts = static_cast<size_t>(entry.item.attempts()) + 1;
-  const bool give_up = !ok && !gone && attempts > config->retry_schedule_s.size();
-  const int64_t wait_ms = ok || gone || give_up ? 0 : retry_delay_ms(attempts - 1, retry_after_ms);
+  a.error = a.ok ? "" : (response ? fmt::format("HTTP {}", status) : response.error().message);
+  a.attempts = static_cast<size_t>(entry.item.attempts()) + 1;
+  a.give_up = !a.ok && !a.gone && a.attempts > config->retry_schedule_s.size();
+  a.wait_ms = a.ok || a.gone || a.give_up ? 0 : retry_delay_ms(a.attempts - 1, retry_after_ms);
+  return a;
+}
+
+Result<bool> Notifier::record_attempt(const store::OutboxEntry& entry, const Attempt& a) {
+  const std::string& name = entry.item.notification().endpoint();
   bool fenced = false;
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
     // The lease ran out and another process took the delivery over: it
@@ -364,65 +371,90 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
     if (fenced) return Status::Ok();
     OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(name));
     st.set_last_attempt_ms(txn.now_ms());
-    if (ok || gone || give_up) {
+    if (a.ok || a.gone || a.give_up) {
       txn.remove_outbox(entry.id);
       st.set_backlog(std::max<int64_t>(0, st.backlog() - 1));
     }
-    if (ok) {
+    if (a.ok) {
       st.set_last_success_ms(txn.now_ms());
       st.set_failing(false);
       st.clear_failing_since_ms();
     } else {
-      st.set_last_error(error);
+      st.set_last_error(a.error);
     }
-    if (gone) {
+    if (a.gone) {
       st.set_disabled(true);
       st.set_disabled_at_ms(txn.now_ms());
     }
-    if (give_up && !st.failing()) {
+    if (a.give_up && !st.failing()) {
       st.set_failing(true);
       st.set_failing_since_ms(txn.now_ms());
     }
-    if (!ok && !gone && !give_up) {
+    if (!a.ok && !a.gone && !a.give_up) {
       store::OutboxEntry next = entry;
-      next.item.set_attempts(static_cast<int32_t>(attempts));
-      next.item.set_last_error(error);
-      next.item.set_not_before_ms(txn.now_ms() + wait_ms);
+      next.item.set_attempts(static_cast<int32_t>(a.attempts));
+      next.item.set_last_error(a.error);
+      next.item.set_not_before_ms(txn.now_ms() + a.wait_ms);
       txn.update_outbox(next);
     }
     txn.put_endpoint_state(st);
     return Status::Ok();
   });
-  if (!s) {
-    spdlog::error("cannot record a delivery to {}: {}", name, s.error().message);
-    return;
-  }
-  if (fenced) {
-    spdlog::warn("delivery {} to {} was taken over by another process before it was recorded",
-                 n.webhook_id(), name);
-    return;
-  }
+  if (!s) return s.error();
+  return !fenced;
+}
+
+void Notifier::report_attempt(const store::OutboxEntry& entry, const Attempt& a) {
+  const auto& n = entry.item.notification();
+  const std::string& name = n.endpoint();
   const std::map<std::string, std::string> labels{{"endpoint", name}};
-  if (ok) {
+  if (a.ok) {
     metrics_.inc("opgate_notifications_sent_total", labels);
     metrics_
         .histogram("opgate_notification_delivery_seconds", labels,
                    {0.05, 0.1, 0.5, 1, 5, 30, 300, 3600, 86400})
         .observe(std::max<double>(0, (clock_.now_ms() - n.created_at_ms()) / 1000.0));
-  } else if (gone) {
+  } else if (a.gone) {
     metrics_.inc("opgate_notification_endpoints_disabled_total", labels);
     log_event(spdlog::level::warn, "notify.endpoint_disabled",
               fmt::format("endpoint {} answered 410 Gone: disabled", name),
               {{"endpoint", name}, {"operation_key", entry.item.operation_key()}});
-  } else if (give_up) {
+  } else if (a.give_up) {
     metrics_.inc("opgate_notifications_failed_total", labels);
     log_event(
         spdlog::level::err, "notify.delivery_failed",
-        fmt::format("delivery {} to {} gave up after {} attempts", n.webhook_id(), name, attempts),
-        {{"endpoint", name}, {"operation_key", entry.item.operation_key()}, {"reason", error}});
+        fmt::format("delivery {} to {} gave up after {} attempts", n.webhook_id(), name,
+                    a.attempts),
+        {{"endpoint", name}, {"operation_key", entry.item.operation_key()}, {"reason", a.error}});
   } else {
     metrics_.inc("opgate_notifications_retried_total", labels);
   }
+}
+
+void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoint& endpoint) {
+  auto entry = lease_attempt(dispatched, endpoint);
+  if (!entry || waits_for_earlier(*entry)) return;
+  const std::string& name = endpoint.name;
+  auto state = storage_.reader().endpoint_state(name);
+  if (!state) return;
+  if (state->disabled()) {
+    // Disabled by a 410 since it was queued (logged then): dropped, counted,
+    // and kept for replay once it is enabled again.
+    metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", name}});
+    return drop(*entry);
+  }
+  const Attempt attempt = send_attempt(*entry, endpoint);
+  auto recorded = record_attempt(*entry, attempt);
+  if (!recorded) {
+    spdlog::error("cannot record a delivery to {}: {}", name, recorded.error().message);
+    return;
+  }
+  if (!*recorded) {
+    spdlog::warn("delivery {} to {} was taken over by another process before it was recorded",
+                 entry->item.notification().webhook_id(), name);
+    return;
+  }
+  report_attempt(*entry, attempt);
 }
 
 Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {

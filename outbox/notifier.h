@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -110,7 +111,29 @@ class Notifier {
   // Leaves a delivery for an endpoint this node does not know queued, to be
   // looked at again after kHeldRecheckMs; logged once per endpoint.
   void hold(const store::OutboxEntry& entry) EXCLUDES(mu_);
+  // One attempt of a delivery: leased (on a shared store), held back while
+  // an earlier event of its operation is queued for the endpoint, sent,
+  // recorded (fenced), then counted and logged.
   void deliver(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint);
+  struct Attempt {
+    bool ok = false;       // 2xx
+    bool gone = false;     // 410: the endpoint is disabled
+    bool give_up = false;  // the schedule is used up
+    std::string error;
+    size_t attempts = 0;  // this one included
+    int64_t wait_ms = 0;  // before the next, when it is retried
+  };
+  // The entry this process may send (leased when the store is shared);
+  // nothing if another process has it.
+  std::optional<store::OutboxEntry> lease_attempt(const store::OutboxEntry& dispatched,
+                                                  const NotifyEndpoint& endpoint);
+  // True (and the entry rescheduled just after it) while an earlier event
+  // of the same operation waits for this endpoint.
+  bool waits_for_earlier(const store::OutboxEntry& entry);
+  Attempt send_attempt(const store::OutboxEntry& entry, const NotifyEndpoint& endpoint);
+  // False when another process took the delivery over meanwhile.
+  Result<bool> record_attempt(const store::OutboxEntry& entry, const Attempt& attempt);
+  void report_attempt(const store::OutboxEntry& entry, const Attempt& attempt);
   void finish(const std::string& endpoint) EXCLUDES(mu_);
   int64_t retry_delay_ms(size_t attempt, int64_t retry_after_ms) EXCLUDES(mu_);
 

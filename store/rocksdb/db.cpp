@@ -127,7 +127,11 @@ std::string prefix_successor(std::string_view prefix) {
   return s;
 }
 
-Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& o) {
+namespace {
+
+// The data directory: made 0700 if missing (and allowed), and refused when
+// group or others may read it.
+Status prepare_dir(const std::string& dir, const OpenOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
@@ -146,8 +150,10 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
           errc::data_dir_permissions,
           "data directory " + dir + " is accessible by group or others; run chmod 700 on it");
   }
-  const bool existed = fs::exists(fs::path(dir) / "CURRENT", ec);
+  return Status::Ok();
+}
 
+rocksdb::DBOptions db_options_for(const OpenOptions& o) {
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
@@ -171,17 +177,14 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   db_options.statistics->set_stats_level(rocksdb::StatsLevel::kExceptHistogramOrTimers);
   if (o.on_read_only)
     db_options.listeners.push_back(std::make_shared<ReadOnlyListener>(o.on_read_only));
-  std::unique_ptr<rocksdb::Env> env;
-  if (o.file_system) {
-    env = rocksdb::NewCompositeEnv(o.file_system);
-    db_options.env = env.get();
-  }
-  std::unique_ptr<rocksdb::CompactionFilter> inbox_filter;
-  if (o.inbox_retention_ms > 0 && o.clock)
-    inbox_filter = std::make_unique<InboxRetentionFilter>(*o.clock, o.inbox_retention_ms);
-  // Half the cache is kept for index and filter partitions (high priority),
-  // so a long history's data blocks cannot push out what every seek needs.
-  auto cache = rocksdb::NewLRUCache(o.block_cache_bytes, -1, false, 0.5);
+  return db_options;
+}
+
+// Every column family with its table options; `inbox_filter` drops the
+// inbox's expired events at compaction.
+std::vector<rocksdb::ColumnFamilyDescriptor> column_families(
+    const OpenOptions& o, const std::shared_ptr<rocksdb::Cache>& cache,
+    rocksdb::CompactionFilter* inbox_filter) {
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (auto name : kNames) {
     rocksdb::ColumnFamilyOptions cf_options;
@@ -210,7 +213,7 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
     table.pin_top_level_index_and_filter = true;
     cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     if (name == cf_name(Cf::inbox)) {
-      cf_options.compaction_filter = inbox_filter.get();
+      cf_options.compaction_filter = inbox_filter;
       // Every incoming webhook-id is looked up before it is stored, and
       // almost every lookup misses: a filter over the memtable's keys answers
       // those without a search of its skip list.
@@ -219,6 +222,28 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
     }
     cfs.emplace_back(std::string(name), cf_options);
   }
+  return cfs;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& o) {
+  OPGATE_TRY(prepare_dir(dir, o));
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec);
+  rocksdb::DBOptions db_options = db_options_for(o);
+  std::unique_ptr<rocksdb::Env> env;
+  if (o.file_system) {
+    env = rocksdb::NewCompositeEnv(o.file_system);
+    db_options.env = env.get();
+  }
+  std::unique_ptr<rocksdb::CompactionFilter> inbox_filter;
+  if (o.inbox_retention_ms > 0 && o.clock)
+    inbox_filter = std::make_unique<InboxRetentionFilter>(*o.clock, o.inbox_retention_ms);
+  // Half the cache is kept for index and filter partitions (high priority),
+  // so a long history's data blocks cannot push out what every seek needs.
+  auto cache = rocksdb::NewLRUCache(o.block_cache_bytes, -1, false, 0.5);
+  const auto cfs = column_families(o, cache, inbox_filter.get());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = o.read_only
@@ -233,36 +258,40 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   db->env_ = std::move(env);
   db->db_.reset(raw);
   for (size_t i = 0; i < kCfCount; ++i) db->handles_[i] = handles[i];
+  OPGATE_TRY(db->check_format(existed));
+  return db;
+}
 
-  auto version = db->get(Cf::meta, kFormatKey);
+Status Db::check_format(bool existed) {
+  auto version = get(Cf::meta, kFormatKey);
   if (!version) return version.error();
   if (!version->has_value()) {
     // Read-only too: a copy or a directory with no version is not one
     // this opgate wrote, and nothing it reads from it could be trusted.
-    if (existed || o.read_only)
+    if (existed || read_only_)
       return make_error(errc::data_format,
-                        "data directory " + dir +
+                        "data directory " + dir_ +
                             " records no format version: it was not written by this opgate (or "
                             "by one older than 0.2) and cannot be read");
     WriteSet w;
     w.put(Cf::meta, std::string(kFormatKey), std::to_string(kFormatVersion));
-    if (Status ws = db->write(w, true); !ws) return ws.error();
-    db->format_version_ = kFormatVersion;
-  } else {
-    int found = 0;
-    try {
-      found = std::stoi(**version);
-    } catch (...) {
-      return make_error(errc::data_format, "data directory " + dir + " has a corrupt version");
-    }
-    if (found > kFormatVersion)
-      return make_error(errc::data_format,
-                        "data directory " + dir + " holds data format " + std::to_string(found) +
-                            ", newer than this opgate understands (" +
-                            std::to_string(kFormatVersion) + "); run a newer opgate");
-    db->format_version_ = found;
+    OPGATE_TRY(write(w, true));
+    format_version_ = kFormatVersion;
+    return Status::Ok();
   }
-  return db;
+  int found = 0;
+  try {
+    found = std::stoi(**version);
+  } catch (...) {
+    return make_error(errc::data_format, "data directory " + dir_ + " has a corrupt version");
+  }
+  if (found > kFormatVersion)
+    return make_error(errc::data_format,
+                      "data directory " + dir_ + " holds data format " + std::to_string(found) +
+                          ", newer than this opgate understands (" +
+                          std::to_string(kFormatVersion) + "); run a newer opgate");
+  format_version_ = found;
+  return Status::Ok();
 }
 
 Db::~Db() {

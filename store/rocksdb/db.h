@@ -121,6 +121,9 @@ class Db {
 
  private:
   Db() = default;
+  // Records the format version in a new directory; refuses one with none
+  // that `existed` (or any, read-only), or a newer one.
+  Status check_format(bool existed);
   std::string dir_;
   bool read_only_ = false;
   int format_version_ = 0;
