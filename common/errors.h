@@ -1,7 +1,9 @@
 // The one catalogue of error codes: each with its stable snake_case name
 // (what API bodies and logs carry) and the HTTP status it maps to. Every
-// Error is made from one of these, so a code cannot be misspelt and its
-// status is decided in one place. Pure; thread-safe.
+// Error, and every error answer opgate gives (http::error_response), is made
+// from one of these, so a code cannot be misspelt and its status is decided
+// in one place. (The simulators speak the vocabularies of the services they
+// stand in for: sim/sim_errors.h.) Pure; thread-safe.
 #pragma once
 
 #include <string_view>
@@ -29,9 +31,16 @@ inline constexpr ErrorCode expired{"expired", 409};
 inline constexpr ErrorCode policy_refused{"policy_refused", 409};
 inline constexpr ErrorCode not_bound{"not_bound", 409};
 inline constexpr ErrorCode too_large{"too_large", 413};
+inline constexpr ErrorCode method_not_allowed{"method_not_allowed", 405};
+// Webhook ingress (its codes are also the reasons of the rejected counter).
+inline constexpr ErrorCode unknown_source{"unknown_source", 404};
+inline constexpr ErrorCode unsupported_media_type{"unsupported_media_type", 415};
+inline constexpr ErrorCode bad_headers{"bad_headers", 400};
+inline constexpr ErrorCode backlog_full{"backlog_full", 503};
 inline constexpr ErrorCode bad_order{"bad_order", 400};
 // Our own state or dependencies.
-inline constexpr ErrorCode storage_error{"storage_error", 503};
+inline constexpr ErrorCode storage_unavailable{"storage_unavailable", 503};
+inline constexpr ErrorCode not_ready{"not_ready", 503};
 inline constexpr ErrorCode corrupt_record{"corrupt_record", 503};
 inline constexpr ErrorCode overloaded{"overloaded", 503};
 inline constexpr ErrorCode shutting_down{"shutting_down", 503};
@@ -66,18 +75,6 @@ inline constexpr ErrorCode no_data_dir{"no_data_dir", 500};
 inline constexpr ErrorCode data_format{"data_format", 500};
 inline constexpr ErrorCode file_write{"file_write", 500};
 inline constexpr ErrorCode orders_file{"orders_file", 400};
-// The simulators and the release gate.
-inline constexpr ErrorCode invalid{"invalid", 400};
-inline constexpr ErrorCode invalid_event{"invalid_event", 400};
-inline constexpr ErrorCode invalid_script{"invalid_script", 400};
-inline constexpr ErrorCode invalid_fault_rule{"invalid_fault_rule", 400};
-inline constexpr ErrorCode too_many_turns{"too_many_turns", 400};
-inline constexpr ErrorCode too_many_rules{"too_many_rules", 400};
-inline constexpr ErrorCode session_busy{"session_busy", 409};
-inline constexpr ErrorCode malformed_form{"malformed_form", 400};
-inline constexpr ErrorCode bad_scenario{"bad_scenario", 400};
-inline constexpr ErrorCode cluster_failed{"cluster_failed", 500};
-inline constexpr ErrorCode step_failed{"step_failed", 500};
 }  // namespace errc
 
 }  // namespace opgate

@@ -98,11 +98,11 @@ operator_api::Authentication Console::authenticate(const Request& request,
   if (!s) return {};
   if (changes_state(request.method)) {
     if (!from_same_origin(request, origin_of(request)))
-      return {nullptr, error_response(403, "forbidden",
+      return {nullptr, error_response(errc::forbidden,
                                       "This request did not come from the console's own pages.")};
     if (!csrf_matches(request.header("X-CSRF-Token"), s->session.csrf_token))
       return {nullptr,
-              error_response(403, "forbidden",
+              error_response(errc::forbidden,
                              "This request lacks the session's CSRF token; reload the page.")};
   }
   sessions_.touch(s->id);
@@ -112,7 +112,7 @@ operator_api::Authentication Console::authenticate(const Request& request,
 Response Console::login_page(const Request& request, int status, std::string_view message,
                              std::string_view next) {
   const Asset* a = find_asset("login.html");
-  if (!a) return error_response(500, "internal", "The console's sign-in page is missing.");
+  if (!a) return error_response(errc::internal, "The console's sign-in page is missing.");
   const std::string token = crypto::random_hex(32);
   std::string body(a->body);
   replace_all(body, "{{csrf}}", token);
@@ -136,7 +136,7 @@ Response Console::page(const Request& request, std::string_view name) {
     return login_page(request, 200, "", request.path());
   }
   const Asset* a = find_asset(name);
-  if (!a) return error_response(500, "internal", "The console's page is missing.");
+  if (!a) return error_response(errc::internal, "The console's page is missing.");
   sessions_.touch(s->id);
   std::string body(a->body);
   replace_all(body, "{{csrf}}", s->session.csrf_token);
@@ -203,7 +203,7 @@ Response Console::logout(const Request& request) {
       if (auto it = form->find("csrf"); it != form->end()) presented = it->second;
     if (!from_same_origin(request, origin_of(request)) ||
         !csrf_matches(presented, s->session.csrf_token))
-      return error_response(403, "forbidden",
+      return error_response(errc::forbidden,
                             "This sign-out did not come from the console's own pages.");
     sessions_.remove(s->id);
     spdlog::info("console: {} signed out", s->principal->name);
@@ -217,7 +217,7 @@ Response Console::asset(std::string_view name) const {
   const Asset* a = find_asset(name);
   // Pages are served only through their routes, filled in.
   if (!a || content_type_of(name).substr(0, 9) == "text/html")
-    return error_response(404, "not_found", "No such file.");
+    return error_response(errc::not_found, "No such file.");
   Response r;
   r.headers["Content-Type"] = std::string(content_type_of(name));
   r.headers["Cache-Control"] = "no-cache";

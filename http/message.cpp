@@ -80,6 +80,14 @@ Response json_response(int status, std::string body) {
   return r;
 }
 
+Response error_response(const ErrorCode& code, std::string_view message) {
+  return error_response(code.http_status, code.name, message);
+}
+
+Response error_response(const Error& error) {
+  return error_response(error.http_status, error.code, error.message);
+}
+
 Response error_response(int status, std::string_view code, std::string_view message) {
   boost::json::object err{{"code", code}, {"message", message}};
   return json_response(status, boost::json::serialize(boost::json::object{{"error", err}}));

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/result.h"
+
 namespace opgate::http {
 
 struct CaseInsensitiveLess {
@@ -57,6 +59,11 @@ std::string serialize(const Response& r, std::string_view reason, bool keep_aliv
 
 Response json_response(int status, std::string body);
 // {"error":{"code","message"}}; the message must never carry a secret.
+// An error answer from the catalogue (common/errors.h): its status and code.
+Response error_response(const ErrorCode& code, std::string_view message);
+// The same for an Error made from the catalogue.
+Response error_response(const Error& error);
+// A status and code of another service's vocabulary: the simulators only.
 Response error_response(int status, std::string_view code, std::string_view message);
 
 }  // namespace opgate::http

@@ -39,7 +39,7 @@ const Router::Route* Router::match(const Request& request, PathParams& params,
                                    Response& miss) const {
   std::vector<std::string> segments;
   if (!split_path(request.path(), segments)) {
-    miss = error_response(400, "bad_path", "The request path is malformed.");
+    miss = error_response(errc::bad_request, "The request path is malformed.");
     return nullptr;
   }
   std::string allowed;
@@ -65,10 +65,10 @@ const Router::Route* Router::match(const Request& request, PathParams& params,
     allowed += route.method;
   }
   if (!allowed.empty()) {
-    miss = error_response(405, "method_not_allowed", "This method is not allowed here.");
+    miss = error_response(errc::method_not_allowed, "This method is not allowed here.");
     miss.headers["Allow"] = allowed;
   } else {
-    miss = error_response(404, "not_found", "No such route.");
+    miss = error_response(errc::not_found, "No such route.");
   }
   return nullptr;
 }
@@ -78,7 +78,7 @@ Response Router::dispatch(const Request& request) const {
   Response miss;
   const Route* route = match(request, params, miss);
   if (!route) return miss;
-  if (!route->handler) return error_response(500, "internal", "This route answers asynchronously.");
+  if (!route->handler) return error_response(errc::internal, "This route answers asynchronously.");
   return route->handler(request, params);
 }
 

@@ -102,7 +102,7 @@ class Connection final : public ConnectionBase,
   }
 
   void refuse_overloaded() {
-    Response r = error_response(503, "overloaded", "Too many connections; retry later.");
+    Response r = error_response(errc::overloaded, "Too many connections; retry later.");
     r.headers["Retry-After"] = "1";
     r.close = true;
     write(std::move(r));
@@ -162,13 +162,13 @@ class Connection final : public ConnectionBase,
         ec == ssl::error::stream_truncated)
       return close();
     // Anything else is a malformed request: say so once, then close.
-    Response r = error_response(400, "bad_request", "The HTTP request is malformed.");
+    Response r = error_response(errc::bad_request, "The HTTP request is malformed.");
     r.close = true;
     write(std::move(r));
   }
 
   void too_large() {
-    Response r = error_response(413, "body_too_large", "The request body is over the limit.");
+    Response r = error_response(errc::too_large, "The request body is over the limit.");
     r.close = true;
     write(std::move(r));
   }
@@ -199,7 +199,7 @@ class Connection final : public ConnectionBase,
     try {
       server_->handler(std::move(req), respond);
     } catch (const std::exception&) {
-      respond(error_response(500, "internal", "Internal error."));
+      respond(error_response(errc::internal, "Internal error."));
     }
   }
 

@@ -48,7 +48,7 @@ struct Submission {
 // Receives an event's result once the write holding it is on disk: on the
 // committer thread, or wherever answer_with() sends a batch's answers.
 // Errors: conflict (same id, other body), overloaded, shutting_down,
-// storage_error (or the store's own code).
+// storage_unavailable (or the store's own code).
 using Committed = std::function<void(Result<Accepted>)>;
 
 struct InboxOptions {

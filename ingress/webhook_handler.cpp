@@ -18,9 +18,10 @@ WebhookHandler::WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& 
       latency_(metrics.histogram("opgate_ingest_seconds",
                                  {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})) {}
 
-http::Response WebhookHandler::reject(const std::string& source, int status,
-                                      std::string_view reason, std::string_view message,
-                                      std::string_view webhook_id) {
+http::Response WebhookHandler::reject(const std::string& source, const ErrorCode& code,
+                                      std::string_view message, std::string_view webhook_id) {
+  const int status = code.http_status;
+  const std::string_view reason = code.name;
   metrics_.inc("opgate_webhooks_rejected_total",
                {{"source", source}, {"reason", std::string(reason)}});
   log_event(spdlog::level::warn, "webhook.rejected",
@@ -29,7 +30,7 @@ http::Response WebhookHandler::reject(const std::string& source, int status,
              {"reason", reason},
              {"status", std::to_string(status)},
              {"webhook_id", printable(webhook_id.substr(0, 64))}});
-  auto r = http::error_response(status, reason, message);
+  auto r = http::error_response(code, message);
   if (status == 503) r.headers["Retry-After"] = "5";
   if (status == 400 || status == 401) r.cooldown = config_.get()->reject_cooldown;
   return r;
@@ -42,9 +43,9 @@ std::optional<http::Response> WebhookHandler::check(const http::Request& req,
   const Source* source = nullptr;
   for (const auto& s : config->sources)
     if (s.name == source_name) source = &s;
-  if (!source) return reject("unknown", 404, "unknown_source", "No webhook source by that name.");
+  if (!source) return reject("unknown", errc::unknown_source, "No webhook source by that name.");
   metrics_.inc("opgate_webhooks_received_total", {{"source", source->name}});
-  if (draining_) return reject(source->name, 503, "shutting_down", "Shutting down; retry later.");
+  if (draining_) return reject(source->name, errc::shutting_down, "Shutting down; retry later.");
 
   auto content_type = req.header("Content-Type").value_or("");
   auto semi = content_type.find(';');
@@ -52,31 +53,34 @@ std::optional<http::Response> WebhookHandler::check(const http::Request& req,
   while (!media.empty() && media.back() == ' ') media.pop_back();
   for (auto& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (media != "application/json")
-    return reject(source->name, 415, "unsupported_media_type",
+    return reject(source->name, errc::unsupported_media_type,
                   "Content-Type must be application/json.");
 
   auto id = req.header("webhook-id");
   auto ts = req.header("webhook-timestamp");
   auto sig = req.header("webhook-signature");
   if (!id || !ts || !sig || id->empty() || id->size() > 256)
-    return reject(source->name, 400, "bad_headers",
+    return reject(source->name, errc::bad_headers,
                   "webhook-id, webhook-timestamp and webhook-signature are required.");
   for (char c : *id)
     if (c < 0x21 || c > 0x7e || c == '/')
-      return reject(source->name, 400, "bad_headers", "webhook-id has invalid characters.");
+      return reject(source->name, errc::bad_headers, "webhook-id has invalid characters.");
 
   Status verified = webhooks::verify({*id, *ts, *sig, req.body}, source->raw_keys, clock_.now_s(),
                                      config->timestamp_tolerance_s);
   if (!verified) {
-    if (verified.error().code == "bad_timestamp")
-      return reject(source->name, 400, "bad_headers", verified.error().message, *id);
-    return reject(source->name, 401, verified.error().code, verified.error().message, *id);
+    if (verified.error().is(errc::bad_timestamp))
+      return reject(source->name, errc::bad_headers, verified.error().message, *id);
+    return reject(source->name,
+                  verified.error().is(errc::timestamp_out_of_tolerance)
+                      ? errc::timestamp_out_of_tolerance
+                      : errc::bad_signature,
+                  verified.error().message, *id);
   }
   auto envelope = parse_envelope(req.body);
-  if (!envelope) return reject(source->name, 400, "bad_envelope", envelope.error().message, *id);
+  if (!envelope) return reject(source->name, errc::bad_envelope, envelope.error().message, *id);
   if (inbox_.backlog() >= config->max_backlog)
-    return reject(source->name, 503, "backlog_full", "The inbox backlog is full; retry later.",
-                  *id);
+    return reject(source->name, errc::backlog_full, "The inbox backlog is full; retry later.", *id);
 
   submission.source = source->name;
   submission.webhook_id = *id;
@@ -88,13 +92,12 @@ http::Response WebhookHandler::answer(const std::string& source, const Result<Ac
                                       int64_t started_ns) {
   if (!accepted) {
     if (accepted.error().code == "conflict")
-      return reject(source, 409, "conflict", accepted.error().message);
+      return reject(source, errc::conflict, accepted.error().message);
     if (accepted.error().code == "overloaded")
-      return reject(source, 503, "overloaded", "Too many events are waiting; retry later.");
+      return reject(source, errc::overloaded, "Too many events are waiting; retry later.");
     if (accepted.error().code == "shutting_down")
-      return reject(source, 503, "shutting_down", "Shutting down; retry later.");
-    return reject(source, 503, "storage_unavailable",
-                  "The event could not be stored; retry later.");
+      return reject(source, errc::shutting_down, "Shutting down; retry later.");
+    return reject(source, errc::storage_unavailable, "The event could not be stored; retry later.");
   }
   latency_.observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
   if (accepted->duplicate) {

@@ -52,8 +52,10 @@ class WebhookHandler {
   // `submission` filled in) for one to submit.
   std::optional<http::Response> check(const http::Request& request, const std::string& source,
                                       Submission& submission);
-  http::Response reject(const std::string& source, int status, std::string_view reason,
-                        std::string_view message, std::string_view webhook_id = "");
+  // Refuses with a catalogue code, which is also the reason it is counted
+  // and logged under.
+  http::Response reject(const std::string& source, const ErrorCode& code, std::string_view message,
+                        std::string_view webhook_id = "");
   http::Response answer(const std::string& source, const Result<Accepted>& accepted,
                         int64_t started_ns);
 

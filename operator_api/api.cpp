@@ -27,15 +27,15 @@ using http::Response;
 using operations::Principal;
 
 Response from_error(const Error& e) {
-  if (e.is(errc::storage_error) || e.is(errc::corrupt_record)) {
-    auto r = error_response(503, "storage_unavailable", "The store is not available; retry later.");
+  if (e.is(errc::storage_unavailable) || e.is(errc::corrupt_record)) {
+    auto r = error_response(errc::storage_unavailable, "The store is not available; retry later.");
     r.headers["Retry-After"] = "5";
     return r;
   }
-  int status = e.http_status;
-  if (status < 400 || status > 599) status = 500;
-  auto r = error_response(status, e.code, e.message);
-  if (status == 503)
+  Error answered = e;
+  if (answered.http_status < 400 || answered.http_status > 599) answered.http_status = 500;
+  auto r = error_response(answered);
+  if (answered.http_status == 503)
     r.headers["Retry-After"] =
         std::to_string(std::max<int64_t>(1, (e.retry_after_ms + 999) / 1000));
   return r;
@@ -93,7 +93,7 @@ class Api {
         auto a = d_.console_auth(req, *principals);
         if (a.refusal) return *a.refusal;
         p = a.principal;
-        if (!p) return error_response(401, "unauthorized", "Sign in to the console again.");
+        if (!p) return error_response(errc::unauthorized, "Sign in to the console again.");
       }
       if (!p) p = authenticate(*principals, req.header("Authorization"));
       if (!p) {
@@ -101,14 +101,14 @@ class Api {
         const bool short_token = presented.starts_with("Bearer ") &&
                                  presented.size() - 7 < operator_api::kMinTokenLength;
         auto r =
-            error_response(401, "unauthorized",
+            error_response(errc::unauthorized,
                            short_token ? kShortTokenMessage
                                        : std::string_view("A valid bearer token is required."));
         r.headers["WWW-Authenticate"] = "Bearer";
         return r;
       }
       if (!scope.empty() && !p->has_scope(scope))
-        return error_response(403, "forbidden",
+        return error_response(errc::forbidden,
                               fmt::format("This token lacks the {} scope.", scope));
       return fn(req, params, *p);
     };
@@ -142,9 +142,9 @@ class Api {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto owner = string_field(*body, "owner", 64);
-    if (!owner) return error_response(400, "bad_request", "owner is required.");
+    if (!owner) return error_response(errc::bad_request, "owner is required.");
     if (!p.may_act_for(*owner))
-      return error_response(403, "forbidden", "This token may not act for that owner.");
+      return error_response(errc::forbidden, "This token may not act for that owner.");
     Status s = d_.sessions.bind(params.at("id"), *owner, p.name);
     if (!s) return from_error(s.error());
     d_.wake_worker();
@@ -203,12 +203,12 @@ class Api {
     auto session = visible_session(id, p);
     if (!session) return from_error(session.error());
     auto turns = d_.agents.get_turns(id);
-    if (!turns) return error_response(502, "agents_unavailable", turns.error().message);
+    if (!turns) return error_response(errc::agents_unavailable, turns.error().message);
     json::array pages;
     std::string after;
     for (int i = 0; i < 1000; ++i) {
       auto page = d_.agents.get_items(id, after, kTranscriptPageSize);
-      if (!page) return error_response(502, "agents_unavailable", page.error().message);
+      if (!page) return error_response(errc::agents_unavailable, page.error().message);
       json::error_code ec;
       pages.push_back(json::parse(page->json, ec));
       if (!page->has_more || page->last_id.empty()) break;
@@ -224,10 +224,10 @@ class Api {
     auto owner = req.query_param("owner").value_or("");
     auto tier = req.query_param("tier").value_or("");
     if (!tier.empty() && tier != "refund" && tier != "support" && tier != "supervisor")
-      return error_response(400, "bad_request", "tier must be refund, support or supervisor.");
+      return error_response(errc::bad_request, "tier must be refund, support or supervisor.");
     const auto sort = req.query_param("sort").value_or("key");
     if (sort != "key" && sort != "created_at")
-      return error_response(400, "bad_request", "sort must be key or created_at.");
+      return error_response(errc::bad_request, "sort must be key or created_at.");
     auto limit = limit_param(req, 100, 1000);
     if (!limit) return from_error(limit.error());
     store::OperationQuery q;
@@ -236,7 +236,7 @@ class Api {
     if (auto state = req.query_param("state"); state && !state->empty()) {
       auto st = operations::parse_state(*state);
       if (!st)
-        return error_response(400, "bad_request",
+        return error_response(errc::bad_request,
                               "state must be pending, approved, executing, outcome_unknown or "
                               "settled.");
       q.state = static_cast<pb::OperationState>(*st);
@@ -249,7 +249,7 @@ class Api {
     json::object res{
         {"operations", json::array{}}, {"next_cursor", nullptr}, {"now_ms", d_.clock.now_ms()}};
     if (sort == "created_at") {
-      if (!q.state) return error_response(400, "bad_request", "sort=created_at needs a state.");
+      if (!q.state) return error_response(errc::bad_request, "sort=created_at needs a state.");
       auto page = sorted_by_creation(q);
       if (!page) return from_error(page.error());
       res["operations"] = std::move(page->first);
@@ -406,7 +406,7 @@ class Api {
     auto currency = string_field(*body, "currency", 8);
     auto fp = string_field(*body, "fingerprint", 128);
     if (!amount || !amount->is_int64() || !currency || !fp)
-      return error_response(400, "bad_request",
+      return error_response(errc::bad_request,
                             "amount_minor (integer), currency and fingerprint are required: "
                             "approve exactly what the operation shows.");
     const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp};
@@ -444,8 +444,7 @@ class Api {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto reason = string_field(*body, "reason", 500);
-    if (!reason)
-      return error_response(400, "bad_request", "reason is required (1-500 characters).");
+    if (!reason) return error_response(errc::bad_request, "reason is required (1-500 characters).");
     const std::string key = params.at("key");
     Status s = d_.storage.transact(
         [&](store::Transaction& txn) { return operations::deny(txn, key, p, *reason); });
@@ -460,19 +459,21 @@ class Api {
   Response resolve(const Request& req, const http::PathParams& params, const Principal& p) {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
-    auto outcome = string_field(*body, "outcome", 16);
+    auto named = string_field(*body, "outcome", 16);
+    const auto outcome = operations::parse_outcome(named.value_or(""))
+                             .value_or(operations::Outcome::none);
     auto evidence = string_field(*body, "evidence", 2000);
-    if (!outcome || (*outcome != "succeeded" && *outcome != "failed") || !evidence)
-      return error_response(400, "bad_request",
+    if ((outcome != operations::Outcome::succeeded && outcome != operations::Outcome::failed) ||
+        !evidence)
+      return error_response(errc::bad_request,
                             "outcome (succeeded or failed) and evidence are required.");
     operations::Resolution r;
-    r.outcome =
-        *outcome == "succeeded" ? operations::Outcome::succeeded : operations::Outcome::failed;
+    r.outcome = outcome;
     r.evidence = *evidence;
     if (body->contains("provider_object_id")) {
       auto id = string_field(*body, "provider_object_id", 255);
       if (!id)
-        return error_response(400, "bad_request",
+        return error_response(errc::bad_request,
                               "provider_object_id must be a string of 1-255 characters.");
       r.provider_object_id = *id;
     }
@@ -510,7 +511,7 @@ class Api {
       try {
         after = std::stoull(*a);
       } catch (...) {
-        return error_response(400, "bad_request", "after must be a sequence number.");
+        return error_response(errc::bad_request, "after must be a sequence number.");
       }
     }
     auto records = reader.audit(after, *limit);
@@ -561,15 +562,15 @@ class Api {
 
   Response put_order(const Request& req, const http::PathParams& params, const Principal& p) {
     if (d_.orders)
-      return error_response(409, "conflict",
+      return error_response(errc::conflict,
                             "Orders come from the order service (orders.source = \"http\"); "
                             "change them there.");
     auto order = operations::parse_order(req.body);
     if (!order) return from_error(order.error());
     if (order->order_id() != params.at("order_id"))
-      return error_response(400, "bad_request", "The body's order_id must match the path.");
+      return error_response(errc::bad_request, "The body's order_id must match the path.");
     if (!p.may_act_for(order->owner()))
-      return error_response(403, "forbidden", "This token may not act for that owner.");
+      return error_response(errc::forbidden, "This token may not act for that owner.");
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(auto stored, txn.order(order->order_id()));
       if (stored && !p.may_act_for(stored->owner()))
@@ -586,11 +587,11 @@ class Api {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto dir = string_field(*body, "dir", 4096);
-    if (!dir) return error_response(400, "bad_request", "dir (an absolute path) is required.");
+    if (!dir) return error_response(errc::bad_request, "dir (an absolute path) is required.");
     auto info = d_.storage.backup_to(*dir);
     if (!info) {
-      if (info.error().is(errc::storage_error)) return from_error(info.error());
-      return error_response(info.error().http_status, info.error().code, info.error().message);
+      if (info.error().is(errc::storage_unavailable)) return from_error(info.error());
+      return error_response(info.error());
     }
     log_event(spdlog::level::info, "backup.created", "backup written to " + info->dir,
               {{"dir", info->dir}, {"audit_seq", std::to_string(info->audit_head.seq)}});
@@ -649,10 +650,10 @@ class Api {
     std::string to;
     if (auto* t = body->if_contains("to")) {
       if (!t->is_string() || t->as_string().empty())
-        return error_response(400, "bad_request", "to must name a configured endpoint.");
+        return error_response(errc::bad_request, "to must name a configured endpoint.");
       to = std::string(t->as_string());
     }
-    if (!d_.notifier) return error_response(404, "not_found", "No notification endpoints.");
+    if (!d_.notifier) return error_response(errc::not_found, "No notification endpoints.");
     auto moved = d_.notifier->release_held(name, to, who.name);
     if (!moved) return from_error(moved.error());
     d_.wake_worker();
@@ -665,8 +666,8 @@ class Api {
     if (!body) return from_error(body.error());
     auto* since = body->if_contains("since_ms");
     if (!since || !since->is_int64() || since->as_int64() < 0)
-      return error_response(400, "bad_request", "since_ms (Unix milliseconds) is required.");
-    if (!d_.notifier) return error_response(404, "not_found", "No notification endpoints.");
+      return error_response(errc::bad_request, "since_ms (Unix milliseconds) is required.");
+    if (!d_.notifier) return error_response(errc::not_found, "No notification endpoints.");
     auto queued = d_.notifier->replay(name, since->as_int64());
     if (!queued) return from_error(queued.error());
     d_.wake_worker();
@@ -674,10 +675,10 @@ class Api {
   }
 
   Response notify_enable(const std::string& name) {
-    if (!d_.notifier) return error_response(404, "not_found", "No notification endpoints.");
+    if (!d_.notifier) return error_response(errc::not_found, "No notification endpoints.");
     bool known = false;
     for (const auto& e : d_.notify->get()->endpoints) known = known || e.name == name;
-    if (!known) return error_response(404, "not_found", "No notification endpoint by that name.");
+    if (!known) return error_response(errc::not_found, "No notification endpoint by that name.");
     if (Status s = d_.notifier->enable(name); !s) return from_error(s.error());
     return notify_endpoints();
   }
@@ -686,7 +687,7 @@ class Api {
     auto order = d_.storage.reader().order(id);
     if (!order) return from_error(order.error());
     if (!*order || !p.may_act_for((*order)->owner()))
-      return error_response(404, "not_found", "No order with that id.");
+      return error_response(errc::not_found, "No order with that id.");
     return json_response(200, operations::order_to_json(**order));
   }
 
@@ -703,9 +704,9 @@ http::Router make_router(ApiDeps& deps) {
   r.add("GET", "/healthz",
         [](const Request&, const P&) { return json_response(200, R"({"ok":true})"); });
   r.add("GET", "/readyz", [api](const Request&, const P&) {
-    if (!api->d_.ready) return error_response(503, "not_ready", "Starting or draining.");
+    if (!api->d_.ready) return error_response(errc::not_ready, "Starting or draining.");
     if (Status s = api->d_.storage.check_writable(); !s)
-      return error_response(503, "storage_unavailable", "The store cannot be written.");
+      return error_response(errc::storage_unavailable, "The store cannot be written.");
     return json_response(200, R"({"ready":true})");
   });
   r.add("GET", "/metrics", [api](const Request&, const P&) {

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <charconv>
 
+#include "sim/sim_errors.h"
+
 namespace opgate::sim {
 namespace json = boost::json;
 
@@ -40,17 +42,19 @@ Result<ScriptCall> parse_call(const json::object& o, const std::string& where) {
   for (const auto& [key, v] : o) {
     if (key == "name") {
       if (!v.is_string() || v.as_string().empty() || v.as_string().size() > kMaxNameLength)
-        return make_error(errc::invalid_script, where + "name must be a string of 1-64 characters");
+        return make_error(sim_errc::invalid_script,
+                          where + "name must be a string of 1-64 characters");
       call.name = std::string(v.as_string());
     } else if (key == "arguments") {
       if (!v.is_object())
-        return make_error(errc::invalid_script, where + "arguments must be an object");
+        return make_error(sim_errc::invalid_script, where + "arguments must be an object");
       call.arguments = v.as_object();
     } else {
-      return make_error(errc::invalid_script, where + "unknown field \"" + std::string(key) + "\"");
+      return make_error(sim_errc::invalid_script,
+                        where + "unknown field \"" + std::string(key) + "\"");
     }
   }
-  if (call.name.empty()) return make_error(errc::invalid_script, where + "name is required");
+  if (call.name.empty()) return make_error(sim_errc::invalid_script, where + "name is required");
   return call;
 }
 
@@ -61,7 +65,7 @@ Result<json::value> with_call_ids(const json::value& v, const std::vector<std::s
     size_t index = 0;
     auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), index);
     if (ec != std::errc() || end != n.data() + n.size() || index >= ids.size())
-      return make_error(errc::invalid_script,
+      return make_error(sim_errc::invalid_script,
                         "\"" + std::string(v.as_string()) + "\" names no call issued before it");
     return json::value(ids[index]);
   }
@@ -87,31 +91,32 @@ Result<json::value> with_call_ids(const json::value& v, const std::vector<std::s
 }  // namespace
 
 Result<std::vector<ScriptStep>> parse_script(const json::value& value) {
-  if (!value.is_array()) return make_error(errc::invalid_script, "script must be an array");
+  if (!value.is_array()) return make_error(sim_errc::invalid_script, "script must be an array");
   const auto& arr = value.as_array();
   if (arr.size() > kMaxScriptSteps)
-    return make_error(errc::invalid_script, "script may have at most 100 steps");
+    return make_error(sim_errc::invalid_script, "script may have at most 100 steps");
   std::vector<ScriptStep> steps;
   for (size_t i = 0; i < arr.size(); ++i) {
     const std::string where = "script[" + std::to_string(i) + "]: ";
-    if (!arr[i].is_object()) return make_error(errc::invalid_script, where + "must be an object");
+    if (!arr[i].is_object())
+      return make_error(sim_errc::invalid_script, where + "must be an object");
     const auto& o = arr[i].as_object();
     ScriptStep step;
     if (const auto* fail = o.if_contains("fail")) {
-      if (o.size() != 1) return make_error(errc::invalid_script, where + "fail stands alone");
+      if (o.size() != 1) return make_error(sim_errc::invalid_script, where + "fail stands alone");
       if (!fail->is_bool())
-        return make_error(errc::invalid_script, where + "fail must be a boolean");
+        return make_error(sim_errc::invalid_script, where + "fail must be a boolean");
       step.fail = fail->as_bool();
     } else if (const auto* calls = o.if_contains("calls")) {
-      if (o.size() != 1) return make_error(errc::invalid_script, where + "calls stands alone");
+      if (o.size() != 1) return make_error(sim_errc::invalid_script, where + "calls stands alone");
       if (!calls->is_array() || calls->as_array().empty() ||
           calls->as_array().size() > kMaxCallsPerStep)
-        return make_error(errc::invalid_script,
+        return make_error(sim_errc::invalid_script,
                           where + "calls must be a list of 1-16 calls made together");
       for (size_t j = 0; j < calls->as_array().size(); ++j) {
         const auto& c = calls->as_array()[j];
         const std::string at = where + "calls[" + std::to_string(j) + "]: ";
-        if (!c.is_object()) return make_error(errc::invalid_script, at + "must be an object");
+        if (!c.is_object()) return make_error(sim_errc::invalid_script, at + "must be an object");
         OPGATE_ASSIGN_OR_RETURN(auto call, parse_call(c.as_object(), at));
         step.calls.push_back(std::move(call));
       }
@@ -120,7 +125,7 @@ Result<std::vector<ScriptStep>> parse_script(const json::value& value) {
       step.calls.push_back(std::move(call));
     }
     if (!step.fail && step.calls.empty())
-      return make_error(errc::invalid_script, where + "name is required");
+      return make_error(sim_errc::invalid_script, where + "name is required");
     steps.push_back(std::move(step));
   }
   return steps;
@@ -142,28 +147,31 @@ std::vector<ScriptStep> default_script(std::string_view input) {
 }
 
 Result<ToolResult> parse_tool_result(const json::value& event) {
-  if (!event.is_object()) return make_error(errc::invalid_event, "each event must be an object");
+  if (!event.is_object())
+    return make_error(sim_errc::invalid_event, "each event must be an object");
   const auto& o = event.as_object();
   const auto* type = string_field(o, "type");
-  if (!type) return make_error(errc::invalid_event, "event type is required");
+  if (!type) return make_error(sim_errc::invalid_event, "event type is required");
   if (*type != "agent.session.input.tool_result")
-    return make_error(errc::invalid_event, "unsupported event type: " + std::string(*type));
+    return make_error(sim_errc::invalid_event, "unsupported event type: " + std::string(*type));
   ToolResult r;
   const auto* turn = string_field(o, "turn_id");
   const auto* call = string_field(o, "call_id");
-  if (!turn || turn->empty()) return make_error(errc::invalid_event, "turn_id must be a string");
-  if (!call || call->empty()) return make_error(errc::invalid_event, "call_id must be a string");
+  if (!turn || turn->empty())
+    return make_error(sim_errc::invalid_event, "turn_id must be a string");
+  if (!call || call->empty())
+    return make_error(sim_errc::invalid_event, "call_id must be a string");
   r.turn_id = std::string(*turn);
   r.call_id = std::string(*call);
   const auto* success = o.if_contains("success");
   if (!success || !success->is_bool())
-    return make_error(errc::invalid_event, "success must be a boolean");
+    return make_error(sim_errc::invalid_event, "success must be a boolean");
   r.success = success->as_bool();
   for (auto [name, target] : {std::pair{"output", &r.output}, std::pair{"error", &r.error}}) {
     const auto* v = o.if_contains(name);
     if (!v || v->is_null()) continue;
     if (!v->is_string())
-      return make_error(errc::invalid_event, std::string(name) + " must be a string");
+      return make_error(sim_errc::invalid_event, std::string(name) + " must be a string");
     *target = std::string(v->as_string());
   }
   return r;
@@ -204,9 +212,9 @@ AgentSession::AgentSession(std::string id, int64_t created_at, IdSource ids)
 Result<std::string> AgentSession::start_turn(std::string input, std::vector<ScriptStep> script,
                                              int64_t now) {
   if (status_ == "in_progress" || status_ == "requires_action")
-    return make_error(errc::session_busy, "The session is still working on a turn.");
+    return make_error(sim_errc::session_busy, "The session is still working on a turn.");
   if (turns_.size() >= kMaxTurns)
-    return make_error(errc::too_many_turns, "The session has reached its turn limit.");
+    return make_error(sim_errc::too_many_turns, "The session has reached its turn limit.");
   Turn turn;
   turn.id = ids_("turn_");
   turn.status = "in_progress";

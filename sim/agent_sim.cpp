@@ -7,6 +7,7 @@
 #include "sim/form.h"
 #include "sim/ids.h"
 #include "sim/log.h"
+#include "sim/sim_errors.h"
 #include "sim/sim_http.h"
 
 namespace opgate::sim {
@@ -80,13 +81,13 @@ struct TurnRequest {
 Result<TurnRequest> parse_turn_request(const std::string& body, bool allow_think) {
   auto value = body.empty() ? std::optional<json::value>(json::object{}) : parse_json(body);
   if (!value || !value->is_object())
-    return make_error(errc::invalid, "The body must be a JSON object.");
+    return make_error(sim_errc::invalid, "The body must be a JSON object.");
   const auto& o = value->as_object();
   TurnRequest t;
   if (const auto* input = o.if_contains("input")) {
-    if (!input->is_string()) return make_error(errc::invalid, "input must be a string");
+    if (!input->is_string()) return make_error(sim_errc::invalid, "input must be a string");
     if (input->as_string().size() > kMaxInputLength)
-      return make_error(errc::invalid, "input may have at most 10000 characters");
+      return make_error(sim_errc::invalid, "input may have at most 10000 characters");
     t.input = std::string(input->as_string());
   }
   if (const auto* script = o.if_contains("script"); script && !script->is_null()) {
@@ -98,12 +99,12 @@ Result<TurnRequest> parse_turn_request(const std::string& body, bool allow_think
   }
   if (const auto* think = o.if_contains("think_ms"); think && allow_think) {
     if (!think->is_int64() || think->as_int64() < 0 || think->as_int64() > kMaxThinkMs)
-      return make_error(errc::invalid, "think_ms must be an integer in 0..60000");
+      return make_error(sim_errc::invalid, "think_ms must be an integer in 0..60000");
     t.think_ms = think->as_int64();
   }
   for (const auto& [key, v] : o)
     if (key != "input" && key != "script" && key != "think_ms")
-      return make_error(errc::invalid, "unknown field \"" + std::string(key) + "\"");
+      return make_error(sim_errc::invalid, "unknown field \"" + std::string(key) + "\"");
   return t;
 }
 

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <utility>
 
+#include "sim/sim_errors.h"
+
 namespace opgate::sim {
 namespace json = boost::json;
 
@@ -26,7 +28,7 @@ constexpr int64_t kMaxDelayMs = 600'000;
 constexpr int64_t kMaxRetryAfterS = 3600;
 
 Error rule_error(size_t index, std::string_view what) {
-  return make_error(errc::invalid_fault_rule,
+  return make_error(sim_errc::invalid_fault_rule,
                     "rules[" + std::to_string(index) + "]: " + std::string(what));
 }
 
@@ -111,11 +113,12 @@ std::optional<FaultAction> fault_action_from_string(std::string_view text) {
 
 Result<std::vector<FaultRule>> parse_fault_rules(const json::value& body, FaultActionSet allowed,
                                                  std::string_view subject_field) {
-  if (!body.is_object()) return make_error(errc::invalid_fault_rule, "The body must be an object.");
+  if (!body.is_object())
+    return make_error(sim_errc::invalid_fault_rule, "The body must be an object.");
   const auto& obj = body.as_object();
   const auto* rules = obj.if_contains("rules");
   if (!rules || !rules->is_array())
-    return make_error(errc::invalid_fault_rule, "The body must carry a \"rules\" array.");
+    return make_error(sim_errc::invalid_fault_rule, "The body must carry a \"rules\" array.");
   std::vector<FaultRule> out;
   size_t index = 0;
   for (const auto& v : rules->as_array()) {
@@ -142,7 +145,7 @@ json::object fault_rule_to_json(const FaultRule& rule, std::string_view subject_
 Status FaultTable::add(std::vector<FaultRule> rules) {
   std::lock_guard lock(mu_);
   if (rules_.size() + rules.size() > kMaxRules)
-    return make_error(errc::too_many_rules,
+    return make_error(sim_errc::too_many_rules,
                       "At most " + std::to_string(kMaxRules) + " fault rules may be set.");
   for (auto& r : rules) {
     r.id = next_id_++;

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "common/crypto.h"
+#include "sim/sim_errors.h"
 
 namespace opgate::sim {
 
@@ -53,7 +54,7 @@ Result<FormParams> parse_form(std::string_view body) {
     auto value =
         form_decode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
     if (!key || !value)
-      return make_error(errc::malformed_form, "The request body is not valid form encoding.");
+      return make_error(sim_errc::malformed_form, "The request body is not valid form encoding.");
     if (key->empty()) continue;
     out[std::move(*key)] = std::move(*value);
   }

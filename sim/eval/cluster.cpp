@@ -16,6 +16,7 @@
 #include "common/crypto.h"
 #include "http/client.h"
 #ifdef OPGATE_WITH_POSTGRES
+#include "sim/sim_errors.h"
 #include "store/postgres/pg.h"
 #endif
 
@@ -33,7 +34,9 @@ std::string read_text(const std::filesystem::path& p) {
   return ss.str();
 }
 
-Error failed(std::string message) { return make_error(errc::cluster_failed, std::move(message)); }
+Error failed(std::string message) {
+  return make_error(sim_errc::cluster_failed, std::move(message));
+}
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "common/webhook_signature.h"
 #include "sim/eval/cluster.h"
 #include "sim/eval/json_fields.h"
+#include "sim/sim_errors.h"
 
 namespace opgate::eval {
 
@@ -212,7 +213,7 @@ class Run {
   }
 
   static Error fail(std::string message) {
-    return make_error(errc::step_failed, std::move(message));
+    return make_error(sim_errc::step_failed, std::move(message));
   }
 
   Result<std::string> run_step(const Step& step) {

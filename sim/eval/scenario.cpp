@@ -8,13 +8,15 @@
 #include <set>
 #include <sstream>
 
+#include "sim/sim_errors.h"
+
 namespace opgate::eval {
 
 namespace json = boost::json;
 
 namespace {
 
-Error bad(std::string message) { return make_error(errc::bad_scenario, std::move(message)); }
+Error bad(std::string message) { return make_error(sim_errc::bad_scenario, std::move(message)); }
 
 struct StepShape {
   std::set<std::string> required;

@@ -97,9 +97,9 @@ Result<std::unique_ptr<Conn>> Conn::connect(const ConnOptions& o) {
   values.push_back(nullptr);
   std::unique_ptr<Conn> c(new Conn());
   c->c_ = PQconnectdbParams(keys.data(), values.data(), 1);
-  if (!c->c_) return make_error(errc::storage_error, "PostgreSQL: out of memory");
+  if (!c->c_) return make_error(errc::storage_unavailable, "PostgreSQL: out of memory");
   if (PQstatus(c->c_) != CONNECTION_OK)
-    return make_error(errc::storage_error,
+    return make_error(errc::storage_unavailable,
                       "cannot connect to PostgreSQL: " + first_line(PQerrorMessage(c->c_)));
   // Notices (NOTICE: ... already exists, drop cascades) are not errors.
   PQsetNoticeProcessor(
@@ -130,7 +130,7 @@ Error Conn::failure(std::string_view what, pg_result* r) {
   sqlstate_ = state ? state : "";
   std::string msg = r ? first_line(PQresultErrorMessage(r)) : "";
   if (msg.empty()) msg = first_line(PQerrorMessage(c_));
-  return make_error(errc::storage_error, fmt::format("PostgreSQL ({}): {}", what, msg));
+  return make_error(errc::storage_unavailable, fmt::format("PostgreSQL ({}): {}", what, msg));
 }
 
 Status Conn::exec(const std::string& sql) {

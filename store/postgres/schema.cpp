@@ -247,7 +247,7 @@ Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
     report.to_version = report.from_version;
     const int newest = migrations().back().version;
     if (report.from_version > newest)
-      return make_error(errc::storage_error,
+      return make_error(errc::storage_unavailable,
                         fmt::format("the database holds schema version {}, newer than this opgate "
                                     "understands ({}); run a newer opgate",
                                     report.from_version, newest));
@@ -262,11 +262,11 @@ Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
       if (s)
         s = conn->run("record", {int8(m.version), text(m.description)}).ok()
                 ? Status::Ok()
-                : Status(make_error(errc::storage_error, "cannot record a migration"));
+                : Status(make_error(errc::storage_unavailable, "cannot record a migration"));
       if (s) s = conn->exec("COMMIT");
       if (!s) {
         (void)conn->exec("ROLLBACK");
-        return make_error(errc::storage_error,
+        return make_error(errc::storage_unavailable,
                           fmt::format("migration {} ({}) failed: {}", m.version, m.description,
                                       s.error().message));
       }

@@ -29,7 +29,7 @@ constexpr std::array<std::string_view, kCfCount> kNames = {
 constexpr std::string_view kFormatKey = "format_version";
 
 Error from_rocks(const rocksdb::Status& s, std::string_view what) {
-  return make_error(errc::storage_error, std::string(what) + ": " + s.ToString());
+  return make_error(errc::storage_unavailable, std::string(what) + ": " + s.ToString());
 }
 
 // Drops inbox events that were processed longer ago than the retention.

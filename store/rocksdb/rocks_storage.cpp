@@ -736,7 +736,7 @@ RocksStorage::~RocksStorage() {
 }
 
 Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
-  if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
+  if (!journal_) return make_error(errc::storage_unavailable, "The store is open read-only.");
   std::vector<std::function<void()>> after;
   std::vector<std::pair<ScanFloor*, std::string>> pins;
   Status s = journal_->run([&](Journal::Txn& txn) {
@@ -829,8 +829,9 @@ Result<AuditVerification> RocksStorage::verify_audit() {
 }
 
 Status RocksStorage::check_writable() {
-  if (!journal_) return make_error(errc::storage_error, "The store is open read-only.");
-  if (journal_->failing()) return make_error(errc::storage_error, "The last synced write failed.");
+  if (!journal_) return make_error(errc::storage_unavailable, "The store is open read-only.");
+  if (journal_->failing())
+    return make_error(errc::storage_unavailable, "The last synced write failed.");
   return journal_->run([&](Journal::Txn& txn) {
     txn.writes.put(Cf::meta, "ready_probe", std::to_string(txn.now_ms));
     return Status::Ok();
