@@ -127,7 +127,7 @@ TEST_CASE("a failed sync refuses the transaction and leaves nothing of it visibl
     return operations::apply(txn, *op, operations::Event::deny, "alice", "{}");
   });
   REQUIRE_FALSE(s.ok());
-  CHECK(s.error().is(errc::storage_error));
+  CHECK(s.error().is(errc::storage_unavailable));
   CHECK((*storage->reader().operation("u:O1:full-refund:v1"))->state() == pb::STATE_PENDING);
   Status seen = storage->transact([&](store::Transaction& txn) -> Status {
     OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation("u:O1:full-refund:v1"));
