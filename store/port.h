@@ -20,6 +20,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -187,6 +189,15 @@ class Reader {
   // `limit` (kept for replay).
   virtual Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
                                                                     size_t limit) = 0;
+
+  // --- Kept records: small records a feature keeps by kind and key (agent
+  // tokens, for one), its own protobuf serialized; kinds are the domain's
+  // names and keys 1-200 characters.
+  virtual Result<std::optional<std::string>> kept(std::string_view kind, std::string_view key) = 0;
+  // The kind's records with a key after `after` ("" from the first), in key
+  // order, at most `limit`: {key, value} each.
+  virtual Result<std::vector<std::pair<std::string, std::string>>> kept_all(
+      std::string_view kind, const std::string& after, size_t limit) = 0;
 };
 
 class Transaction : public virtual Reader {
@@ -238,6 +249,11 @@ class Transaction : public virtual Reader {
   virtual void put_endpoint_state(const pb::EndpointState& state) = 0;
   // Keeps an event for replay (`opgate notify replay`).
   virtual void keep_notification(const pb::Notification& event) = 0;
+
+  // --- Kept records (Reader::kept): insert or replace, and remove (it is
+  // not an error if the record is gone).
+  virtual void keep(std::string_view kind, std::string_view key, std::string value) = 0;
+  virtual void forget(std::string_view kind, std::string_view key) = 0;
   // Whether events are also queued for the notifier to fan out: false while
   // no endpoint is configured (they are kept for replay either way).
   bool fans_out_notifications() const { return fans_out_; }

@@ -141,12 +141,12 @@ class Pool {
   };
 
   // A connection, waiting up to `wait` for one to be free.
-  Result<Lease> acquire();
+  Result<Lease> acquire() EXCLUDES(mu_);
   size_t size() const { return size_; }
   const ConnOptions& options() const { return options_; }
 
  private:
-  void give_back(std::unique_ptr<Conn> conn);
+  void give_back(std::unique_ptr<Conn> conn) EXCLUDES(mu_);
   ConnOptions options_;
   size_t size_;
   Setup setup_;

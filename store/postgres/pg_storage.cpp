@@ -140,6 +140,14 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Notifications.
     {"ep_get", "SELECT data FROM endpoint_states WHERE name = $1"},
     {"ep_all", "SELECT data FROM endpoint_states ORDER BY name"},
+    // Kept records.
+    {"k_get", "SELECT data FROM kept_records WHERE kind = $1 AND key = $2"},
+    {"k_all",
+     "SELECT key, data FROM kept_records WHERE kind = $1 AND key > $2 ORDER BY key LIMIT $3"},
+    {"k_put",
+     "INSERT INTO kept_records (kind, key, data) VALUES ($1, $2, $3) "
+     "ON CONFLICT (kind, key) DO UPDATE SET data = EXCLUDED.data"},
+    {"k_del", "DELETE FROM kept_records WHERE kind = $1 AND key = $2"},
     {"ep_put",
      "INSERT INTO endpoint_states (name, data) VALUES ($1, $2) "
      "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data"},
@@ -414,6 +422,24 @@ class PgReads : public virtual Reader {
     return every<pb::Notification>(rows, "notification");
   }
 
+  Result<std::optional<std::string>> kept(std::string_view kind, std::string_view key) override {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows, query({lock_name('k', {kind, key})}, {"k_get", {text(kind), text(key)}}));
+    if (rows.empty()) return std::optional<std::string>();
+    return std::optional<std::string>(rows.str(0, 0));
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> kept_all(std::string_view kind,
+                                                                    const std::string& after,
+                                                                    size_t limit) override {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (limit == 0) return out;
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows, query({}, {"k_all", {text(kind), text(after), int8(limit_param(limit))}}));
+    for (int i = 0; i < rows.size(); ++i) out.emplace_back(rows.str(i, 0), rows.str(i, 1));
+    return out;
+  }
+
   static int64_t queue_number(Queue queue) { return queue == Queue::notifications ? 1 : 0; }
 
  private:
@@ -638,6 +664,14 @@ class PgTransaction final : public Transaction, public PgReads {
     write({}, {"n_keep",
                {int8(event.created_at_ms()), text(event.event_id()),
                 bytea(event.SerializeAsString())}});
+  }
+
+  void keep(std::string_view kind, std::string_view key, std::string value) override {
+    write({lock_name('k', {kind, key})}, {"k_put", {text(kind), text(key), bytea(value)}});
+  }
+
+  void forget(std::string_view kind, std::string_view key) override {
+    write({lock_name('k', {kind, key})}, {"k_del", {text(kind), text(key)}});
   }
 
   void probe() { write({}, {"probe", {text(std::to_string(now_ms_))}}); }

@@ -162,6 +162,16 @@ CREATE TABLE notifications (
 );
 )SQL";
 
+// Kept records: what a feature keeps by kind and key (agent tokens, for one).
+constexpr const char* kV4 = R"SQL(
+CREATE TABLE kept_records (
+  kind text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  data bytea NOT NULL,
+  PRIMARY KEY (kind, key)
+);
+)SQL";
+
 // Runs `fn` on each record the prepared statement `stmt` returns (its id
 // or key in column 0, the record's bytes in column 1).
 template <typename Message>
@@ -223,6 +233,7 @@ const std::vector<Migration>& migrations() {
        "notifications: two outbox queues, items by operation, settled counts by outcome, "
        "endpoint states, kept events",
        kV3, backfill_v3},
+      {4, "kept records: agent tokens and what other features keep by kind and key", kV4},
   };
   return all;
 }

@@ -89,7 +89,7 @@ class Journal {
   // Commits what is staged, then stops the committer.
   ~Journal();
 
-  Status run(const std::function<Status(Txn&)>& fn);
+  Status run(const std::function<Status(Txn&)>& fn) EXCLUDES(mu_);
 
   // Generations written, and the transactions they held.
   uint64_t commits() const;
@@ -113,7 +113,7 @@ class Journal {
     }
   };
   Journal(Db& db, const Clock& clock) : db_(db), clock_(clock) {}
-  void committer();
+  void committer() EXCLUDES(mu_);
   // Writes writing_ with the lock released; called with it held.
   Status write_unlocked() REQUIRES(mu_);
   Result<AuditHead> read_head() const;

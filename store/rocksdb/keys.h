@@ -97,6 +97,11 @@ inline std::string kept_notification(int64_t created_at_ms, std::string_view eve
   return fmt::format("l/{}/{}", hex16(time_part(created_at_ms)), event_id);
 }
 inline std::string endpoint_state(std::string_view name) { return fmt::format("e/{}", name); }
+// A kept record: "k/{kind}/{key}" (kinds hold no '/').
+inline std::string kept_prefix(std::string_view kind) { return fmt::format("k/{}/", kind); }
+inline std::string kept(std::string_view kind, std::string_view key) {
+  return fmt::format("k/{}/{}", kind, key);
+}
 
 inline std::string audit(uint64_t seq) { return fmt::format("{:020}", seq); }
 

@@ -448,6 +448,27 @@ class KvReader : public virtual Reader {
     return out;
   }
 
+  Result<std::optional<std::string>> kept(std::string_view kind, std::string_view key) override {
+    return view_.get(Cf::meta, keys::kept(kind, key));
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> kept_all(std::string_view kind,
+                                                                    const std::string& after,
+                                                                    size_t limit) override {
+    std::vector<std::pair<std::string, std::string>> out;
+    const std::string prefix = keys::kept_prefix(kind);
+    if (limit == 0) return out;
+    Status s = view_.scan(
+        Cf::meta, prefix,
+        [&](std::string_view k, std::string_view v) {
+          out.emplace_back(std::string(k.substr(prefix.size())), std::string(v));
+          return out.size() < limit;
+        },
+        after.empty() ? "" : prefix + after + '\0');
+    if (!s) return s.error();
+    return out;
+  }
+
   Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
                                                             size_t limit) override {
     std::vector<pb::Notification> out;
@@ -656,6 +677,14 @@ class RocksTransaction final : public Transaction, public KvReader {
         txn_.writes.del(Cf::outbox, keys::outbox_of((*old)->operation_key(), id));
     }
     txn_.writes.del(Cf::outbox, keys::outbox_item(id));
+  }
+
+  void keep(std::string_view kind, std::string_view key, std::string value) override {
+    txn_.writes.put(Cf::meta, keys::kept(kind, key), std::move(value));
+  }
+
+  void forget(std::string_view kind, std::string_view key) override {
+    txn_.writes.del(Cf::meta, keys::kept(kind, key));
   }
 
   void put_endpoint_state(const pb::EndpointState& state) override {

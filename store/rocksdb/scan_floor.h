@@ -32,14 +32,14 @@ class ScanFloor {
     uint64_t generation = 0;                   // pins staged before the scan began
     std::optional<std::string> lowest_active;  // the lowest staged, not yet visible then
   };
-  Start start() const {
+  Start start() const EXCLUDES(mu_) {
     MutexLock lock(mu_);
     return {floor_, generation_,
             pinned_.empty() ? std::nullopt : std::optional<std::string>(*pinned_.begin())};
   }
   // An entry with this key is staged: the floor goes down to it, and no scan
   // that may have missed it raises the floor past it.
-  void pin(const std::string& key) {
+  void pin(const std::string& key) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     floor_ = std::min(floor_, key);
     pinned_.insert(key);
@@ -48,14 +48,14 @@ class ScanFloor {
     if (recent_.size() > kRecent) recent_.pop_front();
   }
   // The transaction that staged the entry committed (or failed).
-  void unpin(const std::string& key) {
+  void unpin(const std::string& key) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (auto it = pinned_.find(key); it != pinned_.end()) pinned_.erase(it);
   }
   // A scan that began at `from` found no entry below `key`. Entries it may
   // have missed: those staged before it began and not visible yet, those
   // staged while it ran, those still staged now.
-  void raise(const Start& from, std::string key) {
+  void raise(const Start& from, std::string key) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (!recent_.empty() && recent_.front().first > from.generation + 1) return;  // history lost
     if (from.lowest_active) key = std::min(key, *from.lowest_active);

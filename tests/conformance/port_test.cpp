@@ -533,6 +533,46 @@ TEST_CASE("endpoint states start fresh and are kept; notification events are kep
   CHECK(since->at(1).event_id() == "evt_300");
 }
 
+TEST_CASE("kept records are read by kind and key, listed in key order, replaced and forgotten") {
+  Fixture f;
+  auto& r = f.s->reader();
+  CHECK_FALSE(r.kept("agent_token", "aa")->has_value());
+  f.write([](Transaction& t) {
+    t.keep("agent_token", "bb", std::string("two\0bytes", 9));
+    t.keep("agent_token", "aa", "one");
+    t.keep("agent_token", "cc", "three");
+    t.keep("other_kind", "aa", "elsewhere");
+  });
+  REQUIRE(r.kept("agent_token", "bb")->has_value());
+  CHECK(**r.kept("agent_token", "bb") == std::string("two\0bytes", 9));
+  auto all = r.kept_all("agent_token", "", 10);
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 3);
+  CHECK(all->at(0).first == "aa");
+  CHECK(all->at(2).second == "three");
+  auto page = r.kept_all("agent_token", "aa", 1);
+  REQUIRE(page->size() == 1);
+  CHECK(page->at(0).first == "bb");
+  CHECK(r.kept_all("agent_token", "cc", 10)->empty());
+  f.write([](Transaction& t) {
+    t.keep("agent_token", "aa", "one, replaced");
+    t.forget("agent_token", "cc");
+    t.forget("agent_token", "never-kept");
+  });
+  CHECK(**r.kept("agent_token", "aa") == "one, replaced");
+  CHECK_FALSE(r.kept("agent_token", "cc")->has_value());
+  CHECK(r.kept_all("agent_token", "", 10)->size() == 2);
+  CHECK(**r.kept("other_kind", "aa") == "elsewhere");
+  // A transaction reads its own writes.
+  Status s = f.s->transact([](Transaction& t) -> Status {
+    t.keep("agent_token", "dd", "four");
+    OPGATE_ASSIGN_OR_RETURN(auto seen, t.kept("agent_token", "dd"));
+    CHECK(seen == std::optional<std::string>("four"));
+    return Status::Ok();
+  });
+  CHECK(s.ok());
+}
+
 TEST_CASE(
     "what a transaction defers to after its commit runs once it is durable, never on failure") {
   Fixture f;
