@@ -14,14 +14,6 @@
 
 namespace opgate::agent_sessions {
 
-using operations::CallsLookup;
-using operations::dispatch_tool;
-using operations::note_result;
-using operations::order_id_argument;
-using operations::OrderLookup;
-using operations::OrderView;
-using operations::refund_order_id;
-
 SessionSync::SessionSync(store::Storage& storage, ingress::Inbox& inbox,
                          operations::AgentPlatform& agents,
                          const Live<operations::PolicyConfig>& policy, Metrics& metrics,
@@ -175,29 +167,15 @@ void SessionSync::process(const std::string& session_id,
   inbox_.processed(events.size());
 }
 
-SessionSync::FetchedOrders SessionSync::fetch_orders(const operations::SessionView& view) {
-  FetchedOrders fetched;
-  if (!orders_) return fetched;
-  for (const auto& action : view.required_actions) {
-    auto id = order_id_argument(action.arguments_json);
-    if (!id || fetched.contains(*id)) continue;
-    auto order = orders_->get(*id);
-    metrics_.inc("opgate_order_service_reads_total",
-                 {{"result", std::string(operations::read_name(order.read))}});
-    if (order.read == operations::OrderRead::unavailable)
-      spdlog::warn("cannot read order {} from the order service: {}", *id, order.error);
-    fetched.emplace(*id, std::move(order));
-  }
-  return fetched;
-}
-
 Status SessionSync::answer_all(const pb::Session& session, const operations::SessionView& view,
                                const std::vector<store::QueuedEvent>& events) {
   auto policy = policy_.get();
-  const FetchedOrders fetched = fetch_orders(view);
+  std::vector<std::string> arguments;
+  for (const auto& action : view.required_actions) arguments.push_back(action.arguments_json);
+  const operations::FetchedOrders fetched = operations::fetch_orders(orders_, arguments, metrics_);
   return storage_.transact([&](store::Transaction& txn) -> Status {
     for (const auto& action : view.required_actions)
-      OPGATE_TRY(answer(txn, session, action, *policy, fetched));
+      OPGATE_TRY(answer(txn, session, action, *policy, orders_ ? &fetched : nullptr));
     for (const auto& e : events) txn.finish_event(e);
     OPGATE_ASSIGN_OR_RETURN(auto current, txn.session(session.session_id()));
     pb::Session updated = current ? *current : session;
@@ -221,7 +199,8 @@ Status SessionSync::sync(const std::string& session_id) {
 
 Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
                            const operations::RequiredAction& action,
-                           const operations::PolicyConfig& policy, const FetchedOrders& fetched) {
+                           const operations::PolicyConfig& policy,
+                           const operations::FetchedOrders* fetched) {
   if (!operations::valid_identifier(action.call_id) ||
       !operations::valid_identifier(action.turn_id)) {
     spdlog::warn("session {} has a required action with an invalid id; skipped",
@@ -241,63 +220,14 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
     return Status::Ok();
   }
 
-  pb::ToolCall call;
-  call.set_session_id(session.session_id());
-  call.set_turn_id(action.turn_id);
-  call.set_call_id(action.call_id);
-  call.set_name(action.name.substr(0, 128));
-  call.set_arguments_json(action.arguments_json.substr(0, 16384));
-  call.set_created_at_ms(txn.now_ms());
-
-  // A refund already proposed for the order answers from the operation,
-  // before the policy is asked again: once refunded, the order would fail
-  // the policy, but the session must hear the recorded outcome.
-  if (action.name == "request_refund" && policy.enabled("request_refund"))
-    if (auto order_id = refund_order_id(action.arguments_json)) {
-      call.set_order_id(*order_id);
-      OPGATE_ASSIGN_OR_RETURN(bool linked,
-                              operations::link_to_refund(txn, call, session.owner(), *order_id));
-      if (linked) return Status::Ok();
-    }
-
-  OrderLookup lookup = [&](const std::string& order_id) -> Result<std::optional<OrderView>> {
-    if (orders_) {
-      // The order service is the truth: its answer, read just now, is kept
-      // as the store's copy (audited when it changed), which the proposal,
-      // the console and the later re-checks read.
-      auto it = fetched.find(order_id);
-      if (it == fetched.end() || it->second.read == operations::OrderRead::unavailable)
-        return make_error(errc::orders_unavailable,
-                          it == fetched.end() ? "the order was not read" : it->second.error);
-      if (it->second.read == operations::OrderRead::absent) return std::optional<OrderView>();
-      OPGATE_TRY(
-          operations::upsert_order(txn, it->second.order, operations::kOrderServicePrincipal));
-    }
-    OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(order_id));
-    if (!order) return std::optional<OrderView>();
-    OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(order_id));
-    return std::optional<OrderView>(OrderView{std::move(*order), std::move(funds)});
-  };
-  CallsLookup session_calls = [&txn, &session] { return txn.calls_of(session.session_id()); };
-  OPGATE_ASSIGN_OR_RETURN(auto outcome,
-                          dispatch_tool(action.name, action.arguments_json, session.owner(), lookup,
-                                        policy, txn.now_ms() / 1000, session_calls));
-  // The order the call concerns: the evidence a later internal note may cite.
-  call.set_order_id(outcome.proposal ? outcome.proposal->order_id() : outcome.order_id);
-  if (outcome.note) {
-    operations::record_note(txn, call, session.owner(), outcome.note->order_id, outcome.note->text,
-                            outcome.note->evidence);
-    outcome.result = note_result(*outcome.note, operations::note_key(call));
-  }
-  metrics_.inc(
-      "opgate_tool_calls_total",
-      {{"tool", operations::known_tool(action.name) ? action.name : "unknown"},
-       {"result", outcome.result ? (outcome.result->success() ? "ok" : "refused") : "proposal"}});
-  if (outcome.result) {
-    operations::stage_result(txn, call, *outcome.result);
-    return Status::Ok();
-  }
-  return operations::propose(txn, call, *outcome.proposal, policy);
+  OPGATE_ASSIGN_OR_RETURN(
+      auto answered,
+      operations::answer_call(txn, {ref, action.name, action.arguments_json, session.owner()},
+                              policy, fetched));
+  metrics_.inc("opgate_tool_calls_total",
+               {{"tool", operations::known_tool(action.name) ? action.name : "unknown"},
+                {"result", answered.outcome}});
+  return Status::Ok();
 }
 
 Status SessionSync::bind(const std::string& session_id, const std::string& owner,

@@ -26,6 +26,7 @@
 #include "operations/agent_platform.h"
 #include "operations/order_service.h"
 #include "operations/policy.h"
+#include "operations/tool_calls.h"
 #include "store/port.h"
 
 namespace opgate::agent_sessions {
@@ -66,19 +67,19 @@ class SessionSync {
 
  private:
   // Syncs one session and settles its queued events.
-  void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events);
-  // What the order service answered for each order the view's calls name,
-  // read before the transaction (no network call is made inside one).
-  using FetchedOrders = std::map<std::string, operations::FetchedOrder>;
-  FetchedOrders fetch_orders(const operations::SessionView& view);
+  void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events)
+      EXCLUDES(mu_);
+  // Answers one required action not answered yet (operations/tool_calls.h);
+  // `fetched`: the order service's answers, read before the transaction
+  // (nullptr for embedded orders).
   Status answer(store::Transaction& txn, const pb::Session& session,
                 const operations::RequiredAction& action, const operations::PolicyConfig& policy,
-                const FetchedOrders& fetched);
+                const operations::FetchedOrders* fetched);
   Status answer_all(const pb::Session& session, const operations::SessionView& view,
                     const std::vector<store::QueuedEvent>& events);
   bool is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms);
-  bool backing_off(const std::string& session_id, int64_t now_ms);
-  void back_off(const std::string& session_id, const Error& error, int64_t now_ms);
+  bool backing_off(const std::string& session_id, int64_t now_ms) EXCLUDES(mu_);
+  void back_off(const std::string& session_id, const Error& error, int64_t now_ms) EXCLUDES(mu_);
 
   store::Storage& storage_;
   ingress::Inbox& inbox_;

@@ -13,6 +13,10 @@ bool known_tool(std::string_view name) {
   return std::find(std::begin(kToolNames), std::end(kToolNames), name) != std::end(kToolNames);
 }
 
+bool proposing_tool(std::string_view name) {
+  return name == "request_refund" || name == "issue_account_credit" || name == "cancel_order";
+}
+
 std::vector<std::string_view> tiers_of_tool(std::string_view tool) {
   if (tool == "lookup_order") return {"auto"};
   if (tool == "add_internal_note") return {"evidence"};

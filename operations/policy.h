@@ -20,6 +20,9 @@ namespace opgate::operations {
 inline constexpr std::string_view kToolNames[] = {
     "lookup_order", "add_internal_note", "request_refund", "issue_account_credit", "cancel_order"};
 bool known_tool(std::string_view name);
+// Whether calling the tool may propose an operation (and so may wait for a
+// person): refunds, credits, cancellations.
+bool proposing_tool(std::string_view name);
 
 // The tiers a tool may be given ([policy.tools.NAME] tier), its default
 // first: "auto" answers at once, "evidence" answers at once once the

@@ -20,11 +20,12 @@ pb::CallRef ref_of(const pb::ToolCall& call) {
   return ref;
 }
 
-Status link(store::Transaction& txn, pb::Operation& op, pb::ToolCall& call) {
+Status link(store::Transaction& txn, pb::Operation& op, pb::ToolCall& call,
+            const std::string& principal) {
   call.set_operation_key(op.key());
   *op.add_calls() = ref_of(call);
   OPGATE_TRY(
-      save_with_audit(txn, op, "link_call", "system",
+      save_with_audit(txn, op, "link_call", principal,
                       details({{"session_id", call.session_id()}, {"call_id", call.call_id()}})));
   if (is(op, State::settled))
     stage_result(txn, call, settled_result(op));  // decided: answer, never ask again
@@ -34,7 +35,8 @@ Status link(store::Transaction& txn, pb::Operation& op, pb::ToolCall& call) {
 }
 
 Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& proposal,
-                      const std::string& fp, int version, const PolicyConfig& policy) {
+                      const std::string& fp, int version, const PolicyConfig& policy,
+                      const std::string& principal) {
   pb::Operation op;
   op.set_key(operation_key(proposal.owner(), proposal.order_id(), proposal.kind(), version));
   *op.mutable_proposal() = proposal;
@@ -45,7 +47,7 @@ Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Pro
   op.set_idempotency_key(provider_idempotency_key(op.key()));
   op.set_expires_at_ms(txn.now_ms() + policy.approval_ttl_s * 1000);
   call.set_operation_key(op.key());
-  OPGATE_TRY(create(txn, op, "system",
+  OPGATE_TRY(create(txn, op, principal,
                     details({{"session_id", call.session_id()},
                              {"call_id", call.call_id()},
                              {"tool", call.name()}})));
@@ -74,12 +76,12 @@ Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
 }
 
 Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& proposal,
-               const PolicyConfig& policy) {
+               const PolicyConfig& policy, const std::string& principal) {
   const std::string fp = fingerprint(proposal);
   OPGATE_ASSIGN_OR_RETURN(
       auto latest, latest_operation(txn, proposal.owner(), proposal.order_id(), proposal.kind()));
-  if (!latest) return create_version(txn, call, proposal, fp, 1, policy);
-  if (latest->fingerprint() == fp) return link(txn, *latest, call);
+  if (!latest) return create_version(txn, call, proposal, fp, 1, policy, principal);
+  if (latest->fingerprint() == fp) return link(txn, *latest, call, principal);
   if (!is(*latest, State::settled)) {
     stage_result(txn, call,
                  failure_result(fmt::format("A different proposal for this order ({}) is already "
@@ -87,15 +89,15 @@ Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& 
                                             latest->key())));
     return Status::Ok();
   }
-  return create_version(txn, call, proposal, fp, key_version(latest->key()) + 1, policy);
+  return create_version(txn, call, proposal, fp, key_version(latest->key()) + 1, policy, principal);
 }
 
 Result<bool> link_to_refund(store::Transaction& txn, pb::ToolCall& call, const std::string& owner,
-                            const std::string& order_id) {
+                            const std::string& order_id, const std::string& principal) {
   OPGATE_ASSIGN_OR_RETURN(auto latest, latest_operation(txn, owner, order_id, kFullRefund));
   if (!latest) return false;
   if (is(*latest, Outcome::rejected) || is(*latest, Outcome::expired)) return false;
-  OPGATE_TRY(link(txn, *latest, call));
+  OPGATE_TRY(link(txn, *latest, call, principal));
   return true;
 }
 

@@ -29,14 +29,16 @@ Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
 // - the newest is settled with the same fingerprint: linked, and answered
 //   with its recorded outcome (nothing is asked again);
 // - the newest is settled with another proposal: the next version.
+// `principal` proposes, in the audit: "system" for a session's call, or
+// "agent:{id}" for an agent token's.
 Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& proposal,
-               const PolicyConfig& policy);
+               const PolicyConfig& policy, const std::string& principal = "system");
 
 // request_refund for an order whose newest refund is undecided, or settled
 // with a decision that stands (not rejected or expired): links the call to it
 // and returns true. A settled refund answers from its record, before the
 // policy (which would refuse a refunded order) is asked.
 Result<bool> link_to_refund(store::Transaction& txn, pb::ToolCall& call, const std::string& owner,
-                            const std::string& order_id);
+                            const std::string& order_id, const std::string& principal = "system");
 
 }  // namespace opgate::operations

@@ -36,8 +36,14 @@ void stage_result(store::Transaction& txn, pb::ToolCall& call, const pb::ToolRes
   *call.mutable_result() = result;
   call.mutable_result()->set_saved_at_ms(txn.now_ms());
   call.set_result_saved(true);
-  call.set_delivery(pb::DELIVERY_PENDING);
   call.clear_delivery_error();
+  if (call.mcp()) {
+    // The agent reads it over MCP: nothing to post.
+    call.set_delivery(pb::DELIVERY_NONE);
+    txn.put_call(call);
+    return;
+  }
+  call.set_delivery(pb::DELIVERY_PENDING);
   txn.put_call(call);
   pb::OutboxItem item;
   item.set_kind(pb::OUTBOX_DELIVER_RESULT);

@@ -21,7 +21,8 @@ namespace opgate::operations {
 pb::ToolResult settled_result(const pb::Operation& operation);
 pb::ToolResult failure_result(std::string error);
 
-// Saves `result` on the call and queues its delivery to the session.
+// Saves `result` on the call and queues its delivery to the session (a
+// call made over MCP is read by its agent instead).
 void stage_result(store::Transaction& txn, pb::ToolCall& call, const pb::ToolResult& result);
 
 // Applies an event that settles the operation, then stages what settling

@@ -16,7 +16,7 @@ namespace opgate::operations {
 
 namespace json = boost::json;
 
-std::string tool_definitions_json(const operations::PolicyConfig& policy) {
+json::array tool_definitions(const PolicyConfig& policy) {
   auto id_schema = [](std::string_view description) {
     return json::object{
         {"type", "string"}, {"pattern", "^[A-Za-z0-9._-]{1,64}$"}, {"description", description}};
@@ -93,7 +93,11 @@ std::string tool_definitions_json(const operations::PolicyConfig& policy) {
   json::array tools;
   for (auto name : operations::kToolNames)
     if (policy.enabled(name)) tools.push_back(all.at(name));
-  return json::serialize(tools);
+  return tools;
+}
+
+std::string tool_definitions_json(const PolicyConfig& policy) {
+  return json::serialize(tool_definitions(policy));
 }
 
 namespace {

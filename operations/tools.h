@@ -4,6 +4,7 @@
 // is a parameter. Thread-safe.
 #pragma once
 
+#include <boost/json/array.hpp>
 #include <functional>
 #include <optional>
 #include <string>
@@ -22,6 +23,9 @@ inline constexpr size_t kNoteMaxChars = 2000;
 // The JSON tool definitions for session creation: the tools the policy
 // enables, in kToolNames order.
 std::string tool_definitions_json(const operations::PolicyConfig& policy = {});
+// The same, as JSON: [{"type":"function","name","description","parameters",
+// "strict"}], for the MCP front door to publish with its own fields.
+boost::json::array tool_definitions(const PolicyConfig& policy);
 
 // An order and what opgate already moved for it.
 struct OrderView {

@@ -1,0 +1,95 @@
+#include "operations/tool_calls.h"
+
+#include <spdlog/spdlog.h>
+
+#include "operations/notes.h"
+#include "operations/orders.h"
+#include "operations/proposals.h"
+#include "operations/settlement.h"
+#include "operations/tools.h"
+
+namespace opgate::operations {
+
+FetchedOrders fetch_orders(OrderService* service, const std::vector<std::string>& arguments_json,
+                           Metrics& metrics) {
+  FetchedOrders fetched;
+  if (!service) return fetched;
+  for (const auto& arguments : arguments_json) {
+    auto id = order_id_argument(arguments);
+    if (!id || fetched.contains(*id)) continue;
+    auto order = service->get(*id);
+    metrics.inc("opgate_order_service_reads_total",
+                {{"result", std::string(read_name(order.read))}});
+    if (order.read == OrderRead::unavailable)
+      spdlog::warn("cannot read order {} from the order service: {}", *id, order.error);
+    fetched.emplace(*id, std::move(order));
+  }
+  return fetched;
+}
+
+Result<AnsweredCall> answer_call(store::Transaction& txn, const AgentCall& request,
+                                 const PolicyConfig& policy, const FetchedOrders* fetched) {
+  AnsweredCall out;
+  pb::ToolCall& call = out.call;
+  call.set_session_id(request.ref.session_id());
+  call.set_turn_id(request.ref.turn_id());
+  call.set_call_id(request.ref.call_id());
+  call.set_name(request.name.substr(0, 128));
+  call.set_arguments_json(request.arguments_json.substr(0, 16384));
+  call.set_created_at_ms(txn.now_ms());
+  call.set_mcp(request.mcp);
+
+  // A refund already proposed for the order answers from the operation,
+  // before the policy is asked again: once refunded, the order would fail
+  // the policy, but the agent must hear the recorded outcome.
+  if (request.name == "request_refund" && policy.enabled("request_refund"))
+    if (auto order_id = refund_order_id(request.arguments_json)) {
+      call.set_order_id(*order_id);
+      OPGATE_ASSIGN_OR_RETURN(
+          bool linked, link_to_refund(txn, call, request.owner, *order_id, request.principal));
+      if (linked) {
+        out.outcome = "proposal";
+        return out;
+      }
+    }
+
+  OrderLookup lookup = [&](const std::string& order_id) -> Result<std::optional<OrderView>> {
+    if (fetched) {
+      // The order service is the truth: its answer, read just now, is kept
+      // as the store's copy (audited when it changed), which the proposal,
+      // the console and the later re-checks read.
+      auto it = fetched->find(order_id);
+      if (it == fetched->end() || it->second.read == OrderRead::unavailable)
+        return make_error(errc::orders_unavailable,
+                          it == fetched->end() ? "the order was not read" : it->second.error);
+      if (it->second.read == OrderRead::absent) return std::optional<OrderView>();
+      OPGATE_TRY(upsert_order(txn, it->second.order, kOrderServicePrincipal));
+    }
+    OPGATE_ASSIGN_OR_RETURN(auto order, txn.order(order_id));
+    if (!order) return std::optional<OrderView>();
+    OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(order_id));
+    return std::optional<OrderView>(OrderView{std::move(*order), std::move(funds)});
+  };
+  const std::string session_id = request.ref.session_id();
+  CallsLookup session_calls = [&txn, &session_id] { return txn.calls_of(session_id); };
+  OPGATE_ASSIGN_OR_RETURN(auto outcome,
+                          dispatch_tool(request.name, request.arguments_json, request.owner, lookup,
+                                        policy, txn.now_ms() / 1000, session_calls));
+  // The order the call concerns: the evidence a later internal note may cite.
+  call.set_order_id(outcome.proposal ? outcome.proposal->order_id() : outcome.order_id);
+  if (outcome.note) {
+    record_note(txn, call, request.owner, outcome.note->order_id, outcome.note->text,
+                outcome.note->evidence);
+    outcome.result = note_result(*outcome.note, note_key(call));
+  }
+  if (outcome.result) {
+    out.outcome = outcome.result->success() ? "ok" : "refused";
+    stage_result(txn, call, *outcome.result);
+    return out;
+  }
+  out.outcome = "proposal";
+  OPGATE_TRY(propose(txn, call, *outcome.proposal, policy, request.principal));
+  return out;
+}
+
+}  // namespace opgate::operations
