@@ -53,7 +53,7 @@ class SessionSync {
               const std::string& principal);
   // Reopens a session the platform had said does not exist (its waiting
   // events go back to the queue), then syncs it now.
-  Status recover(const std::string& session_id);
+  Status recover(const std::string& session_id) EXCLUDES(mu_);
   // Re-syncs sessions that may still need us (a call awaiting its result or
   // its delivery, or activity within window_ms), so a lost webhook delays
   // nothing for long. One call looks at no more than `scan` sessions and

@@ -31,37 +31,37 @@ class Lanes {
   Lanes& operator=(const Lanes&) = delete;
 
   // Accepts the task unless its lane is busy or the pool is full.
-  bool try_post(const std::string& lane, std::function<void()> task);
+  bool try_post(const std::string& lane, std::function<void()> task) EXCLUDES(mu_);
   // Like try_post, but waits up to `max_wait` for the lane to be free and
   // the pool to have room. While it waits, try_post turns the lane away, so
   // the waiter goes next (an operator's request is not starved by the
   // dispatcher). False when the wait ran out or the pool stopped.
   bool post_when_free(const std::string& lane, std::function<void()> task,
-                      std::chrono::milliseconds max_wait);
-  bool busy(const std::string& lane) const;
+                      std::chrono::milliseconds max_wait) EXCLUDES(mu_);
+  bool busy(const std::string& lane) const EXCLUDES(mu_);
   // A post_when_free waits for this lane.
-  bool awaited(const std::string& lane) const;
+  bool awaited(const std::string& lane) const EXCLUDES(mu_);
   // Called (on a pool thread) after a task when fewer tasks wait than there
   // are threads: to wake a dispatcher when the pool could take more.
-  void on_done(std::function<void()> notify);
+  void on_done(std::function<void()> notify) EXCLUDES(mu_);
   // Tasks accepted and not finished.
-  size_t in_flight() const;
+  size_t in_flight() const EXCLUDES(mu_);
   // Threads with nothing to run now.
-  size_t idle() const;
+  size_t idle() const EXCLUDES(mu_);
   // How many due tasks a dispatcher pass should load, at most `most`: until
   // twice as many as there are threads are in flight (every thread busy and
   // as many queued behind them, so none runs dry before the next pass), and
   // a few more for tasks whose lane is busy. Loading the backlog while every
   // thread was busy cost a dispatcher most of its time: the queued tasks
   // were read, or stepped over, again in every pass.
-  size_t batch_for(size_t most) const;
+  size_t batch_for(size_t most) const EXCLUDES(mu_);
   // Waits until no task is in flight (tests, shutdown).
-  void wait_idle();
+  void wait_idle() EXCLUDES(mu_);
   // Stops accepting; the tasks accepted still run. Idempotent.
-  void stop();
+  void stop() EXCLUDES(mu_);
 
  private:
-  void run();
+  void run() EXCLUDES(mu_);
   struct Task {
     std::string lane;
     std::function<void()> fn;

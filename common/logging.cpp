@@ -8,7 +8,8 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace opgate {
 
@@ -36,16 +37,16 @@ class JsonStderrSink final : public spdlog::sinks::base_sink<spdlog::details::nu
     const std::string text =
         log_line(timestamp(msg.time), std::string_view(level.data(), level.size()),
                  std::string_view(msg.payload.data(), msg.payload.size()));
-    std::lock_guard lock(write_mu_);
+    MutexLock lock(write_mu_);
     std::fwrite(text.data(), 1, text.size(), stderr);
   }
   void flush_() override {
-    std::lock_guard lock(write_mu_);
+    MutexLock lock(write_mu_);
     std::fflush(stderr);
   }
 
  private:
-  std::mutex write_mu_;
+  Mutex write_mu_;
 };
 
 }  // namespace

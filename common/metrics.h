@@ -33,25 +33,25 @@ class Metrics {
  public:
   // name like "opgate_webhooks_total", labels like {{"source","agents"}}.
   void inc(const std::string& name, const std::map<std::string, std::string>& labels = {},
-           uint64_t by = 1);
+           uint64_t by = 1) EXCLUDES(mu_);
   Histogram& histogram(const std::string& name, const std::vector<double>& bounds);
   // One histogram per label set, e.g. per endpoint.
   Histogram& histogram(const std::string& name, const std::map<std::string, std::string>& labels,
-                       const std::vector<double>& bounds);
+                       const std::vector<double>& bounds) EXCLUDES(mu_);
   // A gauge computed when /metrics is read.
-  void gauge(const std::string& name, std::function<double()> read);
+  void gauge(const std::string& name, std::function<double()> read) EXCLUDES(mu_);
   // Gauges with labels, e.g. operations by state.
   void gauge_family(const std::string& name, std::function<std::map<std::string, double>()> read,
-                    const std::string& label);
+                    const std::string& label) EXCLUDES(mu_);
   // A constant series of value 1 whose labels (in the order given) carry the
   // facts, with its # HELP line: opgate_build_info{version="0.2.0",revision="80cc074"} 1.
   void info(const std::string& name, const std::string& help,
-            const std::vector<std::pair<std::string, std::string>>& labels);
+            const std::vector<std::pair<std::string, std::string>>& labels) EXCLUDES(mu_);
   // The # HELP text of a family (every family the daemon exports has one).
-  void describe(const std::string& name, const std::string& help);
-  std::string render() const;
+  void describe(const std::string& name, const std::string& help) EXCLUDES(mu_);
+  std::string render() const EXCLUDES(mu_);
   uint64_t counter_value(const std::string& name,
-                         const std::map<std::string, std::string>& labels = {}) const;
+                         const std::map<std::string, std::string>& labels = {}) const EXCLUDES(mu_);
 
  private:
   static std::string key(const std::map<std::string, std::string>& labels);

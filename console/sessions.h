@@ -48,20 +48,20 @@ class SessionStore {
     std::string id;  // the cookie's value
     Session session;
   };
-  Created create(std::string principal, std::string token_sha256);
+  Created create(std::string principal, std::string token_sha256) EXCLUDES(mu_);
 
   // The live session with this id, without refreshing it; nothing for an
   // unknown, malformed or ended id (an ended one is removed).
-  std::optional<Session> find(std::string_view id);
+  std::optional<Session> find(std::string_view id) EXCLUDES(mu_);
   // Marks the session seen now (it was used).
-  void touch(std::string_view id);
+  void touch(std::string_view id) EXCLUDES(mu_);
   // Ends the session; false if there was none.
-  bool remove(std::string_view id);
-  size_t size() const;
+  bool remove(std::string_view id) EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
   const SessionLimits& limits() const { return limits_; }
 
  private:
-  bool live(const Session& s, int64_t now) const;
+  bool live(const Session& s, int64_t now) const REQUIRES(mu_);
   void make_room(int64_t now) REQUIRES(mu_);
 
   const Clock& clock_;

@@ -38,9 +38,9 @@ class Engine {
          Lanes& lanes, const Clock& clock, Options options);
   ~Engine();
   void start();
-  void wake();
+  void wake() EXCLUDES(mu_);
   // Finishes the pass in progress, then returns.
-  void stop();
+  void stop() EXCLUDES(mu_);
 
   // One pass (tests drive the engine by hand): returns the work handed out.
   size_t pass();
@@ -57,7 +57,7 @@ class Engine {
   size_t raise_attention();
 
  private:
-  void loop();
+  void loop() EXCLUDES(mu_);
   store::Storage& storage_;
   agent_sessions::SessionSync& sessions_;
   outbox::Drainer& drainer_;

@@ -36,7 +36,8 @@ namespace {
 Mutex tls_contexts_mu;
 std::map<std::string, std::shared_ptr<ssl::context>> tls_contexts GUARDED_BY(tls_contexts_mu);
 
-Result<std::shared_ptr<ssl::context>> tls_context(const std::string& ca_file) {
+Result<std::shared_ptr<ssl::context>> tls_context(const std::string& ca_file)
+    EXCLUDES(tls_contexts_mu) {
   MutexLock lock(tls_contexts_mu);
   if (auto it = tls_contexts.find(ca_file); it != tls_contexts.end()) return it->second;
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);

@@ -70,20 +70,20 @@ class Inbox {
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
 
-  void submit(Submission submission, Committed committed);
+  void submit(Submission submission, Committed committed) EXCLUDES(mu_);
   // Called on the committer thread after a write that queued work for the
   // worker (set it before events arrive; e.g. to wake the worker).
-  void on_queued(std::function<void()> notify);
+  void on_queued(std::function<void()> notify) EXCLUDES(mu_);
   // Hands each batch's answers to `run` (one call per synced write) instead
   // of calling them on the committer: the daemon runs them on the ingress
   // threads, so the one committer goes back to writing sooner. Set it before
   // events arrive.
   using AnswerRunner = std::function<void(std::function<void()> answers)>;
-  void answer_with(AnswerRunner run);
+  void answer_with(AnswerRunner run) EXCLUDES(mu_);
   // Commits and answers what was submitted, then stops the committer; later
   // submissions fail with "shutting_down". Idempotent. Call it before
   // whatever the answers go to (the HTTP server) is torn down.
-  void stop();
+  void stop() EXCLUDES(mu_);
   // submit() and wait for the result.
   Result<Accepted> accept(const std::string& source, const std::string& webhook_id,
                           const std::string& body, const Envelope& envelope);
@@ -112,7 +112,7 @@ class Inbox {
     store::NewEvent event;  // made by the submitter, serialized
     Committed committed;
   };
-  void run();
+  void run() EXCLUDES(mu_);
   // Writes a batch and answers each event (through `answer`, if set); true
   // if it queued work.
   bool commit(std::vector<Pending>& batch, const AnswerRunner& answer);

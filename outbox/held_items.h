@@ -36,7 +36,7 @@ class HeldItems {
     std::vector<std::string> ids_;
   };
 
-  const store::OutboxIds& current() {
+  const store::OutboxIds& current() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     for (const auto& id : ended_) held_.erase(id);
     ended_.clear();

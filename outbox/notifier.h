@@ -81,7 +81,7 @@ class Notifier {
            Metrics& metrics, const Clock& clock, Random random, HttpSend send = http::send);
 
   // Fans out due events and hands due deliveries to lanes; returns how many.
-  size_t dispatch();
+  size_t dispatch() EXCLUDES(mu_);
   // Queues again, for one endpoint, every kept event since since_ms that it
   // subscribes to (same webhook-ids: receivers see repeats as such).
   Result<size_t> replay(const std::string& endpoint, int64_t since_ms);

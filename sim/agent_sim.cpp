@@ -206,14 +206,14 @@ http::Response AgentSim::guarded_get(const http::Request& request,
 }
 
 http::Response AgentSim::get_session(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return session_not_found(id);
   return json_reply(200, it->second->session.session_json());
 }
 
 http::Response AgentSim::list_turns(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return session_not_found(id);
   json::array turns = it->second->session.turns_json();
@@ -240,7 +240,7 @@ http::Response AgentSim::list_items(const http::Request& request, const std::str
   auto after = request.query_param("after");
   if (after && after->empty()) after.reset();
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return session_not_found(id);
   const auto& items = it->second->session.items();
@@ -288,7 +288,7 @@ http::Response AgentSim::post_events(const http::Request& request, const std::st
     results.push_back(std::move(r.value()));
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++event_posts_;
   }
 
@@ -334,7 +334,7 @@ http::Response AgentSim::post_events(const http::Request& request, const std::st
   };
 
   auto process = [&]() -> http::Response {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return finish(session_not_found(id));
     Entry& entry = *it->second;
@@ -379,7 +379,7 @@ void AgentSim::schedule_advance_locked(Entry& entry) {
   if (entry.think_ms == 0) return advance_locked(entry);
   std::string id = entry.session.id();
   bool scheduled = thinking_.schedule_after(std::chrono::milliseconds(entry.think_ms), [this, id] {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = sessions_.find(id);
     if (it != sessions_.end()) advance_locked(*it->second);
   });
@@ -403,7 +403,7 @@ void AgentSim::notify_locked(Entry& entry) {
 http::Response AgentSim::admin_create_session(const http::Request& request) {
   auto turn = parse_turn_request(request.body, true);
   if (!turn) return invalid_request(turn.error().message, "invalid_request");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (sessions_.size() >= options_.max_sessions)
     return openai_error(503, "Too many sessions.", "server_error", "overloaded");
   std::string id = new_id("sess_");
@@ -424,7 +424,7 @@ http::Response AgentSim::admin_create_session(const http::Request& request) {
 http::Response AgentSim::admin_new_message(const http::Request& request, const std::string& id) {
   auto turn = parse_turn_request(request.body, false);
   if (!turn) return invalid_request(turn.error().message, "invalid_request");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return session_not_found(id);
   Entry& e = *it->second;
@@ -438,7 +438,7 @@ http::Response AgentSim::admin_new_message(const http::Request& request, const s
 }
 
 http::Response AgentSim::admin_notify(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return session_not_found(id);
   if (!it->second->session.requires_action())
@@ -462,7 +462,7 @@ http::Response AgentSim::admin_set_webhook_target(const http::Request& request) 
 }
 
 http::Response AgentSim::admin_session(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return session_not_found(id);
   json::object out = it->second->session.debug_json();
@@ -473,7 +473,7 @@ http::Response AgentSim::admin_session(const std::string& id) {
 
 http::Response AgentSim::admin_stats() {
   WebhookStats w = webhooks_.stats();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return json_reply(200, json::object{{"webhooks_sent", w.sent},
                                       {"webhooks_acked", w.acked},
                                       {"webhook_attempts", w.attempts},
@@ -490,7 +490,7 @@ http::Response AgentSim::admin_stats() {
 http::Response AgentSim::admin_reset() {
   idempotency_.clear();
   faults_.clear();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sessions_.clear();
   results_received_ = conflicts_ = unknown_calls_ = event_posts_ = 0;
   return json_reply(200, json::object{{"reset", true}});

@@ -7,12 +7,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "http/message.h"
 #include "http/router.h"
 #include "sim/agent_session.h"
@@ -52,25 +52,27 @@ class AgentSim {
   http::Response guarded_get(const http::Request& request,
                              const std::function<http::Response()>& produce);
 
-  http::Response get_session(const std::string& id);
-  http::Response post_events(const http::Request& request, const std::string& id);
-  http::Response list_turns(const std::string& id);
-  http::Response list_items(const http::Request& request, const std::string& id);
+  http::Response get_session(const std::string& id) EXCLUDES(mu_);
+  http::Response post_events(const http::Request& request, const std::string& id) EXCLUDES(mu_);
+  http::Response list_turns(const std::string& id) EXCLUDES(mu_);
+  http::Response list_items(const http::Request& request, const std::string& id) EXCLUDES(mu_);
 
-  http::Response admin_create_session(const http::Request& request);
-  http::Response admin_new_message(const http::Request& request, const std::string& id);
-  http::Response admin_notify(const std::string& id);
+  http::Response admin_create_session(const http::Request& request) EXCLUDES(mu_);
+  http::Response admin_new_message(const http::Request& request, const std::string& id)
+      EXCLUDES(mu_);
+  http::Response admin_notify(const std::string& id) EXCLUDES(mu_);
   http::Response admin_set_webhook_target(const http::Request& request);
-  http::Response admin_session(const std::string& id);
-  http::Response admin_stats();
-  http::Response admin_reset();
+  http::Response admin_session(const std::string& id) EXCLUDES(mu_);
+  http::Response admin_stats() EXCLUDES(mu_);
+  http::Response admin_reset() EXCLUDES(mu_);
 
   // Lets the model make its next move now, or after the session's think
-  // time. Requires mu_.
-  void schedule_advance_locked(Entry& entry);
-  // Runs the model until it needs a tool result or finishes. Requires mu_.
-  void advance_locked(Entry& entry);
-  void notify_locked(Entry& entry);
+  // time.
+  void schedule_advance_locked(Entry& entry) REQUIRES(mu_);
+  // Runs the model until it needs a tool result or finishes.
+  void advance_locked(Entry& entry) REQUIRES(mu_);
+  // Sends the session's action_required webhook.
+  void notify_locked(Entry& entry) REQUIRES(mu_);
 
   AgentOptions options_;
   const Clock& clock_;
@@ -80,12 +82,14 @@ class AgentSim {
   http::Router api_;
   http::Router admin_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, std::unique_ptr<Entry>> sessions_;
-  int64_t results_received_ = 0;
-  int64_t conflicts_ = 0;
-  int64_t unknown_calls_ = 0;
-  int64_t event_posts_ = 0;
+  // Guards the sessions and the counters; an Entry (and its session) is
+  // reached only through sessions_, under mu_.
+  mutable Mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> sessions_ GUARDED_BY(mu_);
+  int64_t results_received_ GUARDED_BY(mu_) = 0;
+  int64_t conflicts_ GUARDED_BY(mu_) = 0;
+  int64_t unknown_calls_ GUARDED_BY(mu_) = 0;
+  int64_t event_posts_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> next_item_{1};
   Scheduler thinking_{1, 100'000};  // last: its thread stops first
 };

@@ -8,10 +8,10 @@
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <chrono>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "common/mutex.h"
 #include "http/client.h"
 #include "sim/percentile.h"
 
@@ -60,7 +60,7 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
   if (options.connections < 1 || options.connections > 1024)
     return make_error(errc::bad_request, "connections: 1 to 1024");
   std::atomic<size_t> next{0};
-  std::mutex mu;
+  Mutex mu;
   ApprovalReport report;
   std::vector<uint32_t> latencies;  // microseconds
   latencies.reserve(jobs.size());
@@ -91,7 +91,7 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
       else
         ++errors;
     }
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     for (const auto& [status, n] : statuses) report.statuses[status] += n;
     report.errors += errors;
     latencies.insert(latencies.end(), mine.begin(), mine.end());

@@ -143,7 +143,7 @@ json::object fault_rule_to_json(const FaultRule& rule, std::string_view subject_
 }
 
 Status FaultTable::add(std::vector<FaultRule> rules) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (rules_.size() + rules.size() > kMaxRules)
     return make_error(sim_errc::too_many_rules,
                       "At most " + std::to_string(kMaxRules) + " fault rules may be set.");
@@ -155,17 +155,17 @@ Status FaultTable::add(std::vector<FaultRule> rules) {
 }
 
 void FaultTable::clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   rules_.clear();
 }
 
 std::vector<FaultRule> FaultTable::list() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return rules_;
 }
 
 std::optional<FaultRule> FaultTable::take(const FaultQuery& query) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto& rule : rules_) {
     if (!matches(rule, query)) continue;
     if (rule.times > 0) --rule.times;

@@ -8,12 +8,12 @@
 #include <boost/json/value.hpp>
 #include <cstdint>
 #include <initializer_list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/result.h"
 
 namespace opgate::sim {
@@ -82,17 +82,17 @@ class FaultTable {
   static constexpr size_t kMaxRules = 1000;
 
   // Appends rules; error "too_many_rules" (nothing added) past kMaxRules.
-  Status add(std::vector<FaultRule> rules);
-  void clear();
-  std::vector<FaultRule> list() const;
+  Status add(std::vector<FaultRule> rules) EXCLUDES(mu_);
+  void clear() EXCLUDES(mu_);
+  std::vector<FaultRule> list() const EXCLUDES(mu_);
   // First rule, in insertion order, that matches and has uses left; consumes
   // one use. Rules whose action the endpoint does not support never match.
-  std::optional<FaultRule> take(const FaultQuery& query);
+  std::optional<FaultRule> take(const FaultQuery& query) EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  std::vector<FaultRule> rules_;
-  uint64_t next_id_ = 1;
+  mutable Mutex mu_;
+  std::vector<FaultRule> rules_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace opgate::sim

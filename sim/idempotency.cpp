@@ -44,7 +44,7 @@ IdempotencyBegin IdempotencyStore::begin(std::string_view scope, std::string_vie
   composite.append(key);
 
   const int64_t now = clock_.now_ms();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   prune_locked(now);
   IdempotencyBegin result;
   auto it = entries_.find(composite);
@@ -76,7 +76,7 @@ IdempotencyBegin IdempotencyStore::begin(std::string_view scope, std::string_vie
 }
 
 void IdempotencyStore::save(const std::string& composite, const http::Response& response) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(composite);
   if (it == entries_.end() || !it->second.in_flight) return;
   it->second.in_flight = false;
@@ -86,13 +86,13 @@ void IdempotencyStore::save(const std::string& composite, const http::Response& 
 }
 
 void IdempotencyStore::release(const std::string& composite) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(composite);
   if (it != entries_.end() && it->second.in_flight) entries_.erase(it);
 }
 
 void IdempotencyStore::clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // In-flight keys stay, so their claims still resolve; they are new anyway.
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->second.in_flight)
@@ -103,7 +103,7 @@ void IdempotencyStore::clear() {
 }
 
 size_t IdempotencyStore::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 

@@ -6,13 +6,13 @@
 
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "http/message.h"
 
 namespace opgate::sim {
@@ -63,10 +63,10 @@ class IdempotencyStore {
 
   IdempotencyStore(const Clock& clock, size_t max_keys = 100'000, int64_t ttl_ms = kDefaultTtlMs);
 
-  IdempotencyBegin begin(std::string_view scope, std::string_view key,
-                         std::string_view fingerprint);
-  void clear();
-  size_t size() const;
+  IdempotencyBegin begin(std::string_view scope, std::string_view key, std::string_view fingerprint)
+      EXCLUDES(mu_);
+  void clear() EXCLUDES(mu_);
+  size_t size() const EXCLUDES(mu_);
 
  private:
   friend class IdempotencyClaim;
@@ -78,18 +78,18 @@ class IdempotencyStore {
     uint64_t generation = 0;
   };
 
-  void save(const std::string& composite, const http::Response& response);
-  void release(const std::string& composite);
-  void prune_locked(int64_t now_ms);
+  void save(const std::string& composite, const http::Response& response) EXCLUDES(mu_);
+  void release(const std::string& composite) EXCLUDES(mu_);
+  void prune_locked(int64_t now_ms) REQUIRES(mu_);
 
   const Clock& clock_;
   const size_t max_keys_;
   const int64_t ttl_ms_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;
+  mutable Mutex mu_;
+  std::unordered_map<std::string, Entry> entries_ GUARDED_BY(mu_);
   // Keys in creation order with their generation, for expiry.
-  std::deque<std::pair<std::string, uint64_t>> order_;
-  uint64_t next_generation_ = 1;
+  std::deque<std::pair<std::string, uint64_t>> order_ GUARDED_BY(mu_);
+  uint64_t next_generation_ GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace opgate::sim

@@ -3,13 +3,14 @@
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace opgate::sim {
 namespace {
 
-std::mutex& log_mutex() {
-  static std::mutex mu;
+Mutex& log_mutex() {
+  static Mutex mu;
   return mu;
 }
 
@@ -23,7 +24,7 @@ void emit(std::string_view level, std::string_view msg, boost::json::object fiel
   line["msg"] = msg;
   for (auto& [k, v] : fields) line[k] = std::move(v);
   const std::string text = boost::json::serialize(line);
-  std::lock_guard lock(log_mutex());
+  MutexLock lock(log_mutex());
   std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
 }

@@ -49,12 +49,12 @@ OrdersSim::OrdersSim(std::string token, const Clock& clock)
     auto body = parse_json(r.body);
     if (!body || !body->is_object())
       return error_reply(400, "invalid_json", "The body must be a JSON object.");
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     orders_[p.at("id")] = body->as_object();
     return json_reply(200, *body);
   });
   admin_.add("GET", "/_sim/orders/{id}", [this](const http::Request&, const http::PathParams& p) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = orders_.find(p.at("id"));
     if (it == orders_.end()) return error_reply(404, "order_not_found", "No such order.");
     return json_reply(200, it->second);
@@ -62,7 +62,7 @@ OrdersSim::OrdersSim(std::string token, const Clock& clock)
   admin_.add("GET", "/_sim/stats", [this](const http::Request&, const http::PathParams&) {
     json::object by_order;
     int64_t requests = 0, cancellations = 0;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, c] : counts_) {
       by_order[id] =
           json::object{{"cancel_requests", c.cancel_requests}, {"cancellations", c.cancellations}};
@@ -76,7 +76,7 @@ OrdersSim::OrdersSim(std::string token, const Clock& clock)
   admin_.add("POST", "/_sim/reset", [this](const http::Request&, const http::PathParams&) {
     faults_.clear();
     idempotency_.clear();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     counts_.clear();
     return json_reply(200, json::object{{"reset", true}});
   });
@@ -87,7 +87,7 @@ Status OrdersSim::load_orders(const std::string& path) {
   if (!in) return make_error(errc::orders_file, "cannot open orders file " + path);
   std::string line;
   size_t number = 0;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   while (std::getline(in, line)) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -129,7 +129,7 @@ http::Response OrdersSim::get_order(const http::Request& request, const std::str
   if (is_before_commit(fault)) return before_commit_response(*fault, kReplies);
   if (fault && fault->action == FaultAction::kMalformed)
     return json_reply(200, json::object{{"order_id", id}, {"amount_minor", "a great deal"}});
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = orders_.find(id);
   http::Response found = it == orders_.end()
                              ? error_reply(404, "order_not_found", "No order with that id.")
@@ -142,7 +142,7 @@ http::Response OrdersSim::cancel(const http::Request& request, const std::string
   if (!key || key->empty())
     return error_reply(400, "idempotency_key_required", "An Idempotency-Key header is required.");
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++counts_[id].cancel_requests;
   }
   auto fault = faults_.take(
@@ -170,7 +170,7 @@ http::Response OrdersSim::cancel(const http::Request& request, const std::string
 }
 
 http::Response OrdersSim::cancel_now(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = orders_.find(id);
   if (it == orders_.end()) return error_reply(404, "order_not_found", "No order with that id.");
   auto& order = it->second;

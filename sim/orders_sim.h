@@ -14,11 +14,11 @@
 
 #include <boost/json.hpp>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/result.h"
 #include "http/message.h"
 #include "http/router.h"
@@ -35,26 +35,26 @@ class OrdersSim {
   OrdersSim& operator=(const OrdersSim&) = delete;
 
   // Every order of an NDJSON file; error "orders_file" naming the line.
-  Status load_orders(const std::string& path);
+  Status load_orders(const std::string& path) EXCLUDES(mu_);
 
-  http::Response handle(http::Request&& request);
+  http::Response handle(http::Request&& request) EXCLUDES(mu_);
 
  private:
-  http::Response get_order(const http::Request& request, const std::string& id);
-  http::Response cancel(const http::Request& request, const std::string& id);
-  http::Response cancel_now(const std::string& id);
+  http::Response get_order(const http::Request& request, const std::string& id) EXCLUDES(mu_);
+  http::Response cancel(const http::Request& request, const std::string& id) EXCLUDES(mu_);
+  http::Response cancel_now(const std::string& id) EXCLUDES(mu_);
 
   std::string token_;
   FaultTable faults_;
   IdempotencyStore idempotency_;
   http::Router admin_;
-  std::mutex mu_;
-  std::map<std::string, boost::json::object> orders_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::string, boost::json::object> orders_ GUARDED_BY(mu_);
   struct Counts {
     int64_t cancel_requests = 0;
     int64_t cancellations = 0;
   };
-  std::map<std::string, Counts> counts_;  // guarded by mu_
+  std::map<std::string, Counts> counts_ GUARDED_BY(mu_);
 };
 
 }  // namespace opgate::sim

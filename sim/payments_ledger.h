@@ -8,13 +8,13 @@
 #include <boost/json/object.hpp>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
 #include <vector>
 
+#include "common/mutex.h"
 #include "sim/form.h"
 
 namespace opgate::sim {
@@ -106,28 +106,30 @@ class PaymentsLedger {
 
   // Registers or updates an intent (its refunded total is kept) and its
   // customer. Error "invalid" or "full".
-  StripeResult<PaymentIntent> register_intent(PaymentIntent intent);
-  StripeResult<std::string> register_customer(const std::string& id);
+  StripeResult<PaymentIntent> register_intent(PaymentIntent intent) EXCLUDES(mu_);
+  StripeResult<std::string> register_customer(const std::string& id) EXCLUDES(mu_);
 
   // `status` is "succeeded" or "pending".
   StripeResult<Refund> create_refund(const RefundRequest& request, const std::string& status,
-                                     int64_t now_s);
+                                     int64_t now_s) EXCLUDES(mu_);
   StripeResult<BalanceTransaction> create_balance_transaction(
-      const std::string& customer, const BalanceTransactionRequest& request, int64_t now_s);
+      const std::string& customer, const BalanceTransactionRequest& request, int64_t now_s)
+      EXCLUDES(mu_);
   // Refunds settle only from pending; a failed refund frees its amount.
-  StripeResult<Refund> settle_refund(const std::string& id, const std::string& status);
+  StripeResult<Refund> settle_refund(const std::string& id, const std::string& status)
+      EXCLUDES(mu_);
 
-  StripeResult<Refund> get_refund(const std::string& id) const;
+  StripeResult<Refund> get_refund(const std::string& id) const EXCLUDES(mu_);
   StripeResult<ListPage> list_refunds(const std::optional<std::string>& payment_intent,
-                                      const ListQuery& query) const;
+                                      const ListQuery& query) const EXCLUDES(mu_);
   StripeResult<ListPage> list_balance_transactions(const std::string& customer,
-                                                   const ListQuery& query) const;
+                                                   const ListQuery& query) const EXCLUDES(mu_);
 
   // Everything, oldest first: {"refunds":[...],"balance_transactions":[...]}.
-  boost::json::object snapshot() const;
+  boost::json::object snapshot() const EXCLUDES(mu_);
   // Forgets refunds and balance transactions; keeps intents and customers,
   // with their totals zeroed.
-  void reset();
+  void reset() EXCLUDES(mu_);
 
  private:
   struct Customer {
@@ -137,16 +139,16 @@ class PaymentsLedger {
     std::vector<std::string> txn_ids;  // oldest first
   };
 
-  bool full_locked() const;
+  bool full_locked() const REQUIRES(mu_);
 
   const size_t max_objects_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, PaymentIntent> intents_;
-  std::unordered_map<std::string, Customer> customers_;
-  std::unordered_map<std::string, Refund> refunds_;
-  std::vector<std::string> refund_order_;  // oldest first
-  std::unordered_map<std::string, BalanceTransaction> txns_;
-  std::vector<std::string> txn_order_;  // oldest first
+  mutable Mutex mu_;
+  std::unordered_map<std::string, PaymentIntent> intents_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, Customer> customers_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, Refund> refunds_ GUARDED_BY(mu_);
+  std::vector<std::string> refund_order_ GUARDED_BY(mu_);  // oldest first
+  std::unordered_map<std::string, BalanceTransaction> txns_ GUARDED_BY(mu_);
+  std::vector<std::string> txn_order_ GUARDED_BY(mu_);  // oldest first
 };
 
 }  // namespace opgate::sim

@@ -202,7 +202,7 @@ http::Response PaymentsSim::handle(http::Request&& request) {
 }
 
 void PaymentsSim::count_post(const std::optional<std::string>& operation_key) {
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   ++post_requests_;
   if (!operation_key) return;
   auto it = by_operation_key_.find(*operation_key);
@@ -215,7 +215,7 @@ void PaymentsSim::count_post(const std::optional<std::string>& operation_key) {
 
 void PaymentsSim::count_object(const std::optional<std::string>& operation_key) {
   if (!operation_key) return;
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   auto it = by_operation_key_.find(*operation_key);
   if (it != by_operation_key_.end()) ++it->second.objects;
 }
@@ -424,7 +424,7 @@ http::Response PaymentsSim::admin_settle_refund(const http::Request& request,
 }
 
 http::Response PaymentsSim::admin_stats() {
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   json::object keys;
   for (const auto& [key, s] : by_operation_key_)
     keys[key] = json::object{{"posts", s.posts}, {"objects", s.objects}};
@@ -437,7 +437,7 @@ http::Response PaymentsSim::admin_reset() {
   idempotency_.clear();
   faults_.clear();
   {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     post_requests_ = 0;
     by_operation_key_.clear();
   }

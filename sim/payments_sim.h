@@ -6,11 +6,11 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/result.h"
 #include "http/message.h"
 #include "http/router.h"
@@ -46,8 +46,8 @@ class PaymentsSim {
   http::Response create(const http::Request& request, CreateKind kind, const std::string& customer);
   http::Response guarded_get(const http::Request& request,
                              const std::function<http::Response()>& produce);
-  void count_post(const std::optional<std::string>& operation_key);
-  void count_object(const std::optional<std::string>& operation_key);
+  void count_post(const std::optional<std::string>& operation_key) EXCLUDES(stats_mu_);
+  void count_object(const std::optional<std::string>& operation_key) EXCLUDES(stats_mu_);
 
   http::Response list_refunds(const http::Request& request);
   http::Response get_refund(const std::string& id);
@@ -57,8 +57,8 @@ class PaymentsSim {
   http::Response admin_register_intent(const http::Request& request);
   http::Response admin_register_customer(const http::Request& request);
   http::Response admin_settle_refund(const http::Request& request, const std::string& id);
-  http::Response admin_stats();
-  http::Response admin_reset();
+  http::Response admin_stats() EXCLUDES(stats_mu_);
+  http::Response admin_reset() EXCLUDES(stats_mu_);
 
   PaymentsOptions options_;
   const Clock& clock_;
@@ -72,9 +72,9 @@ class PaymentsSim {
     int64_t posts = 0;
     int64_t objects = 0;
   };
-  mutable std::mutex stats_mu_;
-  int64_t post_requests_ = 0;
-  std::map<std::string, KeyStats> by_operation_key_;
+  mutable Mutex stats_mu_;
+  int64_t post_requests_ GUARDED_BY(stats_mu_) = 0;
+  std::map<std::string, KeyStats> by_operation_key_ GUARDED_BY(stats_mu_);
 };
 
 }  // namespace opgate::sim

@@ -27,12 +27,12 @@ ReceiverSim::ReceiverSim(std::string raw_key, const Clock& clock)
     : raw_key_(std::move(raw_key)), clock_(clock) {
   add_fault_admin_routes(admin_, faults_, kAllowed, "webhook_id");
   admin_.add("GET", "/_sim/received", [this](const http::Request&, const http::PathParams&) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return json_reply(200, json::object{{"deliveries", received_}});
   });
   admin_.add("POST", "/_sim/reset", [this](const http::Request&, const http::PathParams&) {
     faults_.clear();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     received_.clear();
     return json_reply(200, json::object{{"reset", true}});
   });
@@ -77,7 +77,7 @@ http::Response ReceiverSim::receive(const http::Request& request) {
     }
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     received_.push_back(std::move(record));
   }
   if (!verified) return http::error_response(401, "bad_signature", "The signature is wrong.");

@@ -8,10 +8,10 @@
 #pragma once
 
 #include <boost/json/array.hpp>
-#include <mutex>
 #include <string>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "http/message.h"
 #include "http/router.h"
 #include "sim/faults.h"
@@ -21,16 +21,16 @@ namespace opgate::sim {
 class ReceiverSim {
  public:
   ReceiverSim(std::string raw_key, const Clock& clock);
-  http::Response handle(http::Request&& request);
+  http::Response handle(http::Request&& request) EXCLUDES(mu_);
 
  private:
-  http::Response receive(const http::Request& request);
+  http::Response receive(const http::Request& request) EXCLUDES(mu_);
   std::string raw_key_;
   const Clock& clock_;
   FaultTable faults_;
   http::Router admin_;
-  std::mutex mu_;
-  boost::json::array received_;  // guarded by mu_
+  Mutex mu_;
+  boost::json::array received_ GUARDED_BY(mu_);
 };
 
 }  // namespace opgate::sim

@@ -15,7 +15,7 @@ Scheduler::~Scheduler() { stop(); }
 
 bool Scheduler::schedule_after(std::chrono::milliseconds delay, Task task, bool over_capacity) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return false;
     if (!over_capacity && tasks_.size() >= capacity_) return false;
     tasks_.emplace(std::chrono::steady_clock::now() + delay, std::move(task));
@@ -26,7 +26,7 @@ bool Scheduler::schedule_after(std::chrono::milliseconds delay, Task task, bool 
 
 void Scheduler::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ && threads_.empty()) return;
     stopping_ = true;
     tasks_.clear();
@@ -38,33 +38,38 @@ void Scheduler::stop() {
 }
 
 size_t Scheduler::pending() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return tasks_.size();
 }
 
 void Scheduler::run() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    if (tasks_.empty()) {
-      cv_.wait(lock);
-      continue;
+  for (;;) {
+    Task task;
+    {
+      MutexLock lock(mu_);
+      for (;;) {
+        if (stopping_) return;
+        if (tasks_.empty()) {
+          cv_.wait(mu_);
+          continue;
+        }
+        auto first = tasks_.begin();
+        // A copy: while this thread waits, another may run and erase that task.
+        const auto due = first->first;
+        if (due > std::chrono::steady_clock::now()) {
+          cv_.wait_until(mu_, due);
+          continue;
+        }
+        task = std::move(first->second);
+        tasks_.erase(first);
+        break;
+      }
     }
-    auto first = tasks_.begin();
-    // A copy: while this thread waits, another may run and erase that task.
-    const auto due = first->first;
-    if (due > std::chrono::steady_clock::now()) {
-      cv_.wait_until(lock, due);
-      continue;
-    }
-    Task task = std::move(first->second);
-    tasks_.erase(first);
-    lock.unlock();
     try {
       task();
     } catch (const std::exception& e) {
       log_warn("scheduled task failed", {{"error", e.what()}});
     }
-    lock.lock();
   }
 }
 

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace opgate::sim {
 
@@ -24,19 +24,20 @@ class Scheduler {
 
   // False if stopped, or if the backlog is at capacity and `over_capacity`
   // is not set (a task rescheduling itself may pass it: it freed its slot).
-  bool schedule_after(std::chrono::milliseconds delay, Task task, bool over_capacity = false);
+  bool schedule_after(std::chrono::milliseconds delay, Task task, bool over_capacity = false)
+      EXCLUDES(mu_);
   // Drops the tasks not yet started and joins the threads. Idempotent.
-  void stop();
-  size_t pending() const;
+  void stop() EXCLUDES(mu_);
+  size_t pending() const EXCLUDES(mu_);
 
  private:
-  void run();
+  void run() EXCLUDES(mu_);
 
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::multimap<std::chrono::steady_clock::time_point, Task> tasks_;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::multimap<std::chrono::steady_clock::time_point, Task> tasks_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

@@ -3,10 +3,9 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 
 #include "common/crypto.h"
+#include "common/mutex.h"
 
 namespace opgate::sim {
 
@@ -52,9 +51,9 @@ std::optional<std::string> api_key_of(const http::Request& request) {
 namespace {
 
 struct DelayGate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool interrupted = false;
+  Mutex mu;
+  CondVar cv;
+  bool interrupted GUARDED_BY(mu) = false;
 };
 
 DelayGate& delay_gate() {
@@ -67,15 +66,18 @@ DelayGate& delay_gate() {
 void apply_delay(const std::optional<FaultRule>& rule) {
   if (!rule || rule->delay_ms <= 0) return;
   auto& gate = delay_gate();
-  std::unique_lock lock(gate.mu);
-  gate.cv.wait_for(lock, std::chrono::milliseconds(rule->delay_ms),
-                   [&gate] { return gate.interrupted; });
+  MutexLock lock(gate.mu);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(rule->delay_ms);
+  while (!gate.interrupted) {
+    if (gate.cv.wait_until(gate.mu, deadline) == std::cv_status::timeout) break;
+  }
 }
 
 void interrupt_delays() {
   auto& gate = delay_gate();
   {
-    std::lock_guard lock(gate.mu);
+    MutexLock lock(gate.mu);
     gate.interrupted = true;
   }
   gate.cv.notify_all();

@@ -25,12 +25,12 @@ WebhookSender::~WebhookSender() { stop(); }
 void WebhookSender::stop() { scheduler_.stop(); }
 
 void WebhookSender::set_url(std::string url) {
-  std::lock_guard lock(url_mu_);
+  MutexLock lock(url_mu_);
   url_ = std::move(url);
 }
 
 std::string WebhookSender::url() const {
-  std::lock_guard lock(url_mu_);
+  MutexLock lock(url_mu_);
   return url_;
 }
 

@@ -9,10 +9,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "sim/scheduler.h"
 
 namespace opgate::sim {
@@ -52,8 +52,8 @@ class WebhookSender {
   // backlog is full (the message is dropped and logged).
   std::string send(std::string body);
   WebhookStats stats() const;
-  void set_url(std::string url);
-  std::string url() const;
+  void set_url(std::string url) EXCLUDES(url_mu_);
+  std::string url() const EXCLUDES(url_mu_);
   void stop();
 
  private:
@@ -66,8 +66,8 @@ class WebhookSender {
 
   WebhookSenderOptions options_;
   const Clock& clock_;
-  mutable std::mutex url_mu_;
-  std::string url_;
+  mutable Mutex url_mu_;
+  std::string url_ GUARDED_BY(url_mu_);
   std::atomic<int64_t> sent_{0}, acked_{0}, attempts_{0}, failed_{0}, dropped_{0};
   Scheduler scheduler_;  // last: its threads stop before the rest goes
 };
