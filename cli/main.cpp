@@ -165,54 +165,71 @@ struct Commands {
     });
     auto* orders = app.add_subcommand("orders", "server-owned orders");
     orders->require_subcommand(1);
-    auto* import = orders->add_subcommand("import", "upsert orders from an NDJSON file");
-    import->add_option("file", file)->required();
-    import->callback([this] { rc = cli::import_orders(ctx, file);
-  });
-  auto* backup = app.add_subcommand("backup", "back up the store, or restore a copy");
-  backup->require_subcommand(1);
-  auto* create = backup->add_subcommand("create", "write an online copy (on the daemon's host)");
-  create->add_option("--to", dir, "a directory that does not exist yet")->required();
-  create->callback([this] { rc = cli::backup_create(ctx, dir); });
-  auto* restore =
-      backup->add_subcommand("restore", "make a new data directory from a copy (daemon stopped)");
-  restore->add_option("--from", file, "the backup directory")->required();
-  restore->add_option("--data-dir", data_dir, "the new data directory")->required();
-  restore->callback([this] { rc = cli::backup_restore(file, data_dir, ctx.json); });
-}
+    auto* upsert = orders->add_subcommand("import", "upsert orders from an NDJSON file");
+    upsert->add_option("file", file)->required();
+    upsert->callback([this] { rc = cli::import_orders(ctx, file); });
+    auto* backup = app.add_subcommand("backup", "back up the store, or restore a copy");
+    backup->require_subcommand(1);
+    auto* create = backup->add_subcommand("create", "write an online copy (on the daemon's host)");
+    create->add_option("--to", dir, "a directory that does not exist yet")->required();
+    create->callback([this] { rc = cli::backup_create(ctx, dir); });
+    auto* restore =
+        backup->add_subcommand("restore", "make a new data directory from a copy (daemon stopped)");
+    restore->add_option("--from", file, "the backup directory")->required();
+    restore->add_option("--data-dir", data_dir, "the new data directory")->required();
+    restore->callback([this] { rc = cli::backup_restore(file, data_dir, ctx.json); });
+  }
 
   // notify list|replay|enable|release.
   void add_notifications(CLI::App& app) {
-  auto* notify = app.add_subcommand("notify", "outbound notification endpoints");
-  notify->require_subcommand(1);
-  notify->add_subcommand("list", "endpoints, their state, last error and backlog")
-      ->callback([this] { rc = cli::notify_list(ctx); });
-  auto* replay = notify->add_subcommand("replay", "queue kept events again for one endpoint");
-  replay->add_option("--endpoint", endpoint)->required();
-  replay->add_option("--since", since, "Unix seconds, or 90m, 2h, 1d back from now")->required();
-  replay->callback([this] { rc = cli::notify_replay(ctx, endpoint, since); });
-  auto* enable = notify->add_subcommand("enable", "re-enable an endpoint disabled by a 410");
-  enable->add_option("endpoint", endpoint)->required();
-  enable->callback([this] { rc = cli::notify_enable(ctx, endpoint); });
-  auto* release = notify->add_subcommand(
-      "release", "held deliveries of an endpoint no longer configured: replay or discard them");
-  release->add_option("--from", endpoint, "the endpoint whose deliveries are held")->required();
-  release->add_option("--to", release_to, "a configured endpoint to send them to (else discarded)");
-  release->add_flag("--yes,-y", ctx.assume_yes, "discard without asking");
-  release->callback([this] {
-    if (release_to.empty() && !ctx.assume_yes) {
-      std::cerr << "error: without --to the held deliveries are discarded; add --yes to confirm\n";
-      rc = 2;
-      return;
-    }
-    rc = cli::notify_release_held(ctx, endpoint, release_to);
-  });
-}
+    auto* notify = app.add_subcommand("notify", "outbound notification endpoints");
+    notify->require_subcommand(1);
+    notify->add_subcommand("list", "endpoints, their state, last error and backlog")
+        ->callback([this] { rc = cli::notify_list(ctx); });
+    auto* replay = notify->add_subcommand("replay", "queue kept events again for one endpoint");
+    replay->add_option("--endpoint", endpoint)->required();
+    replay->add_option("--since", since, "Unix seconds, or 90m, 2h, 1d back from now")->required();
+    replay->callback([this] { rc = cli::notify_replay(ctx, endpoint, since); });
+    auto* enable = notify->add_subcommand("enable", "re-enable an endpoint disabled by a 410");
+    enable->add_option("endpoint", endpoint)->required();
+    enable->callback([this] { rc = cli::notify_enable(ctx, endpoint); });
+    auto* release = notify->add_subcommand(
+        "release", "held deliveries of an endpoint no longer configured: replay or discard them");
+    release->add_option("--from", endpoint, "the endpoint whose deliveries are held")->required();
+    release->add_option("--to", release_to,
+                        "a configured endpoint to send them to (else discarded)");
+    release->add_flag("--yes,-y", ctx.assume_yes, "discard without asking");
+    release->callback([this] {
+      if (release_to.empty() && !ctx.assume_yes) {
+        std::cerr
+            << "error: without --to the held deliveries are discarded; add --yes to confirm\n";
+        rc = 2;
+        return;
+      }
+      rc = cli::notify_release_held(ctx, endpoint, release_to);
+    });
+  }
 
-void fail(int status, const Error& e) {
-  std::cerr << "error: " << e.message << "\n";
-  rc = status;
-}
+  // agent-tokens create|list|revoke: the credentials of the MCP front door.
+  void add_agent_tokens(CLI::App& app) {
+    auto* tokens = app.add_subcommand("agent-tokens", "tokens agent runtimes use over MCP");
+    tokens->require_subcommand(1);
+    auto* create = tokens->add_subcommand("create", "mint a token bound to one owner");
+    create->add_option("--owner", owner, "the customer the agent acts for")->required();
+    create->add_option("--label", reason, "what it is for (shown in lists)");
+    create->add_option("--ttl", since, "how long it lives: seconds, or 12h, 30d (default: always)");
+    create->callback([this] { rc = cli::agent_token_create(ctx, owner, reason, since); });
+    tokens->add_subcommand("list", "tokens of the owners this operator may act for")
+        ->callback([this] { rc = cli::agent_token_list(ctx); });
+    auto* revoke = tokens->add_subcommand("revoke", "revoke a token at once");
+    revoke->add_option("id", key, "the token's id (at_...)")->required();
+    revoke->callback([this] { rc = cli::agent_token_revoke(ctx, key); });
+  }
+
+  void fail(int status, const Error& e) {
+    std::cerr << "error: " << e.message << "\n";
+    rc = status;
+  }
 };  // namespace
 
 }  // namespace
@@ -231,6 +248,7 @@ int main(int argc, char** argv) {
   commands.add_operations(app);
   commands.add_records(app);
   commands.add_notifications(app);
+  commands.add_agent_tokens(app);
   CLI11_PARSE(app, argc, argv);
   return commands.rc;
 }

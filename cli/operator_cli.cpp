@@ -547,24 +547,37 @@ int notify_release_held(const Context& c, const std::string& from, const std::st
   });
 }
 
-int notify_replay(const Context& c, const std::string& endpoint, const std::string& since) {
-  int64_t since_ms = 0;
+namespace {
+
+// "90m", "2h", "1d", "30s": milliseconds; a bare number is seconds, and
+// `bare_is_absolute` makes it a point in time (Unix seconds) instead.
+std::optional<std::pair<int64_t, bool>> duration_ms(const std::string& text) {
   try {
     size_t used = 0;
-    const int64_t n = std::stoll(since, &used);
-    const std::string unit = since.substr(used);
-    const int64_t scale = unit.empty()  ? 0
+    const int64_t n = std::stoll(text, &used);
+    const std::string unit = text.substr(used);
+    const int64_t scale = unit.empty()  ? 1000
                           : unit == "s" ? 1000
                           : unit == "m" ? 60'000
                           : unit == "h" ? 3'600'000
                           : unit == "d" ? 86'400'000
                                         : -1;
-    if (n < 0 || scale < 0) throw std::invalid_argument(since);
-    since_ms = scale == 0 ? n * 1000 : now_ms() - n * scale;
+    if (n < 0 || scale < 0) return std::nullopt;
+    return std::pair<int64_t, bool>{n * scale, unit.empty()};
   } catch (...) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+int notify_replay(const Context& c, const std::string& endpoint, const std::string& since) {
+  auto d = duration_ms(since);
+  if (!d) {
     std::cerr << "error: --since takes Unix seconds or a duration such as 90m, 2h or 1d\n";
     return 2;
   }
+  const int64_t since_ms = d->second ? d->first : now_ms() - d->first;
   auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/replay",
                 json::serialize(json::object{{"since_ms", since_ms}}));
   if (!r) return 1;
@@ -608,6 +621,49 @@ int backup_restore(const std::string& backup_dir, const std::string& data_dir, b
         "start the daemon with data_dir = \"{}\"\n",
         info->dir, info->format_version, info->audit_head.seq, info->dir);
   return 0;
+}
+
+int agent_token_create(const Context& c, const std::string& owner, const std::string& label,
+                       const std::string& ttl) {
+  json::object body{{"owner", owner}};
+  if (!label.empty()) body["label"] = label;
+  if (!ttl.empty()) {
+    auto d = duration_ms(ttl);
+    if (!d || d->first < 1000) {
+      std::cerr << "error: --ttl takes seconds or a duration such as 12h or 30d\n";
+      return 2;
+    }
+    body["ttl_s"] = d->first / 1000;
+  }
+  auto r = call(c, "POST", "/v1/agent-tokens", json::serialize(body));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format(
+        "agent token {} for {} (shown once; keep it secret):\n  token    {}\n  MCP URL  {}\n",
+        s(r->body, "id"), s(r->body, "owner"), s(r->body, "token"),
+        r->body.at("mcp_url").is_null() ? std::string("(no [mcp] listener configured)")
+                                        : s(r->body, "mcp_url"));
+  });
+}
+
+int agent_token_list(const Context& c) {
+  auto r = call(c, "GET", "/v1/agent-tokens");
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    const auto& tokens = r->body.as_object().at("agent_tokens").as_array();
+    std::cout << fmt::format("{:<20} {:<24} {:<8} {:<16} {}\n", "ID", "OWNER", "STATE",
+                             "CREATED BY", "LABEL");
+    for (const auto& t : tokens)
+      std::cout << fmt::format("{:<20} {:<24} {:<8} {:<16} {}\n", s(t, "id"), s(t, "owner"),
+                               s(t, "state"), s(t, "created_by"), s(t, "label"));
+    if (tokens.empty()) std::cout << "(no agent tokens)\n";
+  });
+}
+
+int agent_token_revoke(const Context& c, const std::string& id) {
+  auto r = call(c, "DELETE", "/v1/agent-tokens/" + seg(id));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] { std::cout << fmt::format("{} revoked\n", id); });
 }
 
 }  // namespace opgate::cli

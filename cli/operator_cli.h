@@ -48,5 +48,11 @@ int notify_enable(const Context& c, const std::string& endpoint);
 // configured endpoint `to`, or discarded when `to` is empty.
 int notify_release_held(const Context& c, const std::string& from, const std::string& to);
 int backup_restore(const std::string& backup_dir, const std::string& data_dir, bool json);
+// Agent tokens for the MCP front door. `ttl`: "" (never expires), seconds,
+// or a duration such as 90m, 12h, 30d.
+int agent_token_create(const Context& c, const std::string& owner, const std::string& label,
+                       const std::string& ttl);
+int agent_token_list(const Context& c);
+int agent_token_revoke(const Context& c, const std::string& id);
 
 }  // namespace opgate::cli

@@ -242,6 +242,36 @@ void parse_operator(const Section& op, Config& c, const std::filesystem::path& b
   }
 }
 
+bool valid_origin(const std::string& origin);
+
+// The host of "host:port" ("[::1]:port" keeps its brackets).
+std::string listen_host(const std::string& listen) { return listen.substr(0, listen.rfind(':')); }
+
+void parse_mcp(const Section& m, Config& c, const std::filesystem::path& base_dir) {
+  m.only({"listen", "tls_cert_file", "tls_key_file", "allowed_origins", "allowed_hosts",
+          "public_url"});
+  c.mcp.listen = m.required_string("listen");
+  if (c.mcp.listen.rfind(':') == std::string::npos)
+    throw ConfigError(fmt::format("'{}' must be host:port", m.key("listen")));
+  c.mcp.tls = parse_tls(m, base_dir);
+  c.mcp.allowed_origins = m.strings("allowed_origins");
+  for (const auto& origin : c.mcp.allowed_origins)
+    if (!valid_origin(origin))
+      throw ConfigError(fmt::format("'{}' holds '{}': an origin is scheme://host[:port]",
+                                    m.key("allowed_origins"), origin));
+  if (m.has("allowed_hosts")) {
+    c.mcp.allowed_hosts = m.strings("allowed_hosts");
+  } else {
+    const std::string host = listen_host(c.mcp.listen);
+    if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1")
+      c.mcp.allowed_hosts = {"127.0.0.1", "localhost", "[::1]"};
+  }
+  c.mcp.public_url = m.string("public_url", "");
+  while (!c.mcp.public_url.empty() && c.mcp.public_url.back() == '/') c.mcp.public_url.pop_back();
+  if (!c.mcp.public_url.empty() && !valid_origin(c.mcp.public_url))
+    throw ConfigError(fmt::format("'{}' must be scheme://host[:port]", m.key("public_url")));
+}
+
 // [policy.tools.NAME]: every tool may be disabled and given one of its
 // tiers; its limits override the [policy] keys they name.
 void parse_tools(const Section& tools, operations::PolicyConfig& pol) {
@@ -491,8 +521,8 @@ void parse_console(const Section& t, console::Options& c) {
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
-  root.only({"data_dir", "log", "store", "ingress", "operator", "agent", "payments", "orders",
-             "policy", "outbox", "notify", "console"});
+  root.only({"data_dir", "log", "store", "ingress", "operator", "mcp", "agent", "payments",
+             "orders", "policy", "outbox", "notify", "console"});
   c.data_dir = root.string("data_dir", c.data_dir);
   if (root.has("log")) {
     const Section log = root.table("log");
@@ -504,6 +534,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   if (root.has("store")) parse_store(root.table("store"), c.store, base_dir);
   if (root.has("ingress")) parse_ingress(root.table("ingress"), c, base_dir);
   if (root.has("operator")) parse_operator(root.table("operator"), c, base_dir);
+  if (root.has("mcp")) parse_mcp(root.table("mcp"), c, base_dir);
 
   for (auto [section, key_env, default_env, upstream] :
        {std::tuple{"agent", "api_key_env", "OPENAI_API_KEY", &c.agent},
@@ -638,6 +669,9 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
   check(a.operator_listen == b.operator_listen, "operator.listen");
   check(a.ingress_tls.enabled() == b.ingress_tls.enabled(), "ingress.tls_cert_file (on or off)");
   check(a.operator_tls.enabled() == b.operator_tls.enabled(), "operator.tls_cert_file (on or off)");
+  check(a.mcp.listen == b.mcp.listen, "mcp.listen");
+  check(a.mcp.tls.enabled() == b.mcp.tls.enabled(), "mcp.tls_cert_file (on or off)");
+  check(a.mcp.public_url == b.mcp.public_url, "mcp.public_url");
   check(a.max_body_bytes == b.max_body_bytes, "ingress.max_body_bytes");
   check(a.max_connections == b.max_connections, "ingress.max_connections");
   check(a.header_timeout_ms == b.header_timeout_ms, "ingress.header_timeout_ms");

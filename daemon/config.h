@@ -77,6 +77,23 @@ struct Config {
   int64_t reject_cooldown_ms = 250;
   std::vector<ingress::Source> sources;
 
+  // [mcp] The MCP front door (mcp/front_door.h): off unless listen is set.
+  struct Mcp {
+    std::string listen;  // empty: no MCP listener
+    TlsFiles tls;
+    // Browser origins allowed besides the listener's own; Host names
+    // accepted (default: the loopback names when bound to loopback, else
+    // any). Both guard against DNS rebinding.
+    std::vector<std::string> allowed_origins;
+    std::vector<std::string> allowed_hosts;
+    // The MCP URL agent runtimes reach, for the capability URLs minted
+    // tokens come with ("https://mcp.example.com"); empty: the listener's
+    // own address.
+    std::string public_url;
+    bool enabled() const { return !listen.empty(); }
+  };
+  Mcp mcp;
+
   // Private operator listener (also /healthz, /readyz, /metrics).
   std::string operator_listen = "127.0.0.1:8081";
   TlsFiles operator_tls;

@@ -73,6 +73,8 @@ Random shared_jitter() {
   return [jitter] { return jitter->next(); };
 }
 
+mcp::Access access_of(const Config::Mcp& m) { return {m.allowed_origins, m.allowed_hosts}; }
+
 }  // namespace
 
 Node::Node(const Config& config)
@@ -80,7 +82,8 @@ Node::Node(const Config& config)
       random_(shared_jitter()),
       policy_(config.policy),
       principals_(config.principals),
-      notify_(config.notify) {}
+      notify_(config.notify),
+      mcp_access_(access_of(config.mcp)) {}
 
 Result<std::unique_ptr<Node>> Node::start(const Config& config, const ServeOptions& options) {
   set_log_level(config.log_level);
@@ -261,6 +264,7 @@ Status Node::build_listeners() {
       *opened_.storage, *sessions_, *drainer_, *agents_, metrics_, *clock_, principals_, policy_,
       [this] { engine_->wake(); }, ready_, config_.attention, notifier_.get(), &notify_});
   api_deps_->orders = order_service_.get();
+  api_deps_->mcp_url = [this] { return mcp_url_; };
   // The approval console: pages under /console/, and the API for them under
   // /console/api/ with its session cookie.
   console::Options console_options = config_.console;
@@ -285,12 +289,42 @@ Status Node::build_listeners() {
   });
   metrics_.gauge("opgate_ingress_connections",
                  [this] { return static_cast<double>(ingress_server_->open_connections()); });
+  if (config_.mcp.enabled()) build_mcp();
   return Status::Ok();
+}
+
+void Node::build_mcp() {
+  mcp_ =
+      std::make_unique<mcp::FrontDoor>(*opened_.storage, policy_, mcp_access_, order_service_.get(),
+                                       metrics_, *clock_, [this] { engine_->wake(); });
+  http::ServerOptions o;
+  o.name = "mcp";
+  o.listen = config_.mcp.listen;
+  o.max_body_bytes = config_.max_body_bytes;
+  o.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
+  o.body_timeout = std::chrono::milliseconds(config_.body_timeout_ms);
+  o.max_connections = fds_.operator_connections;
+  o.tls = config_.mcp.tls;
+  // A call is one transaction; the threads wait on the store's syncs, not
+  // on the network.
+  o.threads = 32;
+  mcp_server_ = std::make_unique<http::Server>(o, [this](http::Request&& r, http::Respond respond) {
+    mcp_->handle(std::move(r), std::move(respond));
+  });
 }
 
 Status Node::listen(const ServeOptions& options) {
   OPGATE_ASSIGN_OR_RETURN(const uint16_t ingress_port, ingress_server_->start());
   OPGATE_ASSIGN_OR_RETURN(const uint16_t operator_port, operator_server_->start());
+  uint16_t mcp_port = 0;
+  if (mcp_server_) {
+    OPGATE_ASSIGN_OR_RETURN(mcp_port, mcp_server_->start());
+    mcp_url_ =
+        !config_.mcp.public_url.empty()
+            ? config_.mcp.public_url
+            : fmt::format("{}://{}:{}", config_.mcp.tls.enabled() ? "https" : "http",
+                          config_.mcp.listen.substr(0, config_.mcp.listen.rfind(':')), mcp_port);
+  }
   // Notifications link to the console this daemon serves, unless the
   // configuration names the address people reach it at.
   console_default_ = default_console_url(config_, operator_port);
@@ -304,9 +338,13 @@ Status Node::listen(const ServeOptions& options) {
   if (!options.ports_file.empty())
     OPGATE_TRY(write_file_atomically(
         options.ports_file,
-        fmt::format(R"({{"ingress":{},"operator":{}}})", ingress_port, operator_port) + "\n"));
-  spdlog::info("listening: webhooks on port {}, operator API on port {}, data in {}", ingress_port,
-               operator_port, opened_.description);
+        fmt::format(R"({{"ingress":{},"operator":{}{}}})", ingress_port, operator_port,
+                    mcp_server_ ? fmt::format(R"(,"mcp":{})", mcp_port) : std::string()) +
+            "\n"));
+  spdlog::info("listening: webhooks on port {}, operator API on port {}{}, data in {}",
+               ingress_port, operator_port,
+               mcp_server_ ? fmt::format(", MCP on port {}", mcp_port) : std::string(),
+               opened_.description);
   notify_ready(
       fmt::format("webhooks on port {}, operator API on port {}", ingress_port, operator_port));
   // Healthy: the dispatcher keeps passing, the store can be written and,
@@ -330,7 +368,7 @@ void Node::reload(const std::string& path) {
   auto next = load_config(path);
   if (!next) return fail(next.error().message);
   if (Status s = check_serviceable(*next); !s) return fail(s.error().message);
-  for (const auto* tls : {&next->ingress_tls, &next->operator_tls})
+  for (const auto* tls : {&next->ingress_tls, &next->operator_tls, &next->mcp.tls})
     if (tls->enabled())
       if (Status s = http::check_tls_files(*tls); !s) return fail(s.error().message);
   Config& running = config_;
@@ -348,8 +386,16 @@ void Node::reload(const std::string& path) {
     if (!loaded) return fail(loaded.error().message);
     operator_tls = *loaded;
   }
+  std::shared_ptr<const http::LoadedTls> mcp_tls;
+  if (mcp_server_ && running.mcp.tls.enabled() && next->mcp.tls.enabled()) {
+    auto loaded = http::load_tls_files(next->mcp.tls);
+    if (!loaded) return fail(loaded.error().message);
+    mcp_tls = *loaded;
+  }
   if (ingress_tls) ingress_server_->use_tls(ingress_tls);
   if (operator_tls) operator_server_->use_tls(operator_tls);
+  if (mcp_tls) mcp_server_->use_tls(mcp_tls);
+  mcp_access_.set(access_of(next->mcp));
   principals_.set(next->principals);
   policy_.set(next->policy);
   rebind_pending(*opened_.storage, next->policy);
@@ -376,6 +422,9 @@ void Node::reload(const std::string& path) {
     running.ingress_tls = next->ingress_tls;
   if (running.operator_tls.enabled() && next->operator_tls.enabled())
     running.operator_tls = next->operator_tls;
+  running.mcp.allowed_origins = next->mcp.allowed_origins;
+  running.mcp.allowed_hosts = next->mcp.allowed_hosts;
+  if (running.mcp.tls.enabled() && next->mcp.tls.enabled()) running.mcp.tls = next->mcp.tls;
   std::string needs_restart;
   for (const auto& k : restart) needs_restart += (needs_restart.empty() ? "" : ", ") + k;
   log_event(
@@ -396,6 +445,12 @@ int Node::drain(bool store_failed) {
   // it answers to can still be written.
   inbox_->stop();
   operator_server_->drain(std::chrono::seconds(10));
+  if (mcp_) {
+    // Waiting task results are answered ("ask again") before the listener
+    // drains, so their connections close.
+    mcp_->stop();
+    mcp_server_->drain(std::chrono::seconds(10));
+  }
   stop();
   if (store_failed) {
     spdlog::critical("drained; exiting with status {} for a restart", kExitStoreFailed);
@@ -423,8 +478,10 @@ void Node::stop() {
     notify_lanes_->stop();
     notify_lanes_->wait_idle();
   }
+  if (mcp_) mcp_->stop();
   if (ingress_server_) ingress_server_->stop();
   if (operator_server_) operator_server_->stop();
+  if (mcp_server_) mcp_server_->stop();
 }
 
 Node::~Node() { stop(); }

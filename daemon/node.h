@@ -28,6 +28,7 @@
 #include "http/server.h"
 #include "ingress/inbox.h"
 #include "ingress/webhook_handler.h"
+#include "mcp/front_door.h"
 #include "operations/agent_platform.h"
 #include "operations/order_service.h"
 #include "operations/payment_provider.h"
@@ -65,6 +66,7 @@ class Node {
   Status build_work();
   Status build_notifications();
   Status build_listeners();
+  void build_mcp();
   Status listen(const ServeOptions& options);
   void stop();
 
@@ -105,6 +107,11 @@ class Node {
   std::unique_ptr<console::Console> console_;
   http::Router operator_router_;
   std::unique_ptr<http::Server> operator_server_;
+  // The MCP front door, when [mcp] listen is set.
+  Live<mcp::Access> mcp_access_;
+  std::unique_ptr<mcp::FrontDoor> mcp_;
+  std::unique_ptr<http::Server> mcp_server_;
+  std::string mcp_url_;  // what minted tokens' capability URLs start with
   // notify.console_url when the file names none: the console served here.
   std::string console_default_;
   std::unique_ptr<Watchdog> watchdog_;

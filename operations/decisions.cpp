@@ -145,6 +145,20 @@ Status deny(store::Transaction& txn, const std::string& key, const Principal& pr
   return settle(txn, op, Event::deny, principal.name, details({{"reason", reason}}));
 }
 
+Status withdraw(store::Transaction& txn, const std::string& key, const std::string& owner,
+                const std::string& principal, const std::string& reason) {
+  OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
+  if (!op || op->proposal().owner() != owner)
+    return make_error(errc::not_found, "No operation with that key.");
+  if (!is(*op, State::pending))
+    return make_error(errc::invalid_state,
+                      fmt::format("The operation is {} already; it can no longer be withdrawn.",
+                                  state_text(*op)));
+  op->set_decided_by(principal);
+  op->set_decision_reason(reason);
+  return settle(txn, *op, Event::deny, principal, details({{"reason", reason}}));
+}
+
 Result<bool> expire(store::Transaction& txn, const std::string& key) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op || !is(*op, State::pending) || op->expires_at_ms() > txn.now_ms()) return false;

@@ -60,6 +60,14 @@ Result<size_t> retier_pending(store::Storage& storage, const PolicyConfig& polic
 Status deny(store::Transaction& txn, const std::string& key, const Principal& principal,
             const std::string& reason);
 
+// The agent that proposed a pending operation withdraws it (an MCP client's
+// tasks/cancel): denied, with `reason` told to every linked call.
+// `principal` is the agent ("agent:{id}"), which may act for `owner` only:
+// another owner's operation is not found. invalid_state once it is no
+// longer pending.
+Status withdraw(store::Transaction& txn, const std::string& key, const std::string& owner,
+                const std::string& principal, const std::string& reason);
+
 // Expires a pending operation whose approval time has run out; false if it
 // is not (any longer) such an operation.
 Result<bool> expire(store::Transaction& txn, const std::string& key);

@@ -9,6 +9,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "operations/agent_tokens.h"
 #include "operations/audit.h"
 #include "operations/decisions.h"
 #include "operations/keys.h"
@@ -460,8 +461,8 @@ class Api {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto named = string_field(*body, "outcome", 16);
-    const auto outcome = operations::parse_outcome(named.value_or(""))
-                             .value_or(operations::Outcome::none);
+    const auto outcome =
+        operations::parse_outcome(named.value_or("")).value_or(operations::Outcome::none);
     auto evidence = string_field(*body, "evidence", 2000);
     if ((outcome != operations::Outcome::succeeded && outcome != operations::Outcome::failed) ||
         !evidence)
@@ -683,6 +684,77 @@ class Api {
     return notify_endpoints();
   }
 
+  // Agent tokens: minted for an owner the caller may act for, shown once.
+  Response create_agent_token(const Request& req, const Principal& p) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto owner = string_field(*body, "owner", 64);
+    if (!owner) return error_response(errc::bad_request, "owner is required.");
+    if (!p.may_act_for(*owner))
+      return error_response(errc::forbidden, "This token may not act for that owner.");
+    std::string label;
+    if (body->contains("label")) {
+      auto l = string_field(*body, "label", 200);
+      if (!l) return error_response(errc::bad_request, "label is a string of 1-200 characters.");
+      label = *l;
+    }
+    int64_t ttl_s = 0;
+    if (auto* t = body->if_contains("ttl_s")) {
+      if (!t->is_int64() || t->as_int64() < 1 || t->as_int64() > 10LL * 365 * 86400)
+        return error_response(errc::bad_request, "ttl_s is a number of seconds, at most 10 years.");
+      ttl_s = t->as_int64();
+    }
+    std::optional<operations::MintedToken> minted;
+    Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(minted,
+                              operations::mint_agent_token(txn, *owner, label, ttl_s, p.name));
+      return Status::Ok();
+    });
+    if (!s) return from_error(s.error());
+    log_event(
+        spdlog::level::info, "agent_token.minted",
+        fmt::format("agent token {} minted for {} by {}", minted->record.id(), *owner, p.name),
+        {{"principal", p.name}, {"owner", *owner}});
+    json::object out = operations::agent_token_json(minted->record, d_.clock.now_ms());
+    out["token"] = minted->token;
+    const std::string base = d_.mcp_url ? d_.mcp_url() : "";
+    out["mcp_url"] =
+        base.empty() ? json::value(nullptr) : json::value(base + "/mcp/" + minted->token);
+    out["expires_at"] = minted->record.expires_at_ms() == 0
+                            ? json::value(nullptr)
+                            : json::value(minted->record.expires_at_ms() / 1000);
+    return json_response(201, json::serialize(out));
+  }
+
+  Response list_agent_tokens(const Principal& p) {
+    auto all = operations::agent_tokens(d_.storage.reader());
+    if (!all) return from_error(all.error());
+    json::array out;
+    for (const auto& t : *all)
+      if (p.may_act_for(t.owner()))
+        out.push_back(operations::agent_token_json(t, d_.clock.now_ms()));
+    return ok_json(json::object{{"agent_tokens", std::move(out)}});
+  }
+
+  Response revoke_agent_token(const std::string& id, const Principal& p) {
+    std::optional<pb::AgentToken> revoked;
+    Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      // Outside the caller's owners a token does not exist (no oracle).
+      auto all = operations::agent_tokens(txn);
+      if (!all) return all.error();
+      bool visible = false;
+      for (const auto& t : *all) visible = visible || (t.id() == id && p.may_act_for(t.owner()));
+      if (!visible) return make_error(errc::not_found, "No agent token with that id.");
+      OPGATE_ASSIGN_OR_RETURN(revoked, operations::revoke_agent_token(txn, id, p.name));
+      return Status::Ok();
+    });
+    if (!s) return from_error(s.error());
+    log_event(spdlog::level::info, "agent_token.revoked",
+              fmt::format("agent token {} revoked by {}", id, p.name),
+              {{"principal", p.name}, {"owner", revoked->owner()}});
+    return ok_json(operations::agent_token_json(*revoked, d_.clock.now_ms()));
+  }
+
   Response get_order(const std::string& id, const Principal& p) {
     auto order = d_.storage.reader().order(id);
     if (!order) return from_error(order.error());
@@ -760,6 +832,12 @@ http::Router make_router(ApiDeps& deps) {
   route("POST", "/v1/notify/held/{name}/release", scope::admin, [api](auto& q, auto& p, auto& who) {
     return api->notify_release_held(q, p.at("name"), who);
   });
+  route("POST", "/v1/agent-tokens", scope::bind,
+        [api](auto& q, auto&, auto& who) { return api->create_agent_token(q, who); });
+  route("GET", "/v1/agent-tokens", scope::bind,
+        [api](auto&, auto&, auto& who) { return api->list_agent_tokens(who); });
+  route("DELETE", "/v1/agent-tokens/{id}", scope::bind,
+        [api](auto&, auto& p, auto& who) { return api->revoke_agent_token(p.at("id"), who); });
   route("POST", "/v1/backups", scope::admin,
         [api](auto& q, auto&, auto&) { return api->backup(q); });
   route("GET", "/v1/orders/{order_id}", scope::admin,

@@ -71,6 +71,9 @@ struct ApiDeps {
   // The business's order service (orders.source = "http"): an approval
   // re-checks the order as it reads there now; nullptr for embedded orders.
   operations::OrderService* orders = nullptr;
+  // The MCP front door's URL ("http://127.0.0.1:8082"), for the capability
+  // URLs agent tokens come with; empty when there is none.
+  std::function<std::string()> mcp_url = {};
 };
 
 http::Router make_router(ApiDeps& deps);

@@ -54,7 +54,7 @@ Result<Reply> send_request(const std::string& method, const std::string& url,
   req.timeout = std::chrono::seconds(20);
   auto res = http::send(req);
   if (!res) return failed(fmt::format("{} {}: {}", method, url, res.error().message));
-  Reply r{res->status, nullptr, res->body};
+  Reply r{res->status, nullptr, res->body, res->headers};
   json::error_code ec;
   r.body = json::parse(res->body, ec);
   if (ec) r.body = nullptr;
@@ -243,6 +243,12 @@ Result<Reply> Cluster::receiver_admin(const std::string& method, const std::stri
   return send_request(method, fmt::format("http://127.0.0.1:{}{}", receiver_port_, path), body, {});
 }
 
+Result<Reply> Cluster::mcp(const std::string& method, const std::string& path,
+                           const std::string& body, http::Headers headers) {
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", mcp_port_, path), body,
+                      std::move(headers));
+}
+
 Result<Reply> Cluster::orders_admin(const std::string& method, const std::string& path,
                                     const std::string& body) {
   if (!options_.order_service) return failed("this cluster has no order service");
@@ -328,6 +334,9 @@ secrets = ["{}"]
 [operator]
 listen = "{}"
 {}
+
+[mcp]
+listen = "{}"
 {}{}{}{}{}{}{}
 [agent]
 base_url = "http://127.0.0.1:{}/v1"
@@ -349,7 +358,7 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
 {}{}
 )",
       listen(ingress_port_), options_.extra_ingress, webhook_secret(), listen(operator_port_),
-      options_.extra_operator, token("admin", R"("admin")", 1000000),
+      options_.extra_operator, listen(mcp_port_), token("admin", R"("admin")", 1000000),
       token("alice", R"("operations:read", "operations:approve")", 100000),
       token("bob", R"("operations:read", "operations:approve")", 100000),
       token("reader", R"("operations:read")", 0),
@@ -414,6 +423,7 @@ Status Cluster::start_daemon() {
   if (jec || !v.is_object()) return failed("daemon.ports is not JSON: " + *ports);
   ingress_port_ = static_cast<uint16_t>(v.at("ingress").as_int64());
   operator_port_ = static_cast<uint16_t>(v.at("operator").as_int64());
+  mcp_port_ = static_cast<uint16_t>(v.at("mcp").as_int64());
   auto target = agent_admin(
       "POST", "/_sim/webhook_target",
       json::serialize(json::object{

@@ -55,6 +55,7 @@ struct Reply {
   int status = 0;
   boost::json::value body;  // null if the body is not JSON
   std::string raw;
+  http::Headers headers;
 };
 
 // Operator tokens every cluster has, by principal: admin (every scope),
@@ -80,6 +81,9 @@ class Cluster {
                                const std::string& body = "");
   Result<Reply> receiver_admin(const std::string& method, const std::string& path,
                                const std::string& body = "");
+  // A request to the MCP front door: `path` is "/mcp" or "/mcp/{token}".
+  Result<Reply> mcp(const std::string& method, const std::string& path, const std::string& body,
+                    http::Headers headers = {});
   // opgate-sim orders' admin routes (order_service clusters only).
   Result<Reply> orders_admin(const std::string& method, const std::string& path,
                              const std::string& body = "");
@@ -105,6 +109,8 @@ class Cluster {
   uint16_t ingress_port() const { return ingress_port_; }
   uint16_t operator_port() const { return operator_port_; }
   uint16_t agent_port() const { return agent_port_; }
+  // The MCP front door ([mcp] listen; 0 before the daemon first started).
+  uint16_t mcp_port() const { return mcp_port_; }
   // "rocksdb" or "postgres".
   const std::string& store() const { return options_.store; }
   // "http://127.0.0.1:PORT" or https when the operator listener has TLS.
@@ -127,7 +133,7 @@ class Cluster {
   std::string notify_config() const;
   boost::process::child payments_, agent_, daemon_, receiver_, orders_;
   uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0,
-           receiver_port_ = 0, orders_port_ = 0;
+           receiver_port_ = 0, orders_port_ = 0, mcp_port_ = 0;
   int daemon_starts_ = 0;
 };
 

@@ -77,6 +77,11 @@ Reply Cluster::op(const std::string& method, const std::string& path, const std:
   return required(c_->op(method, path, body, token), method + " " + path);
 }
 
+Reply Cluster::mcp(const std::string& method, const std::string& path, const std::string& body,
+                   http::Headers headers) {
+  return required(c_->mcp(method, path, body, std::move(headers)), method + " " + path);
+}
+
 Reply Cluster::agent_admin(const std::string& method, const std::string& path,
                            const std::string& body) {
   return required(c_->agent_admin(method, path, body), method + " " + path);

@@ -69,6 +69,10 @@ class Cluster {
   // The agent platform's public API, as another client of it would call it.
   Reply agent_api(const std::string& method, const std::string& path, const std::string& body,
                   const std::string& idempotency_key);
+  // A raw request to the MCP front door ("/mcp" or "/mcp/{token}").
+  Reply mcp(const std::string& method, const std::string& path, const std::string& body,
+            http::Headers headers = {});
+  uint16_t mcp_port() const { return c_->mcp_port(); }
   // Raw POST to the webhook ingress.
   http::Response webhook(const std::string& source, const http::Headers& headers,
                          const std::string& body);

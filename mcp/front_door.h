@@ -1,0 +1,115 @@
+// The MCP front door: any agent runtime reaches opgate's tools over the
+// Model Context Protocol (Streamable HTTP at /mcp with "Authorization:
+// Bearer TOKEN", or at /mcp/{TOKEN}, a capability URL). The agent token is
+// the binding: every call acts for its one owner. Tools answer as for a
+// session: a lookup at once, a refund or credit as an exact pending
+// proposal; called as a task, the call is followed until its operation
+// settles and then yields the verified result. Tasks are the tool calls the
+// store keeps (in the proposal's own transaction), readable from any MCP
+// session of the token, on any node, after restarts.
+//
+// What it checks before anything else: the Host and Origin (DNS
+// rebinding: 403), the token (401), the session id and protocol version
+// (400, or 404 for a session this token was not given).
+//
+// Thread-safety: handle() from the listener's threads; a tasks/result on a
+// task still working is answered later, from the front door's own thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/live.h"
+#include "common/metrics.h"
+#include "common/mutex.h"
+#include "http/message.h"
+#include "http/router.h"
+#include "mcp/protocol.h"
+#include "operations/order_service.h"
+#include "operations/policy.h"
+#include "store/port.h"
+
+namespace opgate::mcp {
+
+struct Access {
+  // Origins (scheme://host[:port]) browsers may call from; a request from
+  // the listener's own origin is always allowed.
+  std::vector<std::string> allowed_origins;
+  // Host header values (the host part) accepted; empty accepts any.
+  std::vector<std::string> allowed_hosts;
+};
+
+struct FrontDoorOptions {
+  // What tasks/get tells clients to wait between polls.
+  int64_t poll_interval_ms = 2000;
+  // tasks/result requests waiting for their operation at once; past this
+  // they are refused (the client polls tasks/get instead).
+  size_t max_waiting = 1024;
+  // How long a tasks/result waits before it answers that the task is still
+  // working.
+  std::chrono::milliseconds longest_wait{10 * 60 * 1000};
+  // How often waiting tasks are looked at.
+  std::chrono::milliseconds recheck{250};
+};
+
+class FrontDoor {
+ public:
+  // `orders`: the business's order service (nullptr for embedded orders).
+  // `wake`: called after a proposal, so the dispatcher notices it at once.
+  FrontDoor(store::Storage& storage, const Live<operations::PolicyConfig>& policy,
+            const Live<Access>& access, operations::OrderService* orders, Metrics& metrics,
+            const Clock& clock, std::function<void()> wake, FrontDoorOptions options = {});
+  ~FrontDoor();
+  FrontDoor(const FrontDoor&) = delete;
+  FrontDoor& operator=(const FrontDoor&) = delete;
+
+  void handle(http::Request&& request, http::Respond respond);
+  // Answers every waiting tasks/result (the daemon is draining) and stops
+  // the thread that watches them.
+  void stop() EXCLUDES(mu_);
+
+ private:
+  struct Caller;
+  struct Waiting {
+    pb::CallRef ref;
+    json::value id;
+    http::Respond respond;
+    std::string session;
+    int64_t deadline_ms = 0;
+  };
+  http::Response answer(const http::Request& request, http::Respond& respond, bool& parked);
+  std::optional<http::Response> refuse_origin(const http::Request& request) const;
+  http::Response dispatch(const Message& m, const Caller& caller, const std::string& session,
+                          http::Respond& respond, bool& parked);
+  Result<json::object> call_tool(const Caller& caller, const json::object& params);
+  Result<json::object> get_operation(const Caller& caller, const json::object& arguments);
+  Result<json::object> get_task(const Caller& caller, const json::object& params);
+  Result<json::object> list_tasks(const Caller& caller, const json::object& params);
+  Result<json::object> cancel_task(const Caller& caller, const json::object& params);
+  // The task's result if it has ended; nothing while it works.
+  Result<std::optional<json::object>> task_result(const pb::CallRef& ref);
+  // Parks a tasks/result until its task ends; false if too many wait.
+  bool park(Waiting waiting) EXCLUDES(mu_);
+  void watch() EXCLUDES(mu_);
+
+  store::Storage& storage_;
+  const Live<operations::PolicyConfig>& policy_;
+  const Live<Access>& access_;
+  operations::OrderService* orders_;
+  Metrics& metrics_;
+  const Clock& clock_;
+  std::function<void()> wake_;
+  FrontDoorOptions options_;
+
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<Waiting> waiting_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread watcher_;
+};
+
+}  // namespace opgate::mcp
