@@ -1,9 +1,9 @@
+#include "sim/agent_session.h"
+
 #include <doctest/doctest.h>
 
 #include <boost/json/parse.hpp>
 #include <memory>
-
-#include "sim/agent_session.h"
 
 using namespace opgate::sim;
 

@@ -1,8 +1,8 @@
+#include "sim/faults.h"
+
 #include <doctest/doctest.h>
 
 #include <boost/json/parse.hpp>
-
-#include "sim/faults.h"
 
 using namespace opgate::sim;
 

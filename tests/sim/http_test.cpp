@@ -1,13 +1,12 @@
 // A simulator answers a URL it does not serve in its provider's own error
 // format, keeping the router's Allow header on a 405.
-#include "sim/sim_http.h"
-
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
 
 #include "common/clock.h"
 #include "sim/payments_sim.h"
+#include "sim/sim_http.h"
 
 using namespace opgate;
 namespace json = boost::json;

@@ -1,8 +1,9 @@
+#include "sim/idempotency.h"
+
 #include <doctest/doctest.h>
 
 #include "common/clock.h"
 #include "sim/form.h"
-#include "sim/idempotency.h"
 
 using namespace opgate;
 using namespace opgate::sim;

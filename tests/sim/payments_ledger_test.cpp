@@ -1,6 +1,6 @@
-#include <doctest/doctest.h>
-
 #include "sim/payments_ledger.h"
+
+#include <doctest/doctest.h>
 
 using namespace opgate::sim;
 
