@@ -301,18 +301,19 @@ Result<json::object> FrontDoor::call_tool(const Caller& caller, const json::obje
   if (task)
     return json::object{
         {"task", task_json(call, op, task_state(call, op, *policy), options_.poll_interval_ms)}};
-  if (call.result_saved()) {
-    json::object result = call_tool_result(call.result(), !call.operation_key().empty());
-    // The call's id, which an internal note cites as its evidence.
-    if (auto* structured = result.if_contains("structuredContent")) {
-      structured->as_object()["call_id"] = call.call_id();
-      result["content"] =
-          json::array{json::object{{"type", "text"}, {"text", json::serialize(*structured)}}};
-    }
-    return result;
+  if (!call.result_saved() && !op)
+    return make_error(errc::internal, "The proposal was not recorded.");
+  json::object result = call.result_saved()
+                            ? call_tool_result(call.result(), !call.operation_key().empty())
+                            : pending_result(*op);
+  // The call's id: what an internal note cites as its evidence, and what
+  // the operator's records name the call by.
+  if (auto* structured = result.if_contains("structuredContent")) {
+    structured->as_object()["call_id"] = call.call_id();
+    result["content"] =
+        json::array{json::object{{"type", "text"}, {"text", json::serialize(*structured)}}};
   }
-  if (!op) return make_error(errc::internal, "The proposal was not recorded.");
-  return pending_result(*op);
+  return result;
 }
 
 Result<json::object> FrontDoor::get_operation(const Caller& caller, const json::object& arguments) {

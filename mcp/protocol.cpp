@@ -184,12 +184,8 @@ json::object pending_result(const pb::Operation& op) {
       {"status", "pending_approval"},         {"operation_key", op.key()},
       {"fingerprint", op.fingerprint()},      {"amount_minor", op.proposal().amount_minor()},
       {"currency", op.proposal().currency()}, {"expires_at", iso8601(op.expires_at_ms())}};
-  const std::string text = fmt::format(
-      "Proposed {} of {} for order {} ({}); it waits for a person's approval until {}. The "
-      "result will report the verified outcome.",
-      op.proposal().kind(),
-      operations::format_money(op.proposal().amount_minor(), op.proposal().currency()),
-      op.proposal().order_id(), op.key(), iso8601(op.expires_at_ms()));
+  // The text is the same JSON (what a client that reads text only sees).
+  const std::string text = json::serialize(structured);
   return json::object{{"content", json::array{json::object{{"type", "text"}, {"text", text}}}},
                       {"structuredContent", std::move(structured)},
                       {"isError", false}};
