@@ -64,13 +64,42 @@ std::vector<Call> calls_of(const std::string& name, const SessionTrace& s) {
   return out;
 }
 
+// An MCP agent's calls as the calls of a session named after the agent. A
+// call the agent can no longer read (its token revoked) counts as answered
+// only by what it received.
+std::vector<Call> calls_of_agent(const std::string& name, const AgentTrace& a) {
+  std::vector<Call> out;
+  for (const auto& m : a.calls)
+    out.push_back(
+        Call{name, m.call_id, m.name, m.arguments, m.answered, m.success, m.output, m.error});
+  return out;
+}
+
 std::vector<Call> all_calls(const Trace& t) {
   std::vector<Call> out;
   for (const auto& [name, s] : t.sessions) {
     auto calls = calls_of(name, s);
     out.insert(out.end(), calls.begin(), calls.end());
   }
+  for (const auto& [name, a] : t.agents) {
+    auto calls = calls_of_agent(name, a);
+    out.insert(out.end(), calls.begin(), calls.end());
+  }
   return out;
+}
+
+// The owner a session was bound to, or an agent's token.
+std::string owner_of_caller(const Trace& t, const std::string& name) {
+  if (auto it = t.sessions.find(name); it != t.sessions.end()) return it->second.owner;
+  if (auto it = t.agents.find(name); it != t.agents.end()) return it->second.owner;
+  return "";
+}
+
+// Whether the caller can still read its results (an agent whose token was
+// revoked cannot).
+bool can_read(const Trace& t, const std::string& name) {
+  auto it = t.agents.find(name);
+  return it == t.agents.end() || !it->second.revoked;
 }
 
 const Call* find_call(const std::vector<Call>& calls, const std::string& call_id) {
@@ -209,7 +238,7 @@ PropertyResult own_order_evidence(const Scenario& sc, const Trace& t,
   Checker c("evidence came from the bound customer's own order");
   for (const auto& call : calls) {
     if (call.name != "lookup_order" || !call.answered) continue;
-    const auto& owner = t.sessions.at(call.session).owner;
+    const auto owner = owner_of_caller(t, call.session);
     if (!call.success) {
       c.pass(fmt::format("{} (session owner {}): refused: {}", describe(call),
                          owner.empty() ? "none" : owner, call.error));
@@ -254,7 +283,7 @@ PropertyResult own_order_evidence(const Scenario& sc, const Trace& t,
     for (const auto& linked : op.at("calls").as_array()) {
       const Call* call = find_call(calls, str(linked, "call_id"));
       if (!call) continue;  // reported by the first property
-      const auto& owner = t.sessions.at(call->session).owner;
+      const auto owner = owner_of_caller(t, call->session);
       c.check(owner == order_owner, fmt::format("operation {} linked to session {} bound to {}",
                                                 key, call->session, owner));
     }
@@ -270,8 +299,11 @@ PropertyResult paused_before_acting(const Trace& t) {
   c.check(chain_ok, fmt::format("the audit chain verifies: {} ({} records)",
                                 chain_ok ? "yes" : "NO " + str(t.audit_check, "problem"),
                                 i64(t.audit_check, "records")));
+  // A session waits with its call required; an MCP agent with its task
+  // working or its plain call holding the pending proposal ("mcp").
   for (const auto& p : t.pauses)
-    c.check(p.session_status == "requires_action" && p.call_pending && p.provider_posts == 0,
+    c.check((p.session_status == "requires_action" || p.session_status == "mcp") &&
+                p.call_pending && p.provider_posts == 0,
             fmt::format("while {} was pending: session {}, call {}, {} provider requests", p.key,
                         p.session_status, p.call_pending ? "awaiting its result" : "answered",
                         p.provider_posts));
@@ -352,7 +384,7 @@ PropertyResult denial_reported_once(const Trace& t, const std::vector<Call>& cal
             fmt::format("{}: {} provider requests", key, provider_posts(t, key)));
     for (const auto& linked : op.at("calls").as_array()) {
       const Call* call = find_call(calls, str(linked, "call_id"));
-      if (!call) continue;
+      if (!call || !can_read(t, call->session)) continue;
       auto out = parse_object(call->output);
       const auto status = out ? str(*out, "status") : "";
       const bool told =
@@ -385,7 +417,8 @@ PropertyResult resumed_without_duplication(const Trace& t, const std::vector<Cal
     if (state != "settled") continue;
     for (const auto& linked : op.at("calls").as_array()) {
       const Call* call = find_call(calls, str(linked, "call_id"));
-      if (call) c.check(call->answered, fmt::format("{} got its result", describe(*call)));
+      if (call && can_read(t, call->session))
+        c.check(call->answered, fmt::format("{} got its result", describe(*call)));
     }
   }
   return c.done("no interruption, no provider call");
@@ -447,6 +480,13 @@ PropertyResult every_call_answered_once(const Trace& t, const std::vector<Call>&
     }
     const auto& op = *it->second;
     const bool settled = str(op, "state") == "settled";
+    if (!can_read(t, call.session)) {
+      c.pass(
+          fmt::format("{} linked to {} ({}): its agent token was revoked; the result is kept "
+                      "for the operator",
+                      describe(call), str(op, "key"), str(op, "state")));
+      continue;
+    }
     if (settled)
       c.check(
           call.answered && call.success &&
@@ -649,6 +689,39 @@ PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& tra
                               want_success ? "success" : "refusal",
                               contains.empty() ? "" : " containing \"" + contains + "\""));
         }
+      }
+    }
+  }
+  if (auto* agents = expect.if_contains("agents"); agents && agents->is_object()) {
+    for (const auto& kv : agents->as_object()) {
+      const std::string name(kv.key());
+      auto it = trace.agents.find(name);
+      if (it == trace.agents.end() || !kv.value().is_object()) {
+        c.fail(fmt::format("agent {} is not in the trace", name));
+        continue;
+      }
+      const auto* results = kv.value().as_object().if_contains("results");
+      if (!results || !results->is_array()) continue;
+      const auto& list = results->as_array();
+      const auto& calls = it->second.calls;
+      c.check(list.size() == calls.size(),
+              fmt::format("agent {}: {} call(s) (expected {})", name, calls.size(), list.size()));
+      for (size_t i = 0; i < std::min(list.size(), calls.size()); ++i) {
+        const auto& w = list[i];
+        const auto& call = calls[i];
+        const bool want_success = w.is_object() && w.as_object().contains("success") &&
+                                  w.at("success").is_bool() && w.at("success").as_bool();
+        const auto contains = str(w, "contains");
+        const auto text = call.success ? call.output : call.error;
+        const bool ok = call.answered && call.success == want_success &&
+                        text.find(contains) != std::string::npos;
+        c.check(ok, fmt::format("agent {} call {} {}: {}{} (expected {}{})", name, i + 1, call.name,
+                                !call.answered ? std::string("no result")
+                                : call.success ? std::string("answered")
+                                               : "refused: " + call.error,
+                                call.success ? " " + call.output.substr(0, 120) : "",
+                                want_success ? "success" : "refusal",
+                                contains.empty() ? "" : " containing \"" + contains + "\""));
       }
     }
   }

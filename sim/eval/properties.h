@@ -21,6 +21,31 @@ struct SessionTrace {
   boost::json::object platform;  // the agent simulator's full record of it
 };
 
+// A tools/call an MCP agent made, with what it received as the agent sees it.
+struct McpCall {
+  std::string call_id;  // the task's id, or the result's call_id ("" if refused at once)
+  std::string name;
+  std::string arguments;  // JSON text
+  bool task = false;
+  std::string operation_key;  // when it proposed
+  bool answered = false;      // it holds a final result
+  bool success = false;       // a settled result or an answer (not a refusal)
+  std::string output;         // the result's JSON text
+  std::string error;          // a refusal's sentence
+  // False for an agent whose token was revoked: it can no longer read its
+  // results (its operations still settle).
+  bool readable = true;
+};
+
+struct AgentTrace {
+  std::string token_id;
+  std::string token;
+  std::string owner;
+  std::string session;  // Mcp-Session-Id
+  bool revoked = false;
+  std::vector<McpCall> calls;
+};
+
 // What the session and the provider looked like when a proposal was pending.
 struct Pause {
   std::string key;
@@ -31,6 +56,7 @@ struct Pause {
 
 struct Trace {
   std::map<std::string, SessionTrace> sessions;  // by the scenario's session name
+  std::map<std::string, AgentTrace> agents;      // MCP agents, by the scenario's name
   boost::json::array operations;                 // opgate's operations, each with its history
   boost::json::array ledger;                     // opgate's ledger
   boost::json::array provider_objects;           // refunds and balance transactions

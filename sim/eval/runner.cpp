@@ -49,6 +49,14 @@ class Run {
 
   // Runs every step; the first that fails ends the run (its error is kept).
   void steps(PropertyResult& log) {
+    if (!sc_.agents.empty()) {
+      auto minted = guarded([&] { return mint_agents(); });
+      log.evidence.push_back(minted ? *minted : "FAIL " + minted.error().message);
+      if (!minted) {
+        log.passed = false;
+        return;
+      }
+    }
     for (const auto& step : sc_.steps) {
       auto done = guarded([&] { return run_step(step); });
       const auto line = fmt::format("step {} {}: {}", step.index, step.action,
@@ -118,7 +126,196 @@ class Run {
     trace_.agent_stats = agent->body.as_object();
     OPGATE_TRY(probe_as_outsider());
     OPGATE_TRY(collect_notifications());
+    OPGATE_TRY(collect_agent_results());
     return trace_;
+  }
+
+  // --- MCP agents
+
+  Result<std::string> mint_agents() {
+    std::vector<std::string> done;
+    for (const auto& spec : sc_.agents) {
+      auto r = c_.op("POST", "/v1/agent-tokens",
+                     json::serialize(json::object{{"owner", spec.owner}, {"label", spec.name}}));
+      if (!r) return r.error();
+      if (r->status != 201) return fail("mint an agent token: " + r->raw);
+      AgentTrace a;
+      a.token_id = str(r->body, "id");
+      a.token = str(r->body, "token");
+      a.owner = spec.owner;
+      trace_.agents[spec.name] = std::move(a);
+      OPGATE_TRY(initialize_agent(spec.name));
+      done.push_back(fmt::format("{} (token {} for {})", spec.name,
+                                 trace_.agents[spec.name].token_id, spec.owner));
+    }
+    return "agents connected over MCP: " + fmt::format("{}", fmt::join(done, ", "));
+  }
+
+  Status initialize_agent(const std::string& name) {
+    auto& a = trace_.agents.at(name);
+    auto r = mcp(
+        a, json::object{{"jsonrpc", "2.0"},
+                        {"id", 0},
+                        {"method", "initialize"},
+                        {"params", json::object{{"protocolVersion", "2025-11-25"},
+                                                {"capabilities", json::object{}},
+                                                {"clientInfo", json::object{{"name", "gate"},
+                                                                            {"version", "1"}}}}}});
+    if (!r) return r.error();
+    if (r->status != 200 || !r->headers.count("Mcp-Session-Id"))
+      return fail("initialize over MCP: " + r->raw);
+    a.session = r->headers.at("Mcp-Session-Id");
+    return Status::Ok();
+  }
+
+  Result<Reply> mcp(const AgentTrace& a, const json::object& message) {
+    http::Headers h{{"Content-Type", "application/json"},
+                    {"Accept", "application/json, text/event-stream"}};
+    if (!a.session.empty()) {
+      h["Mcp-Session-Id"] = a.session;
+      h["MCP-Protocol-Version"] = "2025-11-25";
+    }
+    return c_.mcp("POST", "/mcp/" + a.token, json::serialize(message), h);
+  }
+
+  // The result of a JSON-RPC request, or its error as a failed step.
+  Result<json::object> rpc(const AgentTrace& a, const std::string& method, json::object params) {
+    auto r =
+        mcp(a, json::object{
+                   {"jsonrpc", "2.0"}, {"id", ++rpc_id_}, {"method", method}, {"params", params}});
+    if (!r) return r.error();
+    if (r->status != 200 || !r->body.is_object() || !r->body.as_object().contains("result"))
+      return fail(fmt::format("{} over MCP: {} {}", method, r->status, r->raw.substr(0, 300)));
+    return r->body.at("result").as_object();
+  }
+
+  // What a tools/call result tells the agent, as a session's result would.
+  static void take_result(McpCall& call, const json::object& result) {
+    const auto* structured = result.if_contains("structuredContent");
+    const bool is_error = result.contains("isError") && result.at("isError").as_bool();
+    std::string text;
+    if (auto* content = result.if_contains("content");
+        content && content->is_array() && !content->as_array().empty())
+      text = str(content->as_array().front(), "text");
+    if (structured && structured->is_object()) {
+      if (call.call_id.empty()) call.call_id = str(*structured, "call_id");
+      const auto status = str(*structured, "status");
+      if (status == "pending_approval") {
+        call.operation_key = str(*structured, "operation_key");
+        return;  // not answered yet
+      }
+      call.answered = true;
+      call.success = true;  // an answer, or a settled result whatever its outcome
+      call.output = json::serialize(*structured);
+      return;
+    }
+    call.answered = true;
+    call.success = !is_error;
+    (is_error ? call.error : call.output) = text;
+  }
+
+  Result<std::string> mcp_call(const json::object& a) {
+    const auto name = text(a.at("agent"));
+    auto& agent = trace_.agents.at(name);
+    McpCall call;
+    call.name = text(a.at("tool"));
+    const json::object arguments =
+        a.contains("arguments") ? a.at("arguments").as_object() : json::object{};
+    call.arguments = json::serialize(arguments);
+    call.task = a.contains("task") && a.at("task").as_bool();
+    json::object params{{"name", call.name}, {"arguments", arguments}};
+    if (call.task) params["task"] = json::object{{"ttl", 600000}};
+    const int64_t expect = i64(a, "expect_status", 200);
+    auto r = mcp(
+        agent,
+        json::object{
+            {"jsonrpc", "2.0"}, {"id", ++rpc_id_}, {"method", "tools/call"}, {"params", params}});
+    if (!r) return r.error();
+    const auto line = fmt::format("agent {} called {}{} → {}", name, call.name,
+                                  call.task ? " as a task" : "", r->status);
+    if (r->status != expect) return fail(fmt::format("{} (expected {}): {}", line, expect, r->raw));
+    if (r->status != 200) return line;  // refused before any call was made
+    const auto& body = r->body.as_object();
+    if (const auto* e = body.if_contains("error")) {
+      call.answered = true;
+      call.error = str(*e, "message");
+      agent.calls.push_back(call);
+      return line + ": protocol error " + call.error;
+    }
+    const auto& result = body.at("result").as_object();
+    if (call.task) {
+      call.call_id = str(result.at("task"), "taskId");
+      if (a.contains("name")) tasks_[name + "/" + text(a.at("name"))] = call.call_id;
+      agent.calls.push_back(call);
+      return fmt::format("{}: task {} {}", line, call.call_id, str(result.at("task"), "status"));
+    }
+    take_result(call, result);
+    agent.calls.push_back(call);
+    return fmt::format("{}: {}", line,
+                       !call.answered ? "pending approval (" + call.operation_key + ")"
+                       : call.success ? call.output.substr(0, 160)
+                                      : "refused: " + call.error);
+  }
+
+  Result<std::string> await_task(const json::object& a) {
+    const auto name = text(a.at("agent"));
+    const auto& agent = trace_.agents.at(name);
+    auto id = tasks_.find(name + "/" + text(a.at("task")));
+    if (id == tasks_.end()) return fail("no task by that name was started");
+    const auto want = text(a.at("status"));
+    std::string last;
+    bool ok = poll_until([&] {
+      auto t = rpc(agent, "tasks/get", json::object{{"taskId", id->second}});
+      if (t) last = str(*t, "status") + ": " + str(*t, "statusMessage");
+      return t && str(*t, "status") == want;
+    });
+    if (!ok) return fail(fmt::format("task {} never became {} (last: {})", id->second, want, last));
+    return fmt::format("agent {}'s task {} is {}", name, id->second, last);
+  }
+
+  Result<std::string> revoke_agent(const json::object& a) {
+    const auto name = text(a.at("agent"));
+    auto& agent = trace_.agents.at(name);
+    auto r = c_.op("DELETE", "/v1/agent-tokens/" + agent.token_id);
+    if (!r) return r.error();
+    if (r->status != 200) return fail("revoke: " + r->raw);
+    agent.revoked = true;
+    for (auto& call : agent.calls) call.readable = false;
+    return fmt::format("agent {}'s token {} revoked", name, agent.token_id);
+  }
+
+  // What each agent's calls finally received: a task's result, or the
+  // operation's result for a plain call that proposed (get_operation), as
+  // the agent reads them.
+  Status collect_agent_results() {
+    for (auto& [name, agent] : trace_.agents) {
+      if (agent.revoked) continue;
+      for (auto& call : agent.calls) {
+        if (call.answered) continue;
+        if (call.task) {
+          OPGATE_ASSIGN_OR_RETURN(auto t,
+                                  rpc(agent, "tasks/get", json::object{{"taskId", call.call_id}}));
+          const auto status = str(t, "status");
+          if (status != "completed" && status != "cancelled") continue;
+          OPGATE_ASSIGN_OR_RETURN(
+              auto result, rpc(agent, "tasks/result", json::object{{"taskId", call.call_id}}));
+          take_result(call, result);
+        } else if (!call.operation_key.empty()) {
+          OPGATE_ASSIGN_OR_RETURN(
+              auto read, rpc(agent, "tools/call",
+                             json::object{{"name", "get_operation"},
+                                          {"arguments",
+                                           json::object{{"operation_key", call.operation_key}}}}));
+          const auto* structured = read.if_contains("structuredContent");
+          if (structured && structured->is_object() && structured->as_object().contains("result")) {
+            call.answered = true;
+            call.success = true;
+            call.output = json::serialize(structured->at("result"));
+          }
+        }
+      }
+    }
+    return Status::Ok();
   }
 
   // The receiver's deliveries, once every operation's proposal has arrived
@@ -231,6 +428,9 @@ class Run {
     if (step.action == "reconcile") return reconcile(a);
     if (step.action == "settle_refund") return settle_refund(a);
     if (step.action == "reload") return reload(a);
+    if (step.action == "mcp_call") return mcp_call(a);
+    if (step.action == "await_task") return await_task(a);
+    if (step.action == "revoke_agent") return revoke_agent(a);
     return fail("unknown action");
   }
 
@@ -290,6 +490,7 @@ class Run {
     Pause pause;
     pause.key = key;
     const auto session_id = str(*op, "session_id");
+    if (session_id.starts_with("mcp:")) return await_mcp_proposal(key, *op, std::move(pause));
     auto session = c_.agent_admin("GET", "/_sim/sessions/" + session_id);
     if (!session) return session.error();
     pause.session_status = str(session->body, "status");
@@ -306,6 +507,39 @@ class Run {
     return fmt::format("{} pending: {} {}, fingerprint {}; session {}", key,
                        str(*op, "amount_minor"), str(*op, "currency"),
                        str(*op, "fingerprint").substr(0, 12), pause.session_status);
+  }
+
+  // A proposal an MCP agent made: what its agent sees while it waits (a
+  // task still working, or a plain call holding the pending proposal) and
+  // what the provider holds.
+  Result<std::string> await_mcp_proposal(const std::string& key, const json::object& op,
+                                         Pause pause) {
+    const auto token_id = str(op, "session_id").substr(4);
+    pause.session_status = "mcp";
+    std::set<std::string> linked;
+    for (const auto& call : op.at("calls").as_array()) linked.insert(str(call, "call_id"));
+    for (const auto& [name, agent] : trace_.agents) {
+      if (agent.token_id != token_id) continue;
+      for (const auto& call : agent.calls) {
+        if (!linked.count(call.call_id)) continue;
+        if (!call.task) {
+          pause.call_pending = pause.call_pending || !call.answered;
+          continue;
+        }
+        OPGATE_ASSIGN_OR_RETURN(auto t,
+                                rpc(agent, "tasks/get", json::object{{"taskId", call.call_id}}));
+        pause.call_pending = pause.call_pending || str(t, "status") == "working";
+      }
+    }
+    auto stats = c_.payments_admin("GET", "/_sim/stats");
+    if (!stats) return stats.error();
+    if (auto* k = stats->body.at("by_operation_key").as_object().if_contains(key))
+      pause.provider_posts = i64(k->as_object(), "posts", 0);
+    trace_.pauses.push_back(pause);
+    return fmt::format("{} pending: {} {}, fingerprint {}; its MCP agent {}", key,
+                       str(op, "amount_minor"), str(op, "currency"),
+                       str(op, "fingerprint").substr(0, 12),
+                       pause.call_pending ? "waits" : "was answered");
   }
 
   Result<std::string> decide(const json::object& a, const std::string& verb, json::object body) {
@@ -559,6 +793,8 @@ class Run {
   Cluster& c_;
   Trace trace_;
   std::map<std::string, json::object> seen_;  // proposals as the operator saw them
+  std::map<std::string, std::string> tasks_;  // "agent/name" -> task id
+  int64_t rpc_id_ = 0;
 };
 
 }  // namespace

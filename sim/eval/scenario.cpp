@@ -37,6 +37,9 @@ const std::map<std::string, StepShape>& step_shapes() {
        {{"order_id"},
         {"amount_minor", "currency", "status", "note", "delivered", "forget_idempotency_keys"}}},
       {"reload", {{"config"}, {}}},
+      {"mcp_call", {{"agent", "tool"}, {"arguments", "task", "name", "expect_status"}}},
+      {"await_task", {{"agent", "task", "status"}, {}}},
+      {"revoke_agent", {{"agent"}, {}}},
       {"webhook", {{"session", "kind", "expect_status"}, {}}},
       {"reconcile", {{"key"}, {"as"}}},
       {"settle_refund", {{"key", "status"}, {}}},
@@ -202,7 +205,8 @@ Result<Settings> parse_settings(const json::value& v) {
   return s;
 }
 
-Result<Step> parse_step(const json::value& v, size_t index, const std::set<std::string>& sessions) {
+Result<Step> parse_step(const json::value& v, size_t index, const std::set<std::string>& sessions,
+                        const std::set<std::string>& agents) {
   const std::string where = fmt::format("steps[{}]", index);
   if (!v.is_object()) return bad(where + ": must be an object");
   json::object args = v.as_object();
@@ -220,9 +224,22 @@ Result<Step> parse_step(const json::value& v, size_t index, const std::set<std::
     if (!s->is_string() || !sessions.count(std::string(s->as_string())))
       return bad(fmt::format("{}: \"session\" must name one of the scenario's sessions", where));
   }
+  if (auto* a = args.if_contains("agent")) {
+    if (!a->is_string() || !agents.count(std::string(a->as_string())))
+      return bad(fmt::format("{}: \"agent\" must name one of the scenario's agents", where));
+  }
+  if (auto* a = args.if_contains("arguments"); a && !a->is_object())
+    return bad(where + ": \"arguments\" must be an object");
   for (const char* flag : {"delivered", "forget_idempotency_keys", "fresh"})
     if (auto* f = args.if_contains(flag); f && !f->is_bool())
       return bad(fmt::format("{}: \"{}\" must be true or false", where, flag));
+  // mcp_call's "task" asks for a task (a flag); await_task's names the task it awaits.
+  if (auto* t = args.if_contains("task")) {
+    if (*action == "mcp_call" && !t->is_bool())
+      return bad(where + ": \"task\" must be true or false");
+    if (*action == "await_task" && !t->is_string())
+      return bad(where + ": \"task\" must name a task started by an mcp_call step");
+  }
   if (*action == "reload" && !args.at("config").is_string())
     return bad(where + ": \"config\" must be TOML text (a string)");
   return Step{*action, std::move(args), index + 1};
@@ -246,7 +263,7 @@ Result<Scenario> parse_scenario(std::string_view name, std::string_view text, in
   if (!root.is_object()) return bad("the scenario must be a JSON object");
   const auto& in = root.as_object();
   if (auto s = check_keys(in, {"description", "sessions", "steps", "expect"},
-                          {"orders", "settings"}, "scenario");
+                          {"orders", "settings", "agents"}, "scenario");
       !s)
     return s.error();
   Scenario sc;
@@ -280,19 +297,32 @@ Result<Scenario> parse_scenario(std::string_view name, std::string_view text, in
     names.insert(spec->name);
     sc.sessions.push_back(std::move(*spec));
   }
+  std::set<std::string> agent_names;
+  if (auto* agents = in.if_contains("agents")) {
+    if (!agents->is_object()) return bad("agents: must be an object of named agents");
+    for (const auto& kv : agents->as_object()) {
+      const std::string where = "agents." + std::string(kv.key());
+      if (!kv.value().is_object()) return bad(where + ": must be an object");
+      if (auto s = check_keys(kv.value().as_object(), {"owner"}, {}, where); !s) return s.error();
+      auto owner = string_at(kv.value().as_object(), "owner", where);
+      if (!owner) return owner.error();
+      agent_names.insert(std::string(kv.key()));
+      sc.agents.push_back({std::string(kv.key()), *owner});
+    }
+  }
   if (!in.at("steps").is_array() || in.at("steps").as_array().empty())
     return bad("steps: must be a non-empty array");
   const auto& steps = in.at("steps").as_array();
   for (size_t i = 0; i < steps.size(); ++i) {
-    auto step = parse_step(steps[i], i, names);
+    auto step = parse_step(steps[i], i, names, agent_names);
     if (!step) return step.error();
     sc.steps.push_back(std::move(*step));
   }
   if (!in.at("expect").is_object()) return bad("expect: must be an object");
   sc.expect = in.at("expect").as_object();
-  if (auto s =
-          check_keys(sc.expect, {},
-                     {"operations", "operation_count", "provider_objects", "sessions"}, "expect");
+  if (auto s = check_keys(
+          sc.expect, {},
+          {"operations", "operation_count", "provider_objects", "sessions", "agents"}, "expect");
       !s)
     return s.error();
   return sc;

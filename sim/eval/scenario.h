@@ -36,6 +36,13 @@ struct Settings {
   bool order_service = false;
 };
 
+// An agent runtime reaching opgate over MCP with an agent token bound to
+// `owner` (minted when the scenario starts).
+struct AgentSpec {
+  std::string name;  // the scenario's name for it, e.g. "a1"
+  std::string owner;
+};
+
 struct Step {
   std::string action;  // one of step_actions()
   boost::json::object args;
@@ -48,6 +55,7 @@ struct Scenario {
   std::vector<boost::json::object> orders;  // complete order records
   Settings settings;
   std::vector<SessionSpec> sessions;
+  std::vector<AgentSpec> agents;
   std::vector<Step> steps;
   boost::json::object expect;
 };
