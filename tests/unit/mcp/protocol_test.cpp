@@ -252,9 +252,9 @@ TEST_CASE("a task works until its operation settles and its result is recorded")
     CHECK(mcp::task_state(call(true), withdrawn, policy).status == "completed");
   }
   SUBCASE("the task's JSON: times in UTC, a poll interval only while working") {
-    auto working = mcp::task_json(call(false), operation(State::pending),
-                                  mcp::task_state(call(false), operation(State::pending), policy),
-                                  1000);
+    auto working =
+        mcp::task_json(call(false), operation(State::pending),
+                       mcp::task_state(call(false), operation(State::pending), policy), 1000);
     CHECK(working.at("taskId") == "call_1");
     CHECK(working.at("createdAt").as_string() == mcp::iso8601(kNowMs));
     CHECK(working.at("lastUpdatedAt").as_string() == mcp::iso8601(kNowMs + 5000));
