@@ -70,8 +70,31 @@ Result<AnsweredCall> answer_call(store::Transaction& txn, const AgentCall& reque
     OPGATE_ASSIGN_OR_RETURN(auto funds, txn.funds(order_id));
     return std::optional<OrderView>(OrderView{std::move(*order), std::move(funds)});
   };
-  const std::string session_id = request.ref.session_id();
-  CallsLookup session_calls = [&txn, &session_id] { return txn.calls_of(session_id); };
+  // The cited call, by id: an MCP agent's calls are kept under two turns
+  // ("call" and "task") of its token's session, read directly however many
+  // it made; a session's are few, read once.
+  const std::string& session_id = request.ref.session_id();
+  std::optional<std::vector<pb::ToolCall>> session_calls_read;
+  CallsLookup session_calls =
+      [&](const std::string& call_id) -> Result<std::optional<pb::ToolCall>> {
+    if (request.mcp) {
+      for (const char* turn : {"call", "task"}) {
+        pb::CallRef ref;
+        ref.set_session_id(session_id);
+        ref.set_turn_id(turn);
+        ref.set_call_id(call_id);
+        OPGATE_ASSIGN_OR_RETURN(auto found, txn.call(ref));
+        if (found) return found;
+      }
+      return std::optional<pb::ToolCall>();
+    }
+    if (!session_calls_read) {
+      OPGATE_ASSIGN_OR_RETURN(session_calls_read, txn.calls_of(session_id));
+    }
+    for (const auto& c : *session_calls_read)
+      if (c.call_id() == call_id) return std::optional<pb::ToolCall>(c);
+    return std::optional<pb::ToolCall>();
+  };
   OPGATE_ASSIGN_OR_RETURN(auto outcome,
                           dispatch_tool(request.name, request.arguments_json, request.owner, lookup,
                                         policy, txn.now_ms() / 1000, session_calls));

@@ -345,11 +345,9 @@ Result<ToolOutcome> add_internal_note(std::string_view args_text, const std::str
   OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, note.order_id, owner));
   if (!view) return refuse(std::string(kNotFound));
   if (!session_calls) return make_error(errc::internal, "add_internal_note needs the session.");
-  OPGATE_ASSIGN_OR_RETURN(auto calls, session_calls());
   for (const auto& ref : note.evidence) {
-    auto it = std::find_if(calls.begin(), calls.end(),
-                           [&](const pb::ToolCall& c) { return c.call_id() == ref; });
-    if (it == calls.end())
+    OPGATE_ASSIGN_OR_RETURN(auto it, session_calls(ref));
+    if (!it)
       return refuse(fmt::format(
           "Evidence '{}' is not a call of this session; cite the call ids of your lookup_order "
           "calls for this order. The note was not stored.",

@@ -38,8 +38,9 @@ struct OrderView {
 // answers as a temporary refusal.
 using OrderLookup = std::function<Result<std::optional<OrderView>>(const std::string& order_id)>;
 
-// Every call of the session so far (the evidence an internal note may cite).
-using CallsLookup = std::function<Result<std::vector<pb::ToolCall>>()>;
+// The session's call with that id, if it has one (the evidence an internal
+// note may cite).
+using CallsLookup = std::function<Result<std::optional<pb::ToolCall>>(const std::string& call_id)>;
 
 // An internal note the server accepted: its evidence was checked.
 struct Note {

@@ -47,8 +47,11 @@ struct Fixture {
   };
   operations::ToolOutcome run(std::string_view tool, std::string_view args,
                               const std::string& owner = "demo-user") {
-    operations::CallsLookup session = [this]() -> Result<std::vector<pb::ToolCall>> {
-      return calls;
+    operations::CallsLookup session =
+        [this](const std::string& call_id) -> Result<std::optional<pb::ToolCall>> {
+      for (const auto& c : calls)
+        if (c.call_id() == call_id) return std::optional<pb::ToolCall>(c);
+      return std::optional<pb::ToolCall>();
     };
     auto out = operations::dispatch_tool(tool, args, owner, lookup, policy, kNow, session);
     REQUIRE(out.ok());
