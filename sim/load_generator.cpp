@@ -31,6 +31,7 @@ std::string LoadReport::to_json() const {
   return boost::json::serialize(boost::json::object{{"requests", requests},
                                                     {"accepted", accepted},
                                                     {"duplicates", duplicates},
+                                                    {"failed_calls", failed_calls},
                                                     {"refused", refused_by_status},
                                                     {"errors", errors},
                                                     {"seconds", seconds},
@@ -47,6 +48,7 @@ struct Shared {
   std::string prefix;  // unique per run
   std::string pad;
   Clock::time_point deadline;
+  std::atomic<uint64_t> next_n{0};  // MCP: the "{n}" of the next call
   Mutex mu;
   LoadReport report GUARDED_BY(mu);
   std::vector<uint32_t> latencies_us GUARDED_BY(mu);
@@ -73,6 +75,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     s_.report.requests += mine_.requests;
     s_.report.accepted += mine_.accepted;
     s_.report.duplicates += mine_.duplicates;
+    s_.report.failed_calls += mine_.failed_calls;
     s_.report.errors += mine_.errors;
     for (const auto& [status, n] : mine_.refused) s_.report.refused[status] += n;
     s_.latencies_us.insert(s_.latencies_us.end(), latencies_.begin(), latencies_.end());
@@ -95,11 +98,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
             if (ec) return self->failed();
             self->connected_ = true;
             self->buffer_.clear();
+            self->phase_ = self->s_.o.mcp ? Phase::initialize : Phase::calls;
+            self->session_id_.clear();
             self->send();
           });
         });
   }
   void send() {
+    if (s_.o.mcp)
+      mcp_request();
+    else
+      webhook_request();
+    started_ = Clock::now();
+    stream_.expires_after(std::chrono::seconds(30));
+    net::async_write(stream_, net::buffer(wire_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return self->failed();
+                       self->res_ = {};
+                       bhttp::async_read(self->stream_, self->buffer_, self->res_,
+                                         [self](beast::error_code ec, size_t) {
+                                           if (ec) return self->failed();
+                                           self->answered();
+                                         });
+                     });
+  }
+  void webhook_request() {
     const std::string id = fmt::format("{}_{}_{}", s_.prefix, index_, seq_++);
     const int64_t ts = unix_now();
     const std::string body = fmt::format(
@@ -115,25 +138,68 @@ class Connection : public std::enable_shared_from_this<Connection> {
                    "Content-Length: {}\r\n\r\n",
                    s_.o.path, s_.o.host, id, ts, webhooks::sign(s_.key, id, ts, body), body.size());
     wire_ += body;
-    started_ = Clock::now();
-    stream_.expires_after(std::chrono::seconds(30));
-    net::async_write(stream_, net::buffer(wire_),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) return self->failed();
-                       self->res_ = {};
-                       bhttp::async_read(self->stream_, self->buffer_, self->res_,
-                                         [self](beast::error_code ec, size_t) {
-                                           if (ec) return self->failed();
-                                           self->answered();
-                                         });
-                     });
+  }
+  // initialize, notifications/initialized, then tools/call after tools/call.
+  void mcp_request() {
+    const McpLoad& m = *s_.o.mcp;
+    std::string body;
+    if (phase_ == Phase::initialize) {
+      body =
+          R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"opgate-sim","version":"1"}}})";
+    } else if (phase_ == Phase::initialized) {
+      body = R"({"jsonrpc":"2.0","method":"notifications/initialized"})";
+    } else {
+      std::string arguments = m.arguments;
+      if (const auto at = arguments.find("{n}"); at != std::string::npos)
+        arguments.replace(at, 3, std::to_string(m.first_n + s_.next_n.fetch_add(1)));
+      body = fmt::format(
+          R"({{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"{}","arguments":{}}}}})",
+          ++seq_, m.tool, arguments);
+    }
+    wire_.clear();
+    fmt::format_to(std::back_inserter(wire_),
+                   "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n"
+                   "Accept: application/json, text/event-stream\r\n",
+                   m.path, s_.o.host, s_.o.port);
+    if (!m.bearer.empty())
+      fmt::format_to(std::back_inserter(wire_), "Authorization: Bearer {}\r\n", m.bearer);
+    if (!session_id_.empty())
+      fmt::format_to(std::back_inserter(wire_),
+                     "Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-06-18\r\n", session_id_);
+    fmt::format_to(std::back_inserter(wire_), "Content-Length: {}\r\n\r\n", body.size());
+    wire_ += body;
+  }
+  // The session's set-up is not timed; a failed one counts as refused.
+  bool handshake_answered() {
+    const int status = res_.result_int();
+    if (phase_ == Phase::initialize && status == 200) {
+      session_id_ = std::string(res_["Mcp-Session-Id"]);
+      phase_ = Phase::initialized;
+    } else if (phase_ == Phase::initialized && status >= 200 && status < 300) {
+      phase_ = Phase::calls;
+    } else {
+      ++mine_.refused[status];
+      return false;
+    }
+    return true;
   }
   void answered() {
+    if (phase_ != Phase::calls) {
+      if (!handshake_answered() || !res_.keep_alive()) close();
+      return next();
+    }
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_);
     latencies_.push_back(static_cast<uint32_t>(std::min<int64_t>(us.count(), UINT32_MAX)));
     ++mine_.requests;
     const int status = res_.result_int();
-    if (status >= 200 && status < 300) {
+    if (s_.o.mcp && status == 200) {
+      const auto& body = res_.body();
+      if (body.find("\"result\"") == std::string::npos ||
+          body.find("\"isError\":true") != std::string::npos)
+        ++mine_.failed_calls;
+      else
+        ++mine_.accepted;
+    } else if (status >= 200 && status < 300) {
       if (res_.body().find("\"duplicate\":true") != std::string::npos)
         ++mine_.duplicates;
       else
@@ -156,8 +222,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     connected_ = false;
   }
 
+  enum class Phase { initialize, initialized, calls };
+
   Shared& s_;
   int index_;
+  Phase phase_ = Phase::calls;
+  std::string session_id_;  // MCP
   tcp::resolver resolver_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -173,13 +243,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 }  // namespace
 
 Result<LoadReport> run_load(const LoadOptions& o) {
-  auto key = webhooks::decode_secret(o.secret);
+  auto key = o.mcp ? Result<std::string>(std::string()) : webhooks::decode_secret(o.secret);
   if (!key) return key.error();
   Shared s{o,
            o.bad_signatures ? std::string(key->size(), 'x') : *key,
            "load_" + crypto::random_hex(6),
            std::string(o.body_bytes > 200 ? o.body_bytes - 200 : 0, 'x'),
            Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1000)),
+           {0},
            {},
            {},
            {}};

@@ -219,6 +219,28 @@ int main(int argc, char** argv) {
   load->add_flag("--bad-signatures", load_options.bad_signatures,
                  "sign with the wrong key (a flood of forgeries)");
 
+  opgate::sim::LoadOptions mcp_options;
+  opgate::sim::McpLoad mcp_load;
+  std::string mcp_token_env;
+  auto* mcp_client =
+      app.add_subcommand("mcp-load",
+                         "An MCP client for benchmarks: tools/call after tools/call on keep-alive "
+                         "connections, each with its own session");
+  mcp_client->add_option("--port", mcp_options.port, "the MCP server's port")->required();
+  mcp_client->add_option("--path", mcp_load.path)->capture_default_str();
+  mcp_client->add_option(
+      "--token-env", mcp_token_env,
+      "the environment variable holding the bearer token (none: no Authorization)");
+  mcp_client->add_option("--tool", mcp_load.tool, "the tool to call")->required();
+  mcp_client
+      ->add_option("--arguments", mcp_load.arguments,
+                   "its arguments, a JSON object; {n} becomes a number unique within the run")
+      ->capture_default_str();
+  mcp_client->add_option("--first-n", mcp_load.first_n, "where {n} starts")->capture_default_str();
+  mcp_client->add_option("--connections", mcp_options.connections)->capture_default_str();
+  mcp_client->add_option("--seconds", mcp_options.seconds)->capture_default_str();
+  mcp_client->add_option("--threads", mcp_options.threads)->capture_default_str();
+
   opgate::sim::ApproverOptions approve_options;
   std::string approve_jobs;
   auto* approve = app.add_subcommand(
@@ -272,7 +294,19 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (load->parsed()) {
+  if (mcp_client->parsed()) {
+    if (!mcp_token_env.empty()) {
+      const char* token = std::getenv(mcp_token_env.c_str());
+      if (!token || !*token) {
+        std::cerr << "error: " << mcp_token_env << " is not set\n";
+        return 2;
+      }
+      mcp_load.bearer = token;
+    }
+    mcp_options.mcp = mcp_load;
+    load_options = mcp_options;
+  }
+  if (load->parsed() || mcp_client->parsed()) {
     auto report = opgate::sim::run_load(load_options);
     if (!report) {
       std::cerr << "error: " << report.error().message << "\n";

@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 dir=$1
 mkdir -p "$dir"
-cp "$here/package.json" "$here/package-lock.json" "$here/sdk_flow.mjs" "$dir/"
+cp "$here/package.json" "$here/package-lock.json" "$here"/*.mjs "$dir/"
 cp "$root/examples/refund-agent/agent.mjs" "$dir/"
 stamp="$dir/node_modules/.opgate-lock.sha256"
 want=$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)
