@@ -305,9 +305,11 @@ void Node::build_mcp() {
   o.body_timeout = std::chrono::milliseconds(config_.body_timeout_ms);
   o.max_connections = fds_.operator_connections;
   o.tls = config_.mcp.tls;
-  // A call is one transaction; the threads wait on the store's syncs, not
-  // on the network.
-  o.threads = 32;
+  // A tool call is answered by the front door's committers once durable, so
+  // the threads never wait on a sync: one per core suffices, unless they
+  // read orders from the business's order service (a network call each).
+  o.threads =
+      order_service_ ? 32 : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
   mcp_server_ = std::make_unique<http::Server>(o, [this](http::Request&& r, http::Respond respond) {
     mcp_->handle(std::move(r), std::move(respond));
   });

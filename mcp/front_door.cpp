@@ -84,7 +84,8 @@ FrontDoor::FrontDoor(store::Storage& storage, const Live<operations::PolicyConfi
       metrics_(metrics),
       clock_(clock),
       wake_(std::move(wake)),
-      options_(options) {
+      options_(options),
+      committer_(storage) {
   watcher_ = std::thread([this] {
     name_this_thread("mcp-tasks");
     watch();
@@ -94,6 +95,8 @@ FrontDoor::FrontDoor(store::Storage& storage, const Live<operations::PolicyConfi
 FrontDoor::~FrontDoor() { stop(); }
 
 void FrontDoor::stop() {
+  // Calls submitted before are answered; later ones are refused.
+  committer_.stop();
   {
     MutexLock lock(mu_);
     stopping_ = true;
@@ -203,7 +206,14 @@ http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,
   } else if (m.method == "tools/list") {
     result = json::object{{"tools", tools(*policy_.get())}};
   } else if (m.method == "tools/call") {
-    result = call_tool(caller, m.params);
+    // Answered once the call's answer is durable, by the committer.
+    parked = true;
+    call_tool(caller, m.params,
+              [this, id = m.id, token_id = caller.token.id(),
+               respond = std::move(respond)](Result<json::object> result) mutable {
+                respond(reply("tools/call", id, token_id, std::move(result)));
+              });
+    return {};
   } else if (m.method == "tasks/get") {
     result = get_task(caller, m.params);
   } else if (m.method == "tasks/list") {
@@ -242,38 +252,46 @@ http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,
         200, error_body(m.id, rpc::method_not_found,
                         fmt::format("Method {} is not served here.", m.method.substr(0, 64))));
   }
+  return reply(m.method, m.id, caller.token.id(), std::move(result));
+}
+
+http::Response FrontDoor::reply(std::string_view method, const json::value& id,
+                                std::string_view token_id, Result<json::object> result) {
   const bool ok = result.ok();
   metrics_.inc("opgate_mcp_requests_total",
-               {{"method", m.method}, {"result", ok ? "ok" : "error"}});
+               {{"method", std::string(method)}, {"result", ok ? "ok" : "error"}});
   if (!ok) {
     if (!result.error().is(errc::bad_request) && !result.error().is(errc::not_found) &&
         !result.error().is(errc::invalid_state) && !result.error().is(errc::method_not_allowed))
-      spdlog::warn("mcp {} for agent token {} failed: {}", m.method, caller.token.id(),
+      spdlog::warn("mcp {} for agent token {} failed: {}", method, token_id,
                    result.error().message);
-    return json_answer(200, error_body(m.id, rpc_code_of(result.error()), result.error().message));
+    return json_answer(200, error_body(id, rpc_code_of(result.error()), result.error().message));
   }
-  return json_answer(200, result_body(m.id, std::move(*result)));
+  return json_answer(200, result_body(id, std::move(*result)));
 }
 
-Result<json::object> FrontDoor::call_tool(const Caller& caller, const json::object& params) {
+void FrontDoor::call_tool(const Caller& caller, const json::object& params, ToolAnswered done) {
   const auto name = string_param(params, "name", 128);
-  if (!name) return make_error(errc::bad_request, "name (the tool) is required.");
+  if (!name) return done(make_error(errc::bad_request, "name (the tool) is required."));
   json::object arguments;
   if (const auto* a = params.if_contains("arguments")) {
-    if (!a->is_object()) return make_error(errc::bad_request, "arguments must be an object.");
+    if (!a->is_object()) return done(make_error(errc::bad_request, "arguments must be an object."));
     arguments = a->as_object();
   }
   const auto* task = params.if_contains("task");
-  if (task && !task->is_object()) return make_error(errc::bad_request, "task must be an object.");
+  if (task && !task->is_object())
+    return done(make_error(errc::bad_request, "task must be an object."));
   auto policy = policy_.get();
   if (*name == kGetOperation) {
-    if (task) return make_error(errc::method_not_allowed, "get_operation does not run as a task.");
-    return get_operation(caller, arguments);
+    if (task)
+      return done(make_error(errc::method_not_allowed, "get_operation does not run as a task."));
+    return done(get_operation(caller, arguments));
   }
   if (!operations::known_tool(*name) || !policy->enabled(*name))
-    return make_error(errc::bad_request, fmt::format("Unknown tool {}.", *name));
+    return done(make_error(errc::bad_request, fmt::format("Unknown tool {}.", *name)));
   if (task && !operations::proposing_tool(*name))
-    return make_error(errc::method_not_allowed, fmt::format("{} does not run as a task.", *name));
+    return done(
+        make_error(errc::method_not_allowed, fmt::format("{} does not run as a task.", *name)));
   operations::AgentCall request;
   request.ref = caller.ref(task ? "task" : "call", "mcp_" + crypto::random_hex(12));
   request.name = *name;
@@ -281,26 +299,27 @@ Result<json::object> FrontDoor::call_tool(const Caller& caller, const json::obje
   request.owner = caller.token.owner();
   request.principal = caller.principal;
   request.mcp = true;
-  const operations::FetchedOrders fetched =
-      operations::fetch_orders(orders_, {request.arguments_json}, metrics_);
-  operations::AnsweredCall answered;
-  std::optional<pb::Operation> op;
-  OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
-    OPGATE_ASSIGN_OR_RETURN(
-        answered, operations::answer_call(txn, request, *policy, orders_ ? &fetched : nullptr));
-    op.reset();
-    if (!answered.call.operation_key().empty()) {
-      OPGATE_ASSIGN_OR_RETURN(op, txn.operation(answered.call.operation_key()));
-    }
-    return Status::Ok();
-  }));
-  metrics_.inc("opgate_mcp_tool_calls_total", {{"tool", *name}, {"result", answered.outcome}});
-  metrics_.inc("opgate_tool_calls_total", {{"tool", *name}, {"result", answered.outcome}});
+  std::optional<operations::FetchedOrders> fetched;
+  if (orders_) fetched = operations::fetch_orders(orders_, {request.arguments_json}, metrics_);
+  committer_.submit(std::move(request), policy, std::move(fetched),
+                    [this, name = *name, as_task = task != nullptr, policy,
+                     done = std::move(done)](Result<CallAnswer> answer) {
+                      if (!answer) return done(answer.error());
+                      done(shape_answer(name, as_task, *policy, *answer));
+                    });
+}
+
+Result<json::object> FrontDoor::shape_answer(const std::string& name, bool as_task,
+                                             const operations::PolicyConfig& policy,
+                                             const CallAnswer& answer) {
+  const auto& [answered, op] = answer;
+  metrics_.inc("opgate_mcp_tool_calls_total", {{"tool", name}, {"result", answered.outcome}});
+  metrics_.inc("opgate_tool_calls_total", {{"tool", name}, {"result", answered.outcome}});
   if (answered.outcome == "proposal" && wake_) wake_();
   const pb::ToolCall& call = answered.call;
-  if (task)
+  if (as_task)
     return json::object{
-        {"task", task_json(call, op, task_state(call, op, *policy), options_.poll_interval_ms)}};
+        {"task", task_json(call, op, task_state(call, op, policy), options_.poll_interval_ms)}};
   if (!call.result_saved() && !op)
     return make_error(errc::internal, "The proposal was not recorded.");
   json::object result = call.result_saved()

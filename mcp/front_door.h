@@ -28,6 +28,7 @@
 #include "common/mutex.h"
 #include "http/message.h"
 #include "http/router.h"
+#include "mcp/call_committer.h"
 #include "mcp/protocol.h"
 #include "operations/order_service.h"
 #include "operations/policy.h"
@@ -85,7 +86,15 @@ class FrontDoor {
   std::optional<http::Response> refuse_origin(const http::Request& request) const;
   http::Response dispatch(const Message& m, const Caller& caller, const std::string& session,
                           http::Respond& respond, bool& parked);
-  Result<json::object> call_tool(const Caller& caller, const json::object& params);
+  http::Response reply(std::string_view method, const json::value& id, std::string_view token_id,
+                       Result<json::object> result);
+  using ToolAnswered = std::function<void(Result<json::object>)>;
+  // Answers through `done`: at once when the call is refused before it is
+  // recorded, else once its answer is durable (on the committer's thread).
+  void call_tool(const Caller& caller, const json::object& params, ToolAnswered done);
+  Result<json::object> shape_answer(const std::string& name, bool as_task,
+                                    const operations::PolicyConfig& policy,
+                                    const CallAnswer& answer);
   Result<json::object> get_operation(const Caller& caller, const json::object& arguments);
   Result<json::object> get_task(const Caller& caller, const json::object& params);
   Result<json::object> list_tasks(const Caller& caller, const json::object& params);
@@ -109,6 +118,7 @@ class FrontDoor {
   CondVar cv_;
   std::vector<Waiting> waiting_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;
+  CallCommitter committer_;
   std::thread watcher_;
 };
 
