@@ -78,7 +78,7 @@ class Cluster:
         os.chmod(self.dir, 0o700)
         self.keep = keep
         self.daemon = None
-        self.ingress_port = self.operator_port = 0
+        self.ingress_port = self.operator_port = self.mcp_port = 0
         self.payments_timeout_ms = payments_timeout_ms
         with open(os.path.join(self.dir, "orders.ndjson"), "w") as f:
             for o in orders:
@@ -147,6 +147,7 @@ seed_file = "orders.ndjson"
                                              self._p("opgate.toml"), "--ports-file", ports], env)
         p = json.loads(_wait_file(ports, self.daemon))
         self.ingress_port, self.operator_port = p["ingress"], p["operator"]
+        self.mcp_port = p.get("mcp", 0)
         self.agent_admin("POST", "/_sim/webhook_target",
                          {"url": f"http://127.0.0.1:{self.ingress_port}/v1/webhooks/agents"})
 
