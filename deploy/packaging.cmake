@@ -5,6 +5,7 @@
 #   /lib/systemd/system/opgate.service
 #   /usr/share/opgate/  alert rules, Grafana dashboard, the annotated example config
 #   /usr/share/doc/opgate/README.md                      the runbooks the alerts point at
+#   /usr/share/doc/opgate/docs/                          the manuals the README links to
 # The maintainer scripts in deploy/debian/ create the opgate user and
 # /var/lib/opgate (0700 opgate:opgate).
 set(OPGATE_DEPLOY ${CMAKE_CURRENT_LIST_DIR})
@@ -17,6 +18,8 @@ install(FILES ${OPGATE_DEPLOY}/prometheus/opgate-alerts.yml
   ${OPGATE_DEPLOY}/grafana/opgate-dashboard.json ${CMAKE_SOURCE_DIR}/opgate.example.toml
   DESTINATION share/opgate)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION share/doc/opgate)
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION share/doc/opgate/docs
+  FILES_MATCHING PATTERN "*.md" PATTERN "*.png")
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME opgate)

@@ -7,7 +7,8 @@
 #     /etc/opgate/opgate.env 0640 root:opgate;
 #   - /etc/opgate/opgate.toml and opgate.env are conffiles;
 #   - `systemd-analyze verify` accepts the unit (run inside the root);
-#   - the alert rules and the dashboard are under /usr/share/opgate;
+#   - the alert rules and the dashboard are under /usr/share/opgate, the
+#     README and the manuals it links to under /usr/share/doc/opgate;
 #   - the installed config starts the daemon as user opgate: first refused
 #     while opgate.env still holds only placeholders, then, with test secrets
 #     in opgate.env, it answers /healthz, /readyz and /metrics on 127.0.0.1
@@ -199,6 +200,10 @@ for f in opgate-alerts.yml opgate-dashboard.json opgate.example.toml; do
   [ -s "$root/usr/share/opgate/$f" ] || fail "/usr/share/opgate/$f is missing"
 done
 check "/usr/share/opgate: alert rules, dashboard, example config"
+for f in README.md docs/operating.md docs/mcp.md docs/security.md; do
+  [ -s "$root/usr/share/doc/opgate/$f" ] || fail "/usr/share/doc/opgate/$f is missing"
+done
+check "/usr/share/doc/opgate: the README and the manuals it links to"
 
 phase "daemon as opgate"
 # The shipped config with both listeners moved to free ports: chroots share
