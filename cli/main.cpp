@@ -21,7 +21,8 @@ struct Commands {
   cli::Context ctx;
   int rc = 0;
   std::string config_path, ports_file, tools_config;
-  std::string session, owner, key, reason, state, outcome, evidence, provider_object_id;
+  std::string session, owner, key, reason, state, outcome, evidence, provider_object_id, amount,
+      edit_reason;
   std::string data_dir, file, dir, expect_head, endpoint, since, release_to;
   bool attention = false;
 
@@ -107,11 +108,16 @@ struct Commands {
     auto* pend = app.add_subcommand("pending", "list proposals awaiting a decision");
     pend->add_option("--session", session, "only this session's");
     pend->callback([this] { rc = cli::pending(ctx, session); });
-    auto* approve = app.add_subcommand("approve", "approve exactly the proposal shown");
+    auto* approve = app.add_subcommand(
+        "approve", "approve exactly the proposal shown, or a lower amount of it (--amount)");
     approve->add_option("--operation", key, "operation key")->required();
     approve->add_option("--session", session, "check it belongs to this session");
+    approve->add_option("--amount", amount,
+                        "approve this lower amount instead, in major units (15.00)");
+    approve->add_option("--reason", edit_reason,
+                        "why the amount is lowered (needed with --amount)");
     approve->add_flag("--yes,-y", ctx.assume_yes, "do not ask for confirmation");
-    approve->callback([this] { rc = cli::approve(ctx, key, session); });
+    approve->callback([this] { rc = cli::approve(ctx, key, session, amount, edit_reason); });
     auto* deny = app.add_subcommand("deny", "deny a pending proposal");
     deny->add_option("--operation", key)->required();
     deny->add_option("--reason", reason, "why (shown to the session)")

@@ -120,6 +120,24 @@ std::string money(const json::value& op) {
   return operations::format_money(n(op, "amount_minor"), s(op, "currency"));
 }
 
+// "15", "15.5" or "15.00" in major units as minor units; nothing for
+// anything else (a sign, a third decimal, letters, an absurd size).
+std::optional<int64_t> parse_major_units(std::string_view text) {
+  const auto dot = text.find('.');
+  const std::string_view whole = text.substr(0, dot);
+  const std::string_view cents = dot == std::string_view::npos ? "" : text.substr(dot + 1);
+  auto digits = [](std::string_view d) {
+    return std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  };
+  if (whole.empty() || whole.size() > 12 || !digits(whole) || cents.size() > 2 || !digits(cents) ||
+      (dot != std::string_view::npos && cents.empty()))
+    return std::nullopt;
+  int64_t minor = std::stoll(std::string(whole)) * 100;
+  if (cents.size() == 1) minor += (cents[0] - '0') * 10;
+  if (cents.size() == 2) minor += (cents[0] - '0') * 10 + (cents[1] - '0');
+  return minor;
+}
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -303,13 +321,36 @@ int pending(const Context& c, const std::string& session) {
   return 0;
 }
 
-int approve(const Context& c, const std::string& key, const std::string& session) {
+int approve(const Context& c, const std::string& key, const std::string& session,
+            const std::string& amount, const std::string& reason) {
+  std::optional<int64_t> lower;
+  if (!amount.empty()) {
+    lower = parse_major_units(amount);
+    if (!lower || *lower <= 0) {
+      std::cerr << "error: --amount must be an amount above zero such as 15.00\n";
+      return 2;
+    }
+    if (reason.empty()) {
+      std::cerr << "error: --reason is required with --amount (the agent is told it)\n";
+      return 2;
+    }
+  }
   auto shown = operation_of_session(c, key, session);
   if (!shown) return 1;
   const auto& op = shown->body;
+  if (lower && *lower >= n(op, "amount_minor")) {
+    std::cerr << fmt::format(
+        "error: --amount must be below the proposed {}; an approval never "
+        "raises an amount\n",
+        money(op));
+    return 2;
+  }
   if (!c.json) {
     std::cout << "You are approving exactly this proposal:\n";
     print_proposal(op);
+    if (lower)
+      std::cout << fmt::format("  lowered to:  {} (the customer gets this, not the amount above)\n",
+                               operations::format_money(*lower, s(op, "currency")));
   }
   if (!c.assume_yes && !isatty(STDIN_FILENO)) {
     std::cerr << "error: stdin is not a terminal, so nobody can confirm; pass --yes to approve "
@@ -326,10 +367,11 @@ int approve(const Context& c, const std::string& key, const std::string& session
     }
   }
   // Send back exactly what was shown: the server refuses anything else.
-  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/approve",
-                json::serialize(json::object{{"amount_minor", n(op, "amount_minor")},
-                                             {"currency", s(op, "currency")},
-                                             {"fingerprint", s(op, "fingerprint")}}));
+  json::object body{{"amount_minor", lower.value_or(n(op, "amount_minor"))},
+                    {"currency", s(op, "currency")},
+                    {"fingerprint", s(op, "fingerprint")}};
+  if (lower) body["edit_reason"] = reason;
+  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/approve", json::serialize(body));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     std::cout << fmt::format(

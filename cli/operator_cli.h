@@ -23,7 +23,10 @@ int bind_session(const Context& c, const std::string& session, const std::string
 int recover_session(const Context& c, const std::string& session);
 int inspect_session(const Context& c, const std::string& session);
 int pending(const Context& c, const std::string& session);
-int approve(const Context& c, const std::string& key, const std::string& session);
+// With `amount` ("15.00", below the proposal's), approves that lower amount
+// with `reason`: the server narrows the proposal (it never widens one).
+int approve(const Context& c, const std::string& key, const std::string& session,
+            const std::string& amount = {}, const std::string& reason = {});
 // With a session given, the operation must belong to it.
 int deny(const Context& c, const std::string& key, const std::string& reason,
          const std::string& session);

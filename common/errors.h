@@ -31,6 +31,9 @@ inline constexpr ErrorCode expired{"expired", 409};
 inline constexpr ErrorCode policy_refused{"policy_refused", 409};
 inline constexpr ErrorCode not_bound{"not_bound", 409};
 inline constexpr ErrorCode too_large{"too_large", 413};
+// An approval that would widen the proposal: a higher amount, another
+// currency, order or kind (an approver may only lower the amount).
+inline constexpr ErrorCode widening_refused{"widening_refused", 422};
 inline constexpr ErrorCode method_not_allowed{"method_not_allowed", 405};
 // Webhook ingress (its codes are also the reasons of the rejected counter).
 inline constexpr ErrorCode unknown_source{"unknown_source", 404};

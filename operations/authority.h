@@ -43,10 +43,13 @@ struct Principal {
   bool sees_every_owner() const;
 };
 
+// What the approver saw (currency and fingerprint) and approves. An amount
+// below the proposal's, with an edit_reason, lowers it (decisions.h).
 struct ApprovalRequest {
   int64_t amount_minor = 0;
   std::string currency;
   std::string fingerprint;
+  std::string edit_reason;
 };
 
 enum class ApprovalStep {

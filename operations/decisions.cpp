@@ -4,7 +4,9 @@
 
 #include <boost/json.hpp>
 
+#include "common/crypto.h"
 #include "operations/keys.h"
+#include "operations/proposals.h"
 #include "operations/settlement.h"
 #include "operations/transitions.h"
 
@@ -31,6 +33,51 @@ Status settle_expired(store::Transaction& txn, pb::Operation& op, const std::str
                 details({{"reason", "approval TTL passed"}, {"noticed_by", noticed_by}}));
 }
 
+// Lowers a pending proposal's amount as the approver asked (see approve()),
+// in memory: the request then names the lowered proposal. Returns the
+// details the "narrow" audit record keeps once the approval is recorded.
+Result<std::string> narrow(pb::Operation& op, const Principal& principal, ApprovalRequest& request,
+                           const PolicyConfig& policy) {
+  pb::Proposal& p = *op.mutable_proposal();
+  if (request.currency != p.currency())
+    return make_error(errc::widening_refused,
+                      "An approval cannot change the currency; only a lower amount.");
+  if (request.amount_minor > p.amount_minor())
+    return make_error(errc::widening_refused,
+                      fmt::format("An approval may lower the amount, never raise it: {} is above "
+                                  "the proposed {}.",
+                                  format_money(request.amount_minor, p.currency()),
+                                  format_money(p.amount_minor(), p.currency())));
+  if (request.amount_minor <= 0)
+    return make_error(errc::widening_refused, "A lowered amount must be above zero.");
+  if (p.kind() == kCancelOrder)
+    return make_error(errc::widening_refused,
+                      "A cancellation refunds what remains of the order; its amount cannot be "
+                      "lowered. Deny it instead.");
+  if (request.edit_reason.empty())
+    return make_error(errc::bad_request,
+                      "edit_reason is required to approve a lower amount (what the agent is told "
+                      "and the audit keeps).");
+  const int64_t from = p.amount_minor();
+  if (p.original_amount_minor() == 0) p.set_original_amount_minor(from);
+  p.set_amount_minor(request.amount_minor);
+  p.set_edited_by(principal.name);
+  p.set_edit_reason(request.edit_reason);
+  p.set_tier(tier_in_force(p, policy));
+  p.set_effect(effect_text(p));
+  op.set_fingerprint(fingerprint(p));
+  std::string discarded;
+  for (const auto& a : op.approvals()) discarded += (discarded.empty() ? "" : ",") + a.principal();
+  op.clear_approvals();
+  request.fingerprint = op.fingerprint();
+  return details({{"from_amount_minor", std::to_string(from)},
+                  {"to_amount_minor", std::to_string(request.amount_minor)},
+                  {"original_amount_minor", std::to_string(p.original_amount_minor())},
+                  {"edit_reason", request.edit_reason},
+                  {"tier", p.tier()},
+                  {"discarded_approvals", discarded}});
+}
+
 }  // namespace
 
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
@@ -51,13 +98,23 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                     op.proposal().tier(), shown_tier));
     return out;
   }
+  // A lower amount is applied to a copy first: an approval refused below
+  // keeps nothing of it, and an expiry or rejection settles what was proposed.
+  ApprovalRequest asked = request;
+  const pb::Operation as_proposed = op;
+  std::optional<std::string> narrowed;
+  if (is(op, State::pending) && asked.amount_minor != op.proposal().amount_minor() &&
+      crypto::equal_constant_time(asked.fingerprint, op.fingerprint())) {
+    OPGATE_ASSIGN_OR_RETURN(narrowed, narrow(op, principal, asked, policy));
+  }
   const auto& p = op.proposal();
   OPGATE_ASSIGN_OR_RETURN(const ApprovalStep step,
-                          check_approval(op, principal, request, approvals_needed(p, policy)));
+                          check_approval(op, principal, asked, approvals_needed(p, policy)));
   out.step = step;
   if (step == ApprovalStep::repeat) return out;  // the same answer; nothing written
 
   if (txn.now_ms() >= op.expires_at_ms()) {
+    op = as_proposed;
     OPGATE_TRY(settle_expired(txn, op, principal.name));
     out.refusal = make_error(errc::expired,
                              "The approval time limit passed before this approval; the operation "
@@ -66,6 +123,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   }
   OPGATE_ASSIGN_OR_RETURN(const Recheck now, recheck_now(txn, p, policy, sourced));
   if (now.refusal) {
+    op = as_proposed;
     const std::string& reason = *now.refusal;
     op.set_decided_by(principal.name);
     op.set_decision_reason(reason);
@@ -75,11 +133,13 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
     return out;
   }
 
+  if (narrowed) OPGATE_TRY(save_with_audit(txn, op, "narrow", principal.name, *narrowed));
   auto* approval = op.add_approvals();
   approval->set_principal(principal.name);
   approval->set_at_ms(txn.now_ms());
-  const std::string d = json::serialize(
-      json::object{{"amount_minor", request.amount_minor}, {"currency", request.currency}});
+  json::object shown{{"amount_minor", asked.amount_minor}, {"currency", asked.currency}};
+  if (p.original_amount_minor() != 0) shown["original_amount_minor"] = p.original_amount_minor();
+  const std::string d = json::serialize(shown);
   if (step == ApprovalStep::recorded) {
     OPGATE_TRY(save_with_audit(txn, op, "approval_recorded", principal.name, d));
     return out;

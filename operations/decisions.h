@@ -38,6 +38,14 @@ struct Approved {
 // policy still allow the proposal (the order as `sourced` from the order
 // service, if given: see orders.h). The last approval needed moves it to
 // approved with an execute item.
+//
+// Lowering: with the fingerprint shown and an amount below the proposal's
+// (above zero) and an edit_reason, the proposal is lowered in place before
+// the checks: the original amount kept, the effect and tier recomputed for
+// the new amount, a new fingerprint, the approvals so far discarded (the
+// editor's is then the first), audited as "narrow". A higher amount,
+// another currency, or a cancellation (which refunds what remains) is
+// widening_refused; if any later check fails, nothing of it is kept.
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
                          const PolicyConfig& policy,

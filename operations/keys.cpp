@@ -39,6 +39,13 @@ std::string fingerprint(const pb::Proposal& p) {
   add("payment_method", p.payment_method());
   add("reason", p.reason());
   add("tier", p.tier());
+  // Only once lowered by an approver, so that every other fingerprint stays
+  // what it always was.
+  if (p.original_amount_minor() != 0) {
+    add("original_amount_minor", std::to_string(p.original_amount_minor()));
+    add("edited_by", p.edited_by());
+    add("edit_reason", p.edit_reason());
+  }
   return crypto::sha256_hex(canonical);
 }
 

@@ -55,7 +55,42 @@ Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Pro
   return Status::Ok();
 }
 
+// The fingerprint of what the agent proposed: an operation whose amount an
+// approver lowered still answers the same call made again.
+std::string proposed_fingerprint(const pb::Operation& op, const pb::Proposal& incoming) {
+  if (op.proposal().original_amount_minor() == 0) return op.fingerprint();
+  pb::Proposal as_proposed = op.proposal();
+  as_proposed.set_amount_minor(as_proposed.original_amount_minor());
+  as_proposed.set_original_amount_minor(0);
+  as_proposed.clear_edited_by();
+  as_proposed.clear_edit_reason();
+  as_proposed.set_tier(incoming.tier());
+  return fingerprint(as_proposed);
+}
+
 }  // namespace
+
+std::string effect_text(const pb::Proposal& p) {
+  std::string money = format_money(p.amount_minor(), p.currency());
+  if (p.original_amount_minor() != 0)
+    money += fmt::format(" (lowered by the approver from {})",
+                         format_money(p.original_amount_minor(), p.currency()));
+  if (p.kind() == kAccountCredit)
+    return fmt::format("{} is added to the customer's account balance ({}) for order {}.", money,
+                       p.reason(), p.order_id());
+  if (p.kind() == kCancelOrder)
+    return p.amount_minor() > 0
+               ? fmt::format(
+                     "Order {} is cancelled at the order service, and {} is returned to "
+                     "the customer's {}.",
+                     p.order_id(), money, p.payment_method())
+               : fmt::format(
+                     "Order {} is cancelled at the order service; nothing remains to "
+                     "refund.",
+                     p.order_id());
+  return fmt::format("{} is returned to the customer's {} for order {}.", money, p.payment_method(),
+                     p.order_id());
+}
 
 Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
                                                       const std::string& owner,
@@ -81,7 +116,7 @@ Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& 
   OPGATE_ASSIGN_OR_RETURN(
       auto latest, latest_operation(txn, proposal.owner(), proposal.order_id(), proposal.kind()));
   if (!latest) return create_version(txn, call, proposal, fp, 1, policy, principal);
-  if (latest->fingerprint() == fp) return link(txn, *latest, call, principal);
+  if (proposed_fingerprint(*latest, proposal) == fp) return link(txn, *latest, call, principal);
   if (!is(*latest, State::settled)) {
     stage_result(txn, call,
                  failure_result(fmt::format("A different proposal for this order ({}) is already "

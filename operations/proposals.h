@@ -15,6 +15,10 @@
 
 namespace opgate::operations {
 
+// The customer-visible effect of a proposal, for the approver: what moves
+// where, and, once an approver lowered the amount, from what.
+std::string effect_text(const pb::Proposal& proposal);
+
 // The newest version of (owner, order, kind), if any was ever proposed.
 Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
                                                       const std::string& owner,

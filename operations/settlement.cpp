@@ -24,6 +24,11 @@ pb::ToolResult settled_result(const pb::Operation& op) {
                    {"order_id", op.proposal().order_id()},
                    {"amount_minor", op.proposal().amount_minor()},
                    {"currency", op.proposal().currency()}};
+  if (op.proposal().original_amount_minor() != 0) {
+    // The approver lowered it: the agent hears both amounts and why.
+    out["original_amount_minor"] = op.proposal().original_amount_minor();
+    out["edit_reason"] = op.proposal().edit_reason();
+  }
   if (is(op, Outcome::succeeded)) out["provider_object_id"] = op.provider_object_id();
   if (!op.decision_reason().empty()) out["reason"] = op.decision_reason();
   pb::ToolResult r;
@@ -83,6 +88,7 @@ void stage_ledger(store::Transaction& txn, const pb::Operation& op,
   row.set_order_id(op.proposal().order_id());
   row.set_kind(op.proposal().kind());
   row.set_amount_minor(op.proposal().amount_minor());
+  row.set_original_amount_minor(op.proposal().original_amount_minor());
   row.set_currency(op.proposal().currency());
   row.set_provider_object_id(op.provider_object_id());
   row.set_at_ms(txn.now_ms());

@@ -10,6 +10,7 @@
 
 #include "operations/keys.h"
 #include "operations/orders.h"
+#include "operations/proposals.h"
 #include "operations/settlement.h"
 
 namespace opgate::operations {
@@ -244,9 +245,7 @@ Result<ToolOutcome> request_refund(std::string_view args_text, const std::string
   p.set_amount_minor(decision.refundable_minor);
   p.set_reason(reason);
   p.set_tier(policy.tier("request_refund"));
-  p.set_effect(fmt::format("{} is returned to the customer's {} for order {}.",
-                           format_money(p.amount_minor(), p.currency()), p.payment_method(),
-                           p.order_id()));
+  p.set_effect(effect_text(p));
   return ToolOutcome{{}, p, p.order_id(), {}};
 }
 
@@ -282,8 +281,7 @@ Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::
   p.set_amount_minor(amount_minor);
   p.set_reason(reason_code);
   p.set_tier(decision.tier);
-  p.set_effect(fmt::format("{} is added to the customer's account balance ({}) for order {}.",
-                           format_money(amount_minor, cur), reason_code, p.order_id()));
+  p.set_effect(effect_text(p));
   return ToolOutcome{{}, p, p.order_id(), {}};
 }
 
@@ -305,14 +303,7 @@ Result<ToolOutcome> cancel_order(std::string_view args_text, const std::string& 
   p.set_amount_minor(decision.refund_minor);
   p.set_reason(std::string(reason.as_string()));
   p.set_tier(policy.tier("cancel_order"));
-  p.set_effect(
-      decision.refund_minor > 0
-          ? fmt::format("Order {} is cancelled at the order service, and {} is returned to the "
-                        "customer's {}.",
-                        p.order_id(), format_money(p.amount_minor(), p.currency()),
-                        p.payment_method())
-          : fmt::format("Order {} is cancelled at the order service; nothing remains to refund.",
-                        p.order_id()));
+  p.set_effect(effect_text(p));
   return ToolOutcome{{}, p, order_id, {}};
 }
 

@@ -67,6 +67,11 @@ json::object operation_json(const pb::Operation& op, bool attention) {
                  {"expires_at_ms", op.expires_at_ms()}};
   if (!is(op, Outcome::none)) o["outcome"] = outcome_text(op);
   if (is(op, State::outcome_unknown)) o["unknown_since_ms"] = op.unknown_since_ms();
+  if (p.original_amount_minor() != 0) {
+    o["original_amount_minor"] = p.original_amount_minor();
+    o["edited_by"] = p.edited_by();
+    o["edit_reason"] = p.edit_reason();
+  }
   o["needs_attention"] = attention;
   return o;
 }
@@ -90,16 +95,18 @@ json::object call_json(const pb::ToolCall& c) {
 }
 
 json::object ledger_json(const pb::LedgerEntry& l) {
-  return json::object{{"operation_key", l.operation_key()},
-                      {"session_id", l.session_id()},
-                      {"owner", l.owner()},
-                      {"order_id", l.order_id()},
-                      {"kind", l.kind()},
-                      {"amount_minor", l.amount_minor()},
-                      {"currency", l.currency()},
-                      {"provider_object_id", l.provider_object_id()},
-                      {"at_ms", l.at_ms()},
-                      {"recorded_by", l.recorded_by()}};
+  json::object o{{"operation_key", l.operation_key()},
+                 {"session_id", l.session_id()},
+                 {"owner", l.owner()},
+                 {"order_id", l.order_id()},
+                 {"kind", l.kind()},
+                 {"amount_minor", l.amount_minor()},
+                 {"currency", l.currency()},
+                 {"provider_object_id", l.provider_object_id()},
+                 {"at_ms", l.at_ms()},
+                 {"recorded_by", l.recorded_by()}};
+  if (l.original_amount_minor() != 0) o["original_amount_minor"] = l.original_amount_minor();
+  return o;
 }
 
 json::object audit_json(const pb::AuditRecord& r) {

@@ -410,8 +410,26 @@ class Api {
       return error_response(errc::bad_request,
                             "amount_minor (integer), currency and fingerprint are required: "
                             "approve exactly what the operation shows.");
-    const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp};
+    std::string edit_reason;
+    if (body->contains("edit_reason")) {
+      auto r = string_field(*body, "edit_reason", 500);
+      if (!r) return error_response(errc::bad_request, "edit_reason must be 1-500 characters.");
+      edit_reason = *r;
+    }
     const std::string key = params.at("key");
+    // An approval never names another order, owner or kind: the key does.
+    if (auto shown = operations::visible_operation(d_.storage.reader(), key, p)) {
+      const auto& proposal = shown->proposal();
+      for (const auto& [field, value] :
+           {std::pair<const char*, const std::string&>{"order_id", proposal.order_id()},
+            {"owner", proposal.owner()},
+            {"kind", proposal.kind()}})
+        if (auto* given = body->if_contains(field);
+            given && !(given->is_string() && given->as_string() == value))
+          return error_response(errc::widening_refused,
+                                fmt::format("An approval cannot change the {}.", field));
+    }
+    const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp, edit_reason};
     auto sourced = source_order(key, p);
     if (!sourced) return from_error(sourced.error());
     auto policy = d_.policy.get();

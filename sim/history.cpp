@@ -69,7 +69,8 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
       auto approved,
       operations::approve(
           txn, key, approver,
-          {op->proposal().amount_minor(), op->proposal().currency(), op->fingerprint()}, policy));
+          {op->proposal().amount_minor(), op->proposal().currency(), op->fingerprint(), {}},
+          policy));
   if (approved.refusal) return *approved.refusal;
   OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, policy));
   if (!claim.claimed) return make_error(errc::internal, "the history's refund was not claimed");

@@ -61,3 +61,76 @@ TEST_CASE(
   CHECK(str(late.body.at("operation"), "state") == "settled");
   (void)first;
 }
+
+TEST_CASE("an approver lowers the amount through the API: never raised, paid and told as lowered") {
+  Cluster c;
+  auto session = c.create_session(kRefund);
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "pending"; });
+  const std::string fp = str(c.operation(kKey), "fingerprint");
+  auto approve_with = [&](json::object body) {
+    body.emplace("fingerprint", fp);
+    body.emplace("currency", "USD");
+    return c.op("POST", "/v1/operations/" + kKey + "/approve", json::serialize(body), kAliceToken);
+  };
+  // Widening in any form is 422 and changes nothing.
+  CHECK(approve_with({{"amount_minor", 2600}, {"edit_reason", "more"}}).status == 422);
+  CHECK(approve_with({{"amount_minor", 1500}, {"edit_reason", "x"}, {"order_id", "ORDER-300"}})
+            .status == 422);
+  CHECK(approve_with({{"amount_minor", 1500}, {"edit_reason", "x"}, {"owner", "someone-else"}})
+            .status == 422);
+  auto no_reason = approve_with({{"amount_minor", 1500}});
+  CHECK(no_reason.status == 400);
+  CHECK(str(c.operation(kKey), "fingerprint") == fp);
+  CHECK(str(c.operation(kKey), "state") == "pending");
+
+  auto lowered =
+      approve_with({{"amount_minor", 1500}, {"edit_reason", "Only one item arrived damaged."}});
+  REQUIRE(lowered.status == 200);
+  CHECK(lowered.body.at("amount_minor").as_int64() == 1500);
+  CHECK(lowered.body.at("original_amount_minor").as_int64() == 2500);
+  CHECK(str(lowered.body, "edited_by") == "alice");
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
+  auto refunds = provider_refunds_for(c, kKey);
+  REQUIRE(refunds.size() == 1);
+  CHECK(refunds[0].at("amount").as_int64() == 1500);
+  auto sim =
+      c.wait_session_sim(session, [](auto& s) { return !s.at("results").as_object().empty(); });
+  for (const auto& [call, result] : sim.at("results").as_object()) {
+    auto output = json::parse(str(result, "output")).as_object();
+    CHECK(str(output, "status") == "succeeded");
+    CHECK(output.at("amount_minor").as_int64() == 1500);
+    CHECK(output.at("original_amount_minor").as_int64() == 2500);
+  }
+  auto ledger = c.op("GET", "/v1/ledger").body.at("ledger").as_array();
+  REQUIRE(ledger.size() == 1);
+  CHECK(ledger[0].at("amount_minor").as_int64() == 1500);
+  CHECK(ledger[0].at("original_amount_minor").as_int64() == 2500);
+}
+
+TEST_CASE("opgate approve --amount lowers the amount; a higher one is refused before any request") {
+  Cluster c;
+  c.create_session(kRefund);
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "pending"; });
+  auto [hrc, higher] =
+      c.cli({"approve", "--yes", "--operation", kKey, "--amount", "30.00", "--reason", "more"},
+            kAliceToken);
+  CHECK(hrc == 2);
+  auto [nrc, no_reason] =
+      c.cli({"approve", "--yes", "--operation", kKey, "--amount", "15.00"}, kAliceToken);
+  CHECK(nrc == 2);
+  auto [brc, bad] =
+      c.cli({"approve", "--yes", "--operation", kKey, "--amount", "15.001", "--reason", "x"},
+            kAliceToken);
+  CHECK(brc == 2);
+  CHECK(str(c.operation(kKey), "state") == "pending");
+  auto [rc, out] = c.cli({"approve", "--yes", "--operation", kKey, "--amount", "15.00", "--reason",
+                          "Only one item arrived damaged."},
+                         kAliceToken);
+  CHECK(rc == 0);
+  CHECK(out.find("lowered to:  15.00 USD") != std::string::npos);
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
+  auto op = c.operation(kKey);
+  CHECK(op.at("amount_minor").as_int64() == 1500);
+  CHECK(op.at("original_amount_minor").as_int64() == 2500);
+  CHECK(str(op, "edit_reason") == "Only one item arrived damaged.");
+}

@@ -2,6 +2,8 @@
 // go into the next one together, each is answered only once durable, the
 // same refund asked for by many calls at once is one operation, and the
 // queue's bound and stop() refuse plainly and store nothing.
+#include "mcp/call_committer.h"
+
 #include <doctest/doctest.h>
 
 #include <future>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "fault_fs.h"
-#include "mcp/call_committer.h"
 #include "world.h"
 
 namespace opgate {
@@ -59,7 +60,8 @@ std::shared_ptr<const operations::PolicyConfig> default_policy() {
 
 }  // namespace
 
-TEST_CASE("calls queued while a transaction syncs are stored together, each answered once durable") {
+TEST_CASE(
+    "calls queued while a transaction syncs are stored together, each answered once durable") {
   auto control = std::make_shared<testing::SyncControl>();
   store::rocks::OpenOptions o;
   o.file_system = std::make_shared<testing::FaultFileSystem>(control);
@@ -166,8 +168,8 @@ TEST_CASE("stop answers every call submitted before it, stored") {
   options.committers = 1;
   mcp::CallCommitter committer(*w.storage, options);
   control->set_hold(true);
-  committer.submit(agent_call("first", "lookup_order", "ORDER-100"), default_policy(),
-                   std::nullopt, answers.to("first"));
+  committer.submit(agent_call("first", "lookup_order", "ORDER-100"), default_policy(), std::nullopt,
+                   answers.to("first"));
   control->wait_until_held();
   committer.submit(agent_call("queued", "lookup_order", "ORDER-100"), default_policy(),
                    std::nullopt, answers.to("queued"));

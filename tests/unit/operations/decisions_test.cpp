@@ -39,14 +39,20 @@ struct World : testing::World {
     REQUIRE(operation(kRefund).state() == pb::STATE_PENDING);
   }
 
-  Result<operations::Approved> approve(const operations::Principal& who) {
+  // Approves what the operation shows now, or, with an amount, that amount
+  // (lower, with a reason, to narrow it).
+  Result<operations::Approved> approve(const operations::Principal& who,
+                                       std::optional<int64_t> amount = std::nullopt,
+                                       std::string edit_reason = {},
+                                       std::optional<std::string> currency = std::nullopt) {
     auto op = operation(kRefund);
     std::optional<operations::Approved> out;
     Status s = storage->transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(
           auto a, operations::approve(
                       txn, kRefund, who,
-                      {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint()},
+                      {amount.value_or(op.proposal().amount_minor()),
+                       currency.value_or(op.proposal().currency()), op.fingerprint(), edit_reason},
                       *policy.get()));
       out = a;
       return Status::Ok();
@@ -236,4 +242,131 @@ TEST_CASE("on-call's evidence stays in the record; the session gets the outcome"
   CHECK(output.find("Jane") == std::string::npos);
   CHECK(output.find("re_manual_1") != std::string::npos);
   CHECK((*w.storage->reader().ledger_entry(kRefund))->provider_object_id() == "re_manual_1");
+}
+
+TEST_CASE("an approver lowers the amount: narrowed in place, paid and told at the lower amount") {
+  World w;
+  const auto proposed = w.operation(kRefund);
+  auto a = w.approve(person("alice"), 1500, "Only the damaged item is refunded.");
+  REQUIRE_MESSAGE(a.ok(), a.error().message);
+  CHECK_FALSE(a->refusal);
+  auto op = w.operation(kRefund);
+  CHECK(op.state() == pb::STATE_APPROVED);
+  CHECK(op.proposal().amount_minor() == 1500);
+  CHECK(op.proposal().original_amount_minor() == 2500);
+  CHECK(op.proposal().edited_by() == "alice");
+  CHECK(op.proposal().edit_reason() == "Only the damaged item is refunded.");
+  CHECK(op.fingerprint() != proposed.fingerprint());
+  CHECK(op.fingerprint() == operations::fingerprint(op.proposal()));
+  CHECK(op.proposal().effect().find("15.00 USD (lowered by the approver from 25.00 USD)") !=
+        std::string::npos);
+  // Unchanged: owner, order, currency, kind, payee.
+  CHECK(op.proposal().owner() == proposed.proposal().owner());
+  CHECK(op.proposal().order_id() == proposed.proposal().order_id());
+  CHECK(op.proposal().currency() == proposed.proposal().currency());
+  CHECK(op.proposal().kind() == proposed.proposal().kind());
+  CHECK(op.proposal().payment_method() == proposed.proposal().payment_method());
+  REQUIRE(op.approvals_size() == 1);
+  CHECK(op.approvals(0).principal() == "alice");
+  auto records = w.storage->reader().audit_of(kRefund);
+  REQUIRE(records.ok());
+  REQUIRE(records->size() >= 3);
+  const auto& narrow = (*records)[records->size() - 2];  // then the approval
+  CHECK(narrow.action() == "narrow");
+  CHECK(narrow.principal() == "alice");
+  CHECK(narrow.details_json().find("\"to_amount_minor\":\"1500\"") != std::string::npos);
+  CHECK(records->back().details_json().find("\"original_amount_minor\":2500") != std::string::npos);
+
+  w.pump();
+  REQUIRE(w.provider.executed.size() == 1);
+  CHECK(w.provider.executed[0].amount_minor == 1500);
+  CHECK(w.outcome() == "succeeded");
+  auto output = json::parse(w.result_output()).as_object();
+  CHECK(output.at("amount_minor").as_int64() == 1500);
+  CHECK(output.at("original_amount_minor").as_int64() == 2500);
+  CHECK(output.at("edit_reason").as_string() == "Only the damaged item is refunded.");
+  auto row = w.storage->reader().ledger_entry(kRefund);
+  REQUIRE(row.ok());
+  REQUIRE(row->has_value());
+  CHECK((*row)->amount_minor() == 1500);
+  CHECK((*row)->original_amount_minor() == 2500);
+  CHECK(w.storage->verify_audit()->ok);
+}
+
+TEST_CASE("an approval never widens: higher, another currency, zero, no reason change nothing") {
+  World w;
+  const auto before = w.operation(kRefund);
+  const auto head = w.storage->reader().audit_head()->seq;
+  auto higher = w.approve(person("alice"), 2600, "more");
+  REQUIRE_FALSE(higher.ok());
+  CHECK(higher.error().is(errc::widening_refused));
+  auto other_currency = w.approve(person("alice"), 1500, "less", std::string("GBP"));
+  REQUIRE_FALSE(other_currency.ok());
+  CHECK(other_currency.error().is(errc::widening_refused));
+  auto zero = w.approve(person("alice"), 0, "nothing");
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.error().is(errc::widening_refused));
+  auto no_reason = w.approve(person("alice"), 1500);
+  REQUIRE_FALSE(no_reason.ok());
+  CHECK(no_reason.error().is(errc::bad_request));
+  // Above the approver's limit only once lowered? No: a lower amount over a
+  // limit the approver lacks is refused and nothing is kept either.
+  auto p = person("carol");
+  p.max_amount_minor = {{"USD", 1000}};
+  auto over_limit = w.approve(p, 1500, "less");
+  REQUIRE_FALSE(over_limit.ok());
+  CHECK(over_limit.error().is(errc::forbidden));
+  const auto after = w.operation(kRefund);
+  CHECK(after.SerializeAsString() == before.SerializeAsString());
+  CHECK(w.storage->reader().audit_head()->seq == head);
+}
+
+TEST_CASE("lowering discards the approvals so far; the second approver approves what was lowered") {
+  operations::PolicyConfig policy;
+  policy.two_person_threshold_minor = {{"USD", 100}};  // 25.00 and 15.00 both need two
+  World w(policy);
+  REQUIRE(w.approve(person("bob")).ok());
+  REQUIRE(w.operation(kRefund).approvals_size() == 1);
+  const auto seen_by_bob = w.operation(kRefund);
+  auto lowered = w.approve(person("alice"), 1500, "Partial.");
+  REQUIRE_MESSAGE(lowered.ok(), lowered.error().message);
+  auto op = w.operation(kRefund);
+  CHECK(op.state() == pb::STATE_PENDING);
+  REQUIRE(op.approvals_size() == 1);
+  CHECK(op.approvals(0).principal() == "alice");  // bob's approval was of 25.00
+  // bob approving what he saw before (25.00) is a mismatch now.
+  Status stale = w.storage->transact([&](store::Transaction& txn) -> Status {
+    OPGATE_TRY(operations::approve(txn, kRefund, person("bob"),
+                                   {2500, "USD", seen_by_bob.fingerprint(), {}}, policy));
+    return Status::Ok();
+  });
+  REQUIRE_FALSE(stale.ok());
+  CHECK(stale.error().is(errc::proposal_mismatch));
+  // bob lowers it further: alice's approval (of 15.00) is discarded in turn,
+  // and the original stays what the agent proposed.
+  REQUIRE(w.approve(person("bob"), 1000, "Less still.").ok());
+  op = w.operation(kRefund);
+  REQUIRE(op.approvals_size() == 1);
+  CHECK(op.approvals(0).principal() == "bob");
+  CHECK(op.proposal().original_amount_minor() == 2500);
+  CHECK(op.proposal().edited_by() == "bob");
+  REQUIRE(w.approve(person("alice")).ok());
+  op = w.operation(kRefund);
+  CHECK(op.state() == pb::STATE_APPROVED);
+  CHECK(op.proposal().amount_minor() == 1000);
+}
+
+TEST_CASE("an expired proposal is settled as it was proposed, not as an approver lowered it") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 60;
+  World w(policy);
+  w.clock.advance_ms(61 * 1000);
+  auto a = w.approve(person("alice"), 1500, "Partial.");
+  REQUIRE(a.ok());
+  REQUIRE(a->refusal);
+  CHECK(a->refusal->is(errc::expired));
+  auto op = w.operation(kRefund);
+  CHECK(w.outcome() == "expired");
+  CHECK(op.proposal().amount_minor() == 2500);
+  CHECK(op.proposal().original_amount_minor() == 0);
 }

@@ -67,10 +67,11 @@ struct World : testing::World {
     std::optional<operations::Approved> out;
     Status s = storage->transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(
-          auto a, operations::approve(
-                      txn, key, alice(),
-                      {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint()},
-                      *policy.get()));
+          auto a,
+          operations::approve(
+              txn, key, alice(),
+              {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint(), {}},
+              *policy.get()));
       out = a;
       return Status::Ok();
     });

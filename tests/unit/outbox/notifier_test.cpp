@@ -103,11 +103,12 @@ struct World : testing::World {
     auto op = operation(kKey);
     REQUIRE(storage
                 ->transact([&](store::Transaction& txn) -> Status {
-                  OPGATE_ASSIGN_OR_RETURN(
-                      auto a, operations::approve(txn, kKey, alice,
-                                                  {op.proposal().amount_minor(),
-                                                   op.proposal().currency(), op.fingerprint()},
-                                                  *policy.get()));
+                  OPGATE_ASSIGN_OR_RETURN(auto a, operations::approve(txn, kKey, alice,
+                                                                      {op.proposal().amount_minor(),
+                                                                       op.proposal().currency(),
+                                                                       op.fingerprint(),
+                                                                       {}},
+                                                                      *policy.get()));
                   return Status::Ok();
                 })
                 .ok());
