@@ -79,8 +79,8 @@ std::vector<Result<CallAnswer>> CallCommitter::commit(const std::vector<Pending>
       const Pending& p = batch[i];
       CallAnswer a;
       OPGATE_ASSIGN_OR_RETURN(
-          a.answered, operations::answer_call(txn, p.call, *p.policy,
-                                              p.fetched ? &*p.fetched : nullptr));
+          a.answered,
+          operations::answer_call(txn, p.call, *p.policy, p.fetched ? &*p.fetched : nullptr));
       if (!a.answered.call.operation_key().empty()) {
         OPGATE_ASSIGN_OR_RETURN(a.operation, txn.operation(a.answered.call.operation_key()));
       }
