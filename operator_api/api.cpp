@@ -75,6 +75,8 @@ Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
 
 // Pages of saved items are fetched at this size; inspect prints each page.
 constexpr int kTranscriptPageSize = 20;
+// At most this many approvals in one POST /v1/approvals.
+constexpr size_t kMaxBatchApprovals = 100;
 
 using Handler = std::function<Response(const Request&, const http::PathParams&, const Principal&)>;
 
@@ -403,20 +405,69 @@ class Api {
   Response approve(const Request& req, const http::PathParams& params, const Principal& p) {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
-    auto* amount = body->if_contains("amount_minor");
-    auto currency = string_field(*body, "currency", 8);
-    auto fp = string_field(*body, "fingerprint", 128);
+    return approve_one(params.at("key"), *body, p);
+  }
+
+  // Several approvals in one request, each in its own transaction: one
+  // stale, unauthorised or refused item fails alone and says why.
+  Response approve_many(const Request& req, const Principal& p) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    const auto* items = body->if_contains("items");
+    if (!items || !items->is_array() || items->as_array().empty() ||
+        items->as_array().size() > kMaxBatchApprovals)
+      return error_response(errc::bad_request,
+                            fmt::format("items must be an array of 1 to {} approvals, each "
+                                        "{{key, amount_minor, currency, fingerprint}}.",
+                                        kMaxBatchApprovals));
+    std::set<std::string> keys;
+    for (const auto& item : items->as_array()) {
+      const auto* k = item.is_object() ? item.as_object().if_contains("key") : nullptr;
+      if (!k || !k->is_string() || k->as_string().empty() || k->as_string().size() > 256)
+        return error_response(errc::bad_request, "Every item needs its operation key.");
+      if (!keys.insert(std::string(k->as_string())).second)
+        return error_response(errc::bad_request,
+                              fmt::format("The operation {} is listed twice.",
+                                          std::string_view(k->as_string()).substr(0, 64)));
+    }
+    json::array results;
+    size_t approved = 0;
+    for (const auto& item : items->as_array()) {
+      const std::string key(item.as_object().at("key").as_string());
+      Response one = approve_one(key, item.as_object(), p);
+      json::error_code ec;
+      json::value answer = json::parse(one.body, ec);
+      json::object result{{"key", key}, {"status", one.status}};
+      if (one.status == 200) {
+        ++approved;
+        result["operation"] = std::move(answer);
+      } else if (answer.is_object()) {
+        for (const char* field : {"error", "operation"})
+          if (const auto* v = answer.as_object().if_contains(field)) result[field] = *v;
+      }
+      results.push_back(std::move(result));
+    }
+    return ok_json(json::object{{"results", std::move(results)},
+                                {"approved", approved},
+                                {"refused", items->as_array().size() - approved}});
+  }
+
+  // One approval of `key` from the fields of `body`: the amount, currency
+  // and fingerprint shown, and an edit_reason with a lower amount.
+  Response approve_one(const std::string& key, const json::object& body, const Principal& p) {
+    auto* amount = body.if_contains("amount_minor");
+    auto currency = string_field(body, "currency", 8);
+    auto fp = string_field(body, "fingerprint", 128);
     if (!amount || !amount->is_int64() || !currency || !fp)
       return error_response(errc::bad_request,
                             "amount_minor (integer), currency and fingerprint are required: "
                             "approve exactly what the operation shows.");
     std::string edit_reason;
-    if (body->contains("edit_reason")) {
-      auto r = string_field(*body, "edit_reason", 500);
+    if (body.contains("edit_reason")) {
+      auto r = string_field(body, "edit_reason", 500);
       if (!r) return error_response(errc::bad_request, "edit_reason must be 1-500 characters.");
       edit_reason = *r;
     }
-    const std::string key = params.at("key");
     // An approval never names another order, owner or kind: the key does.
     if (auto shown = operations::visible_operation(d_.storage.reader(), key, p)) {
       const auto& proposal = shown->proposal();
@@ -424,7 +475,7 @@ class Api {
            {std::pair<const char*, const std::string&>{"order_id", proposal.order_id()},
             {"owner", proposal.owner()},
             {"kind", proposal.kind()}})
-        if (auto* given = body->if_contains(field);
+        if (auto* given = body.if_contains(field);
             given && !(given->is_string() && given->as_string() == value))
           return error_response(errc::widening_refused,
                                 fmt::format("An approval cannot change the {}.", field));
@@ -825,6 +876,8 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto&, auto& p, auto& who) { return api->get_operation(p.at("key"), who); });
   route("GET", "/v1/operations/{key}/context", scope::read,
         [api](auto&, auto& p, auto& who) { return api->context(p.at("key"), who); });
+  route("POST", "/v1/approvals", scope::approve,
+        [api](auto& q, auto&, auto& who) { return api->approve_many(q, who); });
   route("POST", "/v1/operations/{key}/approve", scope::approve,
         [api](auto& q, auto& p, auto& who) { return api->approve(q, p, who); });
   route("POST", "/v1/operations/{key}/deny", scope::approve,

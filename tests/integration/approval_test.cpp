@@ -134,3 +134,55 @@ TEST_CASE("opgate approve --amount lowers the amount; a higher one is refused be
   CHECK(op.at("original_amount_minor").as_int64() == 2500);
   CHECK(str(op, "edit_reason") == "Only one item arrived damaged.");
 }
+
+TEST_CASE("POST /v1/approvals answers per item: a stale or unknown item fails alone and says why") {
+  Cluster c;
+  c.create_session(kRefund);
+  c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-500"}}])");
+  const std::string other = "demo-user:ORDER-500:full-refund:v1";
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "pending"; });
+  c.wait_operation(other, [](auto& x) { return str(x, "state") == "pending"; });
+  auto item = [&](const std::string& key) {
+    auto op = c.operation(key);
+    return json::object{{"key", key},
+                        {"amount_minor", op.at("amount_minor")},
+                        {"currency", op.at("currency")},
+                        {"fingerprint", op.at("fingerprint")}};
+  };
+  auto stale = item(other);
+  stale["fingerprint"] = std::string(64, '0');
+  // Malformed batches change nothing.
+  CHECK(c.op("POST", "/v1/approvals", R"({"items":[]})", kAliceToken).status == 400);
+  CHECK(c.op("POST", "/v1/approvals",
+             json::serialize(json::object{{"items", json::array{item(kKey), item(kKey)}}}),
+             kAliceToken)
+            .status == 400);
+  CHECK(str(c.operation(kKey), "state") == "pending");
+
+  auto r =
+      c.op("POST", "/v1/approvals",
+           json::serialize(json::object{
+               {"items", json::array{item(kKey), stale,
+                                     json::object{{"key", "demo-user:ORDER-999:full-refund:v1"},
+                                                  {"amount_minor", 100},
+                                                  {"currency", "USD"},
+                                                  {"fingerprint", "x"}}}}}),
+           kAliceToken);
+  REQUIRE(r.status == 200);
+  CHECK(r.body.at("approved").as_int64() == 1);
+  CHECK(r.body.at("refused").as_int64() == 2);
+  const auto& results = r.body.at("results").as_array();
+  REQUIRE(results.size() == 3);
+  CHECK(results[0].at("status").as_int64() == 200);
+  CHECK(str(results[0].at("operation"), "key") == kKey);
+  CHECK(results[1].at("status").as_int64() == 409);
+  CHECK(str(results[1].at("error"), "code") == "proposal_mismatch");
+  CHECK(str(results[1].at("operation"), "state") == "pending");
+  CHECK(results[2].at("status").as_int64() == 404);
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
+  CHECK(str(c.operation(other), "state") == "pending");
+  // A token that may not approve is refused the whole request.
+  CHECK(c.op("POST", "/v1/approvals",
+             json::serialize(json::object{{"items", json::array{item(other)}}}), kReaderToken)
+            .status == 403);
+}
