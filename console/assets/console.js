@@ -233,12 +233,79 @@
       window.history.replaceState(null, "", "/console/" + (s ? "?" + s : ""));
       refresh();
     };
+    wireBatch(refresh);
     tier.addEventListener("change", filtersChanged);
     owner.addEventListener("change", filtersChanged);
     $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); filtersChanged(); });
     await refresh();
     verifyAudit();
     every(POLL_MS, refresh);
+  }
+
+  // Batch review: the proposals a person selected in the queue, each kept as
+  // it was when selected (what the review shows and what is approved).
+  const selected = new Map();
+
+  function wireBatch(refresh) {
+    const review = () => {
+      const items = $("batch-items");
+      clear(items);
+      for (const op of selected.values()) {
+        const p = op.proposal;
+        const box = el("dl", { className: "fields compact", "data-test": "batch-item",
+                               "data-key": op.key });
+        dl(box, [
+          ["Owner", op.owner],
+          ["Order", op.order_id],
+          ["Kind", kindText(op.kind)],
+          ["Amount", money(op.amount_minor, op.currency)],
+          ["Effect", p.effect],
+          ["Tier", p.tier],
+          ["Fingerprint", el("code", {}, op.fingerprint)],
+        ]);
+        items.appendChild(box);
+      }
+      setText($("batch-title"), `Approve each of these ${selected.size} proposals?`);
+      show($("batch"), true);
+    };
+    $("batch-review").addEventListener("click", review);
+    $("batch-cancel").addEventListener("click", () => show($("batch"), false));
+    $("batch-clear").addEventListener("click", () => {
+      selected.clear();
+      show($("batch"), false);
+      refresh();
+    });
+    $("batch-confirm").addEventListener("click", async () => {
+      const button = $("batch-confirm");
+      const items = [...selected.values()].map((op) => ({
+        key: op.key, amount_minor: op.amount_minor, currency: op.currency,
+        fingerprint: op.fingerprint }));
+      try {
+        button.disabled = true;
+        const answer = await api("POST", "/v1/approvals", { items });
+        const list = $("batch-results");
+        clear(list);
+        for (const r of answer.results) {
+          const what = r.status === 200
+            ? `approved: it is ${stateText(r.operation)}`
+            : `not approved: ${(r.error && r.error.message) || "HTTP " + r.status}`;
+          list.appendChild(el("li", { "data-test": "batch-result", "data-key": r.key,
+                                      "data-status": r.status,
+                                      className: r.status === 200 ? "ok" : "error" },
+            opLink(r.key, r.key), " — ", what));
+        }
+        show(list, true);
+        say(`${answer.approved} approved, ${answer.refused} not approved.`,
+          answer.refused ? "error" : "ok");
+        selected.clear();
+        show($("batch"), false);
+        refresh();
+      } catch (e) {
+        say(refusal("Batch approval", e), "error");
+      } finally {
+        button.disabled = false;
+      }
+    });
   }
 
   function renderPending(ops) {
@@ -248,7 +315,16 @@
     for (const op of ops) {
       const needed = op.approvals_needed || 1;
       const got = (op.approvals || []).length;
+      const box = el("input", { type: "checkbox", "data-test": "select",
+                                "aria-label": `Select ${op.order_id}` });
+      box.checked = selected.has(op.key);
+      box.addEventListener("change", () => {
+        if (box.checked) selected.set(op.key, op);
+        else selected.delete(op.key);
+        show($("batch-bar"), selected.size > 0);
+      });
       const row = el("tr", { "data-test": "pending-row", "data-key": op.key, className: "link" },
+        el("td", {}, box),
         el("td", {}, op.owner),
         el("td", {}, opLink(op.key, op.order_id)),
         el("td", {}, kindText(op.kind)),
@@ -261,12 +337,13 @@
           got ? el("span", { className: "sub" }, " (" +
             op.approvals.map((a) => a.principal).join(", ") + ")") : null));
       row.addEventListener("click", (ev) => {
-        if (ev.target.closest("a")) return;
+        if (ev.target.closest("a") || ev.target.closest("input")) return;
         window.location.assign("/console/operations/" + encodeURIComponent(op.key));
       });
       body.appendChild(row);
     }
     show($("pending-empty"), ops.length === 0);
+    show($("batch-bar"), selected.size > 0);
   }
 
   function renderUnknown(ops) {
@@ -403,33 +480,61 @@
                     fingerprint: op.fingerprint };
     const p = op.proposal;
     document.title = `${kindText(op.kind)} ${op.order_id} · opgate console`;
-    setText($("title"), titleText(op));
-    dl($("proposal"), [
-      ["Owner", op.owner, "owner"],
-      ["Order", op.order_id, "order_id"],
-      ["Amount", money(op.amount_minor, op.currency), "amount"],
-      ["Currency", op.currency, "currency"],
-      [kindText(op.kind) === "credit" ? "Credited to" : "Payment method",
-        kindText(op.kind) === "credit" ? p.customer : p.payment_method, "payment_method"],
-      ["Customer-visible effect", p.effect, "effect"],
-      ["Tier", p.tier, "tier"],
-      ["Fingerprint", el("code", {}, op.fingerprint), "fingerprint"],
-      ["Created", when(op.created_at_ms)],
-      ["Approval expires", op.expires_at_ms ? when(op.expires_at_ms) : "—"],
-      ["Session", op.session_id ? sessionLink(op.session_id) : "—"],
-    ]);
+    const renderProposal = () => {
+      setText($("title"), titleText(op));
+      const lowered = op.original_amount_minor ? [
+        ["Proposed by the agent", money(op.original_amount_minor, op.currency), "original_amount"],
+        ["Lowered by", `${op.edited_by}: ${op.edit_reason}`, "edited_by"],
+      ] : [];
+      dl($("proposal"), [
+        ["Owner", op.owner, "owner"],
+        ["Order", op.order_id, "order_id"],
+        ["Amount", money(op.amount_minor, op.currency), "amount"],
+        ...lowered,
+        ["Currency", op.currency, "currency"],
+        [kindText(op.kind) === "credit" ? "Credited to" : "Payment method",
+          kindText(op.kind) === "credit" ? op.proposal.customer : op.proposal.payment_method,
+          "payment_method"],
+        ["Customer-visible effect", op.proposal.effect, "effect"],
+        ["Tier", op.proposal.tier, "tier"],
+        ["Fingerprint", el("code", {}, op.fingerprint), "fingerprint"],
+        ["Created", when(op.created_at_ms)],
+        ["Approval expires", op.expires_at_ms ? when(op.expires_at_ms) : "—"],
+        ["Session", op.session_id ? sessionLink(op.session_id) : "—"],
+      ]);
+    };
+    renderProposal();
     setText($("reason"), p.reason || "(none given)");
     renderContext(ctx);
     if (op.session_id) $("session-link").setAttribute("href",
       "/console/sessions/" + encodeURIComponent(op.session_id));
     else show($("session-link"), false);
 
-    let mode = null;  // "approve" | "deny" while the confirmation shows
+    let mode = null;  // "approve" | "lower" | "deny" while the confirmation shows
+    let lower = null;  // {amount_minor, edit_reason} while a lower amount is reviewed
     const confirmBox = $("confirm-box");
     const openConfirm = (which) => {
       mode = which;
       const details = $("confirm-details");
-      if (which === "approve") {
+      if (which === "lower") {
+        setText($("confirm-title"),
+          `Approve ${money(lower.amount_minor, shown.currency)} instead of ` +
+          `${money(shown.amount_minor, shown.currency)}?`);
+        const was = money(shown.amount_minor, shown.currency);
+        const now = money(lower.amount_minor, shown.currency);
+        dl(details, [
+          ["Amount", now, "lower-amount"],
+          ["Instead of", was],
+          ["Customer-visible effect",
+            p.effect.split(was).join(`${now} (lowered by the approver from ${was})`),
+            "lower-effect"],
+          ["To", kindText(op.kind) === "credit" ? p.customer : p.payment_method],
+          ["The agent is told", lower.edit_reason],
+          ["Fingerprint of what is lowered", el("code", {}, shown.fingerprint)],
+        ]);
+        $("confirm").textContent = "Confirm the lower amount";
+        $("confirm").className = "primary";
+      } else if (which === "approve") {
         setText($("confirm-title"), `Approve exactly this ${kindText(op.kind)}?`);
         dl(details, [
           ["Amount", money(shown.amount_minor, shown.currency)],
@@ -450,6 +555,33 @@
       show(confirmBox, true);
     };
     $("approve").addEventListener("click", () => openConfirm("approve"));
+    $("approve-lower").addEventListener("click", () => {
+      show($("lower-form"), true);
+      $("lower-amount").focus();
+    });
+    $("lower-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const text = $("lower-amount").value.trim();
+      const m = /^(\d{1,12})(?:\.(\d{1,2}))?$/.exec(text);
+      const minor = m ? Number(m[1]) * 100 + Number((m[2] || "0").padEnd(2, "0")) : NaN;
+      const reason = $("lower-reason").value.trim();
+      if (!m || minor <= 0) {
+        say("Write the amount to approve as a number such as 15.00.", "error");
+        return;
+      }
+      if (minor >= shown.amount_minor) {
+        say(`An approval may only lower the amount: write less than ` +
+          `${money(shown.amount_minor, shown.currency)}.`, "error");
+        return;
+      }
+      if (!reason) {
+        say("Say why the amount is lower: the agent is told it.", "error");
+        $("lower-reason").focus();
+        return;
+      }
+      lower = { amount_minor: minor, edit_reason: reason };
+      openConfirm("lower");
+    });
     $("deny").addEventListener("click", () => openConfirm("deny"));
     $("cancel").addEventListener("click", () => { mode = null; show(confirmBox, false); });
     $("confirm").addEventListener("click", async () => {
@@ -457,7 +589,21 @@
       const button = $("confirm");
       try {
         button.disabled = true;
-        if (mode === "approve") {
+        if (mode === "lower") {
+          const after = await api("POST", path + "/approve", {
+            amount_minor: lower.amount_minor, currency: shown.currency,
+            fingerprint: shown.fingerprint, edit_reason: lower.edit_reason });
+          // What this person chose is now what the page shows.
+          shown.amount_minor = after.amount_minor;
+          shown.fingerprint = after.fingerprint;
+          op = after;
+          renderProposal();
+          update(after);
+          show($("lower-form"), false);
+          say(`Approved ${money(after.amount_minor, after.currency)} (lowered from ` +
+            `${money(after.original_amount_minor, after.currency)}) by ${me.principal}. ` +
+            `It is ${stateText(after)}.`, "ok");
+        } else if (mode === "approve") {
           const after = await api("POST", path + "/approve", shown);
           update(after);
           const got = (after.approvals || []).length;
@@ -480,7 +626,7 @@
         show(confirmBox, false);
       } catch (e) {
         if (e.body && e.body.operation) update(e.body.operation);
-        say(refusal(mode === "approve" ? "Approval" : "Denial", e), "error");
+        say(refusal(mode === "deny" ? "Denial" : "Approval", e), "error");
         mode = null;
         show(confirmBox, false);
       } finally {
@@ -526,6 +672,7 @@
       show($("changed"), changed);
       const pending = op.state === "pending";
       show($("decide"), pending && me.may("operations:approve"));
+      show($("approve-lower"), pending && op.kind !== "cancel-order");
       if (pending) {
         const needed = op.approvals_needed || ctx.policy.approvals_needed || 1;
         const names = (op.approvals || []).map((a) => `${a.principal} (${when(a.at_ms)})`);

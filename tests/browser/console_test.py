@@ -222,6 +222,9 @@ class Run:
             order("ORDER-400", 1500),
             order("ORDER-500", 3000, note=NOTE_MARKUP),
             order("ORDER-600", 1800),
+            order("ORDER-700", 4000),
+            order("ORDER-800", 1000),
+            order("ORDER-900", 1200),
         ], payments_timeout_ms=500, keep=args.keep, tokens=tokens,
             policy="two_person_threshold_minor = { USD = 50000 }")
         self.base = f"http://127.0.0.1:{self.c.operator_port}"
@@ -537,8 +540,87 @@ def cancellation_is_named(run):
     check("18.00 USD" in title and "Refund of" not in title, f"the title: {title!r}")
 
 
+def approve_lower(run):
+    """Approve a lower amount: never a higher one; the confirmation shows the
+    new customer-visible effect; the provider pays the lower amount."""
+    run.propose("ORDER-700")
+    k = key("ORDER-700")
+    run.wait_operation(k, lambda o: o["state"] == "pending", "became pending")
+    a = run.alice
+    a.open_operation(k)
+    a.find("approve-lower").click()
+    a.wait(lambda: a.visible("lower-amount"), "the lower amount's form")
+    a.find("lower-amount").send_keys("45.00")
+    a.find("lower-reason").send_keys("Only the lamp arrived broken.")
+    a.find("lower-review").click()
+    a.wait_text("message", "may only lower the amount")
+    check(not a.visible("confirm"), "no confirmation for a higher amount")
+    a.find("lower-amount").clear()
+    a.find("lower-amount").send_keys("30.00")
+    a.find("lower-review").click()
+    a.wait(lambda: a.visible("confirm"), "the confirmation step")
+    box = a.d.find_element(By.ID, "confirm-box").text
+    for part in ("30.00 USD", "Instead of", "40.00 USD",
+                 "30.00 USD (lowered by the approver from 40.00 USD) is returned",
+                 "Only the lamp arrived broken."):
+        check(part in box, f"the confirmation shows {part!r}: {box!r}")
+    check(run.operation(k)["amount_minor"] == 4000, "nothing changed before the confirmation")
+    a.confirm()
+    a.wait_text("message", "Approved 30.00 USD (lowered from 40.00 USD) by alice")
+    a.wait_text("state", "settled", "succeeded")
+    a.wait_text("proposal", "Proposed by the agent", "40.00 USD", "alice: Only the lamp")
+    op = run.operation(k)
+    check(op["amount_minor"] == 3000 and op["original_amount_minor"] == 4000,
+          f"lowered: {op['amount_minor']} from {op.get('original_amount_minor')}")
+    _, ledger = run.c.payments_admin("GET", "/_sim/ledger")
+    paid = [r["amount"] for r in ledger["refunds"]
+            if r.get("metadata", {}).get("operation_key") == k]
+    check(paid == [3000], f"the provider refunded the lower amount: {paid}")
+
+
+def batch_review(run):
+    """Select several proposals in the queue; the review lists each in full;
+    one that changed since fails alone and says why."""
+    for order_id in ("ORDER-800", "ORDER-900"):
+        run.propose(order_id)
+        run.wait_operation(key(order_id), lambda o: o["state"] == "pending", "became pending")
+    a = run.alice
+    a.d.get(run.base + "/console/")
+    for order_id in ("ORDER-800", "ORDER-900"):
+        a.wait(lambda: a.all("pending-row", f'[data-key="{key(order_id)}"]'),
+               f"{order_id} in the queue")
+        row = a.find("pending-row", f'[data-key="{key(order_id)}"]')
+        row.find_element(By.CSS_SELECTOR, '[data-test="select"]').click()
+    a.wait(lambda: a.visible("batch-review"), "the batch bar")
+    a.find("batch-review").click()
+    a.wait(lambda: a.visible("batch-confirm"), "the batch review")
+    items = {i.get_attribute("data-key"): i.text for i in a.all("batch-item")}
+    check(set(items) == {key("ORDER-800"), key("ORDER-900")}, f"both listed: {list(items)}")
+    for order_id, amount in (("ORDER-800", "10.00 USD"), ("ORDER-900", "12.00 USD")):
+        op = run.operation(key(order_id))
+        text = items[key(order_id)]
+        for part in ("demo-user", order_id, amount, op["proposal"]["effect"], op["fingerprint"]):
+            check(part in text, f"the review of {order_id} shows {part!r}: {text!r}")
+    # ORDER-900's order changes after it was reviewed: its approval fails alone.
+    status, order900 = run.c.op("GET", "/v1/orders/ORDER-900")
+    check(status == 200, f"GET the order: {status}")
+    order900["amount_minor"] = 1300
+    status, body = run.c.op("PUT", "/v1/orders/ORDER-900", order900)
+    check(status == 200, f"change the order: {status} {body}")
+    a.find("batch-confirm").click()
+    a.wait_text("message", "1 approved, 1 not approved")
+    results = {r.get_attribute("data-key"): (r.get_attribute("data-status"), r.text)
+               for r in a.all("batch-result")}
+    check(results[key("ORDER-800")][0] == "200", f"ORDER-800 approved: {results}")
+    check(results[key("ORDER-900")][0] == "409" and "changed" in results[key("ORDER-900")][1],
+          f"ORDER-900 refused, saying why: {results}")
+    run.wait_operation(key("ORDER-800"), lambda o: o.get("outcome") == "succeeded", "paid")
+    run.wait_operation(key("ORDER-900"), lambda o: o.get("outcome") == "rejected", "rejected")
+
+
 SCENARIOS = [queue_and_approve, queue_updates_itself, deny_with_reason, two_person,
-             resolve_unknown, outsider_sees_nothing, markup_is_text, cancellation_is_named]
+             resolve_unknown, outsider_sees_nothing, markup_is_text, cancellation_is_named,
+             approve_lower, batch_review]
 
 
 def csp_violations(entries):
