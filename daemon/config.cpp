@@ -317,9 +317,33 @@ void parse_tools(const Section& tools, operations::PolicyConfig& pol) {
   }
 }
 
+// [policy.escalation]: reminders and escalation of proposals nobody decides.
+void parse_escalation(const Section& e, operations::PolicyConfig& pol) {
+  e.only({"remind_after_s", "escalate_after_s", "escalate_to_tier"});
+  auto& esc = pol.escalation;
+  esc.remind_after_s = e.integer("remind_after_s", esc.remind_after_s);
+  esc.escalate_after_s = e.integer("escalate_after_s", esc.escalate_after_s);
+  esc.escalate_to_tier = e.string("escalate_to_tier", esc.escalate_to_tier);
+  if (operations::tier_rank(esc.escalate_to_tier) == 0)
+    throw ConfigError(fmt::format("key '{}': unknown tier '{}' (refund, support or supervisor)",
+                                  e.key("escalate_to_tier"), esc.escalate_to_tier));
+  for (const auto& [key, v] :
+       {std::pair<const char*, int64_t>{"remind_after_s", esc.remind_after_s},
+        {"escalate_after_s", esc.escalate_after_s}}) {
+    if (v < 0)
+      throw ConfigError(fmt::format("key '{}' must not be negative (0 turns it off)", e.key(key)));
+    if (v >= pol.approval_ttl_s)
+      throw ConfigError(fmt::format(
+          "key '{}' is {} s, not below policy.approval_ttl_s ({} s): the proposal would expire "
+          "first",
+          e.key(key), v, pol.approval_ttl_s));
+  }
+}
+
 void parse_policy(const Section& p, operations::PolicyConfig& pol) {
   p.only({"refund_window_days", "approval_ttl_s", "two_person_threshold_minor",
-          "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor", "tools"});
+          "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor", "tools",
+          "escalation"});
   pol.refund_window_days = p.integer("refund_window_days", pol.refund_window_days);
   pol.approval_ttl_s = p.integer("approval_ttl_s", pol.approval_ttl_s);
   if (p.has("two_person_threshold_minor"))
@@ -333,6 +357,7 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
   if (pol.approval_ttl_s <= 0 || pol.refund_window_days < 0)
     throw ConfigError(
         "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
+  if (p.has("escalation")) parse_escalation(p.table("escalation"), pol);
 }
 
 void parse_store(const Section& st, Config::Store& s, const std::filesystem::path& base_dir) {

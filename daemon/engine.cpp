@@ -6,6 +6,7 @@
 
 #include "common/thread_name.h"
 #include "operations/decisions.h"
+#include "operations/escalation.h"
 
 namespace opgate::daemon {
 
@@ -104,6 +105,43 @@ size_t Engine::raise_attention() {
   return raised;
 }
 
+void Engine::escalate_with(const Live<operations::PolicyConfig>& policy) { policy_ = &policy; }
+
+size_t Engine::remind_and_escalate() {
+  if (!policy_) return 0;
+  const auto policy = policy_->get();
+  const auto& escalation = policy->escalation;
+  if (escalation.remind_after_s <= 0 && escalation.escalate_after_s <= 0) return 0;
+  const int64_t now = clock_.now_ms();
+  store::OperationQuery q;
+  q.state = pb::STATE_PENDING;
+  q.limit = 500;
+  q.accept = [&](const pb::Operation& op) {
+    return static_cast<bool>(operations::escalation_due(op, now, escalation));
+  };
+  size_t changed = 0;
+  for (;;) {
+    auto page = storage_.reader().operations(q);
+    if (!page) {
+      spdlog::error("cannot list pending operations: {}", page.error().message);
+      return changed;
+    }
+    for (const auto& op : page->operations) {
+      operations::EscalationDue raised;
+      Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+        OPGATE_ASSIGN_OR_RETURN(raised, operations::remind_or_escalate(txn, op.key(), *policy));
+        return Status::Ok();
+      });
+      if (!s)
+        spdlog::error("cannot remind about or escalate {}: {}", op.key(), s.error().message);
+      else if (raised)
+        ++changed;
+    }
+    if (page->next_after.empty()) return changed;
+    q.after = page->next_after;
+  }
+}
+
 size_t Engine::pass() {
   const bool leads = !options_.leads || options_.leads();
   size_t work = leads ? expire_pending() : 0;
@@ -118,6 +156,12 @@ size_t Engine::pass() {
       last_attention_scan_ms_ = now;
       work += raise_attention();
     }
+  }
+  // Reminders and escalations are due by the second; looked at once a
+  // second, by the node that leads.
+  if (leads && policy_ && (!last_escalation_scan_ms_ || now - *last_escalation_scan_ms_ >= 1000)) {
+    last_escalation_scan_ms_ = now;
+    work += remind_and_escalate();
   }
   // A sweep cycle starts every interval and goes on over the next passes
   // until it has looked at every session, a bounded slice each pass.

@@ -16,8 +16,10 @@
 #include "agent_sessions/session_sync.h"
 #include "common/clock.h"
 #include "common/lanes.h"
+#include "common/live.h"
 #include "common/mutex.h"
 #include "operations/attention.h"
+#include "operations/policy.h"
 #include "outbox/drainer.h"
 #include "outbox/notifier.h"
 #include "store/port.h"
@@ -55,6 +57,13 @@ class Engine {
   // outcome_unknown operations that need a person and were not flagged yet
   // raise operation.needs_attention; returns how many.
   size_t raise_attention();
+  // Pending operations nobody decided are reminded about and escalated by
+  // `policy`'s [policy.escalation] (operations/escalation.h), looked at once
+  // a second by the node that leads. Call before start().
+  void escalate_with(const Live<operations::PolicyConfig>& policy);
+  // Raises the reminders and escalations due now; returns how many
+  // operations changed.
+  size_t remind_and_escalate();
 
  private:
   void loop() EXCLUDES(mu_);
@@ -73,6 +82,8 @@ class Engine {
   outbox::Notifier* notifier_ = nullptr;
   operations::AttentionPolicy attention_;
   std::optional<int64_t> last_attention_scan_ms_;
+  const Live<operations::PolicyConfig>* policy_ = nullptr;
+  std::optional<int64_t> last_escalation_scan_ms_;
   std::atomic<int64_t> last_pass_ms_;
   std::thread thread_;
 };

@@ -208,6 +208,7 @@ Status Node::build_notifications() {
   notifier_->set_shared_store(shared_store_);
   notify_lanes_->on_done([this] { engine_->wake(); });
   engine_->notify_with(*notifier_, config_.attention);
+  engine_->escalate_with(policy_);
 
   register_gauges(metrics_, storage, opened_.rocks, *inbox_, *clock_, config_.attention);
   std::vector<std::string> source_names;

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "common/crypto.h"
+#include "operations/escalation.h"
 #include "operations/keys.h"
 #include "operations/proposals.h"
 #include "operations/settlement.h"
@@ -63,7 +64,7 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
   p.set_amount_minor(request.amount_minor);
   p.set_edited_by(principal.name);
   p.set_edit_reason(request.edit_reason);
-  p.set_tier(tier_in_force(p, policy));
+  p.set_tier(tier_of(op, policy));
   p.set_effect(effect_text(p));
   op.set_fingerprint(fingerprint(p));
   std::string discarded;
@@ -155,7 +156,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
 Result<bool> retier(store::Transaction& txn, pb::Operation& op, const PolicyConfig& policy,
                     const std::string& principal) {
   if (!is(op, State::pending)) return false;
-  const std::string tier = tier_in_force(op.proposal(), policy);
+  const std::string tier = tier_of(op, policy);
   if (tier == op.proposal().tier()) return false;
   const std::string from = op.proposal().tier();
   std::string discarded;
@@ -177,7 +178,7 @@ Result<size_t> retier_pending(store::Storage& storage, const PolicyConfig& polic
   for (;;) {
     OPGATE_ASSIGN_OR_RETURN(auto page, storage.reader().operations(q));
     for (const auto& found : page.operations) {
-      if (tier_in_force(found.proposal(), policy) == found.proposal().tier()) continue;
+      if (tier_of(found, policy) == found.proposal().tier()) continue;
       bool done = false;
       OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
         OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(found.key()));

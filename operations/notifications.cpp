@@ -7,8 +7,9 @@
 namespace opgate::operations {
 
 const std::vector<std::string_view>& notify::all_events() {
-  static const std::vector<std::string_view> all = {
-      proposed, approved, denied, expired, settled, outcome_unknown, needs_attention};
+  static const std::vector<std::string_view> all = {proposed,        approved, denied,
+                                                    expired,         settled,  outcome_unknown,
+                                                    needs_attention, reminder, escalated};
   return all;
 }
 

@@ -24,6 +24,8 @@ inline constexpr std::string_view expired = "operation.expired";
 inline constexpr std::string_view settled = "operation.settled";
 inline constexpr std::string_view outcome_unknown = "operation.outcome_unknown";
 inline constexpr std::string_view needs_attention = "operation.needs_attention";
+inline constexpr std::string_view reminder = "operation.reminder";
+inline constexpr std::string_view escalated = "operation.escalated";
 // Every event type, in the order above.
 const std::vector<std::string_view>& all_events();
 }  // namespace notify

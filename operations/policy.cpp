@@ -60,6 +60,13 @@ std::string credit_tier(int64_t amount_minor, const std::string& currency,
 
 }  // namespace
 
+int tier_rank(std::string_view tier) {
+  if (tier == "refund") return 1;
+  if (tier == "support") return 2;
+  if (tier == "supervisor") return 3;
+  return 0;
+}
+
 std::string tier_in_force(const pb::Proposal& p, const PolicyConfig& policy) {
   if (p.kind() == kAccountCredit) return credit_tier(p.amount_minor(), p.currency(), policy);
   if (p.kind() == kCancelOrder) return policy.tier("cancel_order");

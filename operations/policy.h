@@ -35,6 +35,20 @@ struct ToolPolicy {
   std::string tier;  // one of tiers_of_tool(name)
 };
 
+// The approval tiers, lowest first: refund < support < supervisor; 0 for
+// anything else.
+int tier_rank(std::string_view tier);
+
+// [policy.escalation]: a proposal nobody decided is reminded about after
+// remind_after_s (operation.reminder), and after escalate_after_s its tier
+// is raised to escalate_to_tier (operation.escalated). 0 turns either off.
+// Expiry still fails closed at approval_ttl_s.
+struct EscalationPolicy {
+  int64_t remind_after_s = 0;
+  int64_t escalate_after_s = 0;
+  std::string escalate_to_tier = "supervisor";
+};
+
 struct PolicyConfig {
   // [policy.tools.NAME]: whether the tool is offered, and its tier. Every
   // known tool has an entry; today's tiers are the defaults.
@@ -62,6 +76,7 @@ struct PolicyConfig {
   std::map<std::string, int64_t> credit_hard_cap_minor{{"USD", 10000}, {"GBP", 10000}};
   // Credits up to this are tier "support"; above it, tier "supervisor".
   std::map<std::string, int64_t> credit_support_limit_minor{{"USD", 2000}, {"GBP", 2000}};
+  EscalationPolicy escalation;
 };
 
 // What refunds and credits may still take from the order: what was paid,

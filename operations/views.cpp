@@ -67,6 +67,11 @@ json::object operation_json(const pb::Operation& op, bool attention) {
                  {"expires_at_ms", op.expires_at_ms()}};
   if (!is(op, Outcome::none)) o["outcome"] = outcome_text(op);
   if (is(op, State::outcome_unknown)) o["unknown_since_ms"] = op.unknown_since_ms();
+  if (op.reminded_at_ms() != 0) o["reminded_at_ms"] = op.reminded_at_ms();
+  if (op.escalated_at_ms() != 0) {
+    o["escalated_at_ms"] = op.escalated_at_ms();
+    o["escalated_to_tier"] = op.escalated_to_tier();
+  }
   if (p.original_amount_minor() != 0) {
     o["original_amount_minor"] = p.original_amount_minor();
     o["edited_by"] = p.edited_by();

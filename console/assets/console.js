@@ -482,6 +482,11 @@
     document.title = `${kindText(op.kind)} ${op.order_id} · opgate console`;
     const renderProposal = () => {
       setText($("title"), titleText(op));
+      const escalated = op.escalated_to_tier ? [
+        ["Escalated", `to the ${op.escalated_to_tier} tier at ${when(op.escalated_at_ms)}: ` +
+          "nobody decided it in the time the policy sets; earlier approvals were discarded",
+          "escalated"],
+      ] : [];
       const lowered = op.original_amount_minor ? [
         ["Proposed by the agent", money(op.original_amount_minor, op.currency), "original_amount"],
         ["Lowered by", `${op.edited_by}: ${op.edit_reason}`, "edited_by"],
@@ -497,6 +502,7 @@
           "payment_method"],
         ["Customer-visible effect", op.proposal.effect, "effect"],
         ["Tier", op.proposal.tier, "tier"],
+        ...escalated,
         ["Fingerprint", el("code", {}, op.fingerprint), "fingerprint"],
         ["Created", when(op.created_at_ms)],
         ["Approval expires", op.expires_at_ms ? when(op.expires_at_ms) : "—"],

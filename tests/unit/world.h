@@ -198,6 +198,7 @@ struct World {
         *storage, *notify_lanes, notify, metrics, clock, [] { return 0.0; },
         [this](const http::ClientRequest& r) { return send(r); });
     engine->notify_with(*notifier, operations::AttentionPolicy{});
+    engine->escalate_with(policy);
   }
 
   void close() {

@@ -178,6 +178,32 @@ max_amount_minor = { Usd = 5 }
             .find("operator.tokens[0].max_amount_minor.Usd") != std::string::npos);
 }
 
+TEST_CASE("[policy.escalation]: a known tier, times not negative and below the approval time") {
+  auto error_of = [](const std::string& text) {
+    ConfigFile f(text + kSource);
+    auto c = daemon::load_config(f.path.string());
+    REQUIRE_FALSE(c.ok());
+    return c.error().message;
+  };
+  CHECK(error_of("[policy.escalation]\nescalate_to_tier = \"boss\"\n")
+            .find("policy.escalation.escalate_to_tier") != std::string::npos);
+  CHECK(error_of("[policy.escalation]\nremind_after_s = -1\n")
+            .find("policy.escalation.remind_after_s") != std::string::npos);
+  CHECK(error_of("[policy]\napproval_ttl_s = 600\n[policy.escalation]\nescalate_after_s = 600\n")
+            .find("expire first") != std::string::npos);
+  CHECK(error_of("[policy.escalation]\nremind_after = 60\n").find("remind_after") !=
+        std::string::npos);
+  ConfigFile ok(
+      "[policy]\napproval_ttl_s = 7200\n[policy.escalation]\nremind_after_s = 600\n"
+      "escalate_after_s = 3600\nescalate_to_tier = \"support\"\n" +
+      std::string(kSource));
+  auto c = daemon::load_config(ok.path.string());
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK(c->policy.escalation.remind_after_s == 600);
+  CHECK(c->policy.escalation.escalate_after_s == 3600);
+  CHECK(c->policy.escalation.escalate_to_tier == "support");
+}
+
 TEST_CASE("a config error never quotes the file: a secret on the bad line stays out of it") {
   const std::string secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
   for (const std::string& text :

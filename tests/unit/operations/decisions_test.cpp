@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include "operations/keys.h"
+#include "operations/notifications.h"
 #include "world.h"
 
 using namespace opgate;
@@ -369,4 +370,79 @@ TEST_CASE("an expired proposal is settled as it was proposed, not as an approver
   CHECK(w.outcome() == "expired");
   CHECK(op.proposal().amount_minor() == 2500);
   CHECK(op.proposal().original_amount_minor() == 0);
+}
+
+TEST_CASE("a proposal nobody decides is reminded about, then escalated, once each; expiry stands") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 3600;
+  policy.escalation.remind_after_s = 600;
+  policy.escalation.escalate_after_s = 1800;
+  policy.escalation.escalate_to_tier = "supervisor";
+  World w(policy);
+  const auto proposed = w.operation(kRefund);
+  REQUIRE(proposed.proposal().tier() == "refund");
+  auto events_of = [&](std::string_view type) {
+    auto all = w.storage->reader().notifications_since(0, 1000);
+    REQUIRE(all.ok());
+    return std::count_if(all->begin(), all->end(),
+                         [&](const pb::Notification& n) { return n.type() == type; });
+  };
+  w.clock.advance_ms(600 * 1000 - 1);
+  CHECK(w.engine->remind_and_escalate() == 0);
+  w.clock.advance_ms(1);
+  CHECK(w.engine->remind_and_escalate() == 1);
+  CHECK(w.engine->remind_and_escalate() == 0);  // once
+  CHECK(events_of(operations::notify::reminder) == 1);
+  auto op = w.operation(kRefund);
+  CHECK(op.reminded_at_ms() == w.clock.now_ms());
+  CHECK(op.fingerprint() == proposed.fingerprint());  // a reminder changes nothing decided
+
+  // bob approves under the refund tier; nobody else does in time.
+  operations::PolicyConfig two = policy;
+  two.two_person_threshold_minor = {{"USD", 100}};
+  w.policy.set(two);
+  REQUIRE(w.approve(person("bob")).ok());
+  REQUIRE(w.operation(kRefund).approvals_size() == 1);
+  w.clock.advance_ms(1200 * 1000);
+  CHECK(w.engine->remind_and_escalate() == 1);
+  CHECK(w.engine->remind_and_escalate() == 0);
+  CHECK(events_of(operations::notify::escalated) == 1);
+  op = w.operation(kRefund);
+  CHECK(op.proposal().tier() == "supervisor");
+  CHECK(op.escalated_to_tier() == "supervisor");
+  CHECK(op.fingerprint() != proposed.fingerprint());
+  CHECK(op.approvals_size() == 0);  // bob approved a refund-tier proposal
+  auto audit = w.storage->reader().audit_of(kRefund);
+  REQUIRE(audit.ok());
+  CHECK(audit->back().action() == "escalate");
+  CHECK(audit->back().details_json().find("\"discarded_approvals\":\"bob\"") != std::string::npos);
+
+  // A reload that re-tiers never lowers an escalated proposal.
+  auto changed = operations::retier_pending(*w.storage, *w.policy.get());
+  REQUIRE(changed.ok());
+  CHECK(*changed == 0);
+  CHECK(w.operation(kRefund).proposal().tier() == "supervisor");
+  // A refund-tier token may no longer approve it.
+  auto refund_only = person("carol");
+  refund_only.tiers = {"refund"};
+  auto refused = w.approve(refund_only);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().is(errc::forbidden));
+
+  // Expiry still fails closed.
+  w.clock.advance_ms(1800 * 1000);
+  CHECK(w.engine->expire_pending() == 1);
+  CHECK(w.outcome() == "expired");
+  CHECK(w.engine->remind_and_escalate() == 0);
+  CHECK(w.storage->verify_audit()->ok);
+}
+
+TEST_CASE("escalation leaves a proposal already at or above the tier alone") {
+  operations::PolicyConfig policy;
+  policy.escalation.escalate_after_s = 60;
+  policy.escalation.escalate_to_tier = "refund";
+  World w(policy);
+  w.clock.advance_ms(61 * 1000);
+  CHECK(w.engine->remind_and_escalate() == 0);
+  CHECK(w.operation(kRefund).escalated_at_ms() == 0);
 }
