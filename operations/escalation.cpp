@@ -43,7 +43,8 @@ Result<EscalationDue> remind_or_escalate(store::Transaction& txn, const std::str
   if (due.escalate) {
     const std::string from = op.proposal().tier();
     std::string discarded;
-    for (const auto& a : op.approvals()) discarded += (discarded.empty() ? "" : ",") + a.principal();
+    for (const auto& a : op.approvals())
+      discarded += (discarded.empty() ? "" : ",") + a.principal();
     op.set_escalated_at_ms(now);
     op.set_escalated_to_tier(policy.escalation.escalate_to_tier);
     op.mutable_proposal()->set_tier(policy.escalation.escalate_to_tier);
