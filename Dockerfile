@@ -20,7 +20,7 @@ RUN apt-get update \
       libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev \
       librocksdb-dev libprotobuf-dev protobuf-compiler \
       libssl-dev libfmt-dev libspdlog-dev libtoml11-dev libcli11-dev doctest-dev \
-      libsystemd-dev libpq-dev \
+      libsystemd-dev libcbor-dev libpq-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

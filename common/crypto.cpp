@@ -142,11 +142,31 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string random_hex(size_t bytes) {
+std::string random_bytes(size_t bytes) {
   std::string raw(bytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1)
     throw std::runtime_error("RAND_bytes failed");
-  return to_hex(raw);
+  return raw;
+}
+
+std::string random_hex(size_t bytes) { return to_hex(random_bytes(bytes)); }
+
+std::string base64url_encode(std::string_view raw) {
+  std::string out = base64_encode(raw);
+  for (char& c : out) c = c == '+' ? '-' : c == '/' ? '_' : c;
+  while (!out.empty() && out.back() == '=') out.pop_back();
+  return out;
+}
+
+std::optional<std::string> base64url_decode(std::string_view text) {
+  std::string standard(text);
+  for (char& c : standard) {
+    if (c == '+' || c == '/' || c == '=') return std::nullopt;
+    c = c == '-' ? '+' : c == '_' ? '/' : c;
+  }
+  if (standard.size() % 4 == 1) return std::nullopt;
+  while (standard.size() % 4) standard.push_back('=');
+  return base64_decode(standard);
 }
 
 std::optional<std::string> from_hex(std::string_view hex) {

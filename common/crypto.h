@@ -17,8 +17,12 @@ std::optional<std::string> from_hex(std::string_view hex);
 std::string base64_encode(std::string_view raw);
 // Strict standard base64 (with padding); nullopt on any invalid input.
 std::optional<std::string> base64_decode(std::string_view text);
+// URL-safe base64 without padding (WebAuthn's encoding of bytes in JSON).
+std::string base64url_encode(std::string_view raw);
+std::optional<std::string> base64url_decode(std::string_view text);
 // Constant-time equality; lengths are not secret.
 bool equal_constant_time(std::string_view a, std::string_view b);
 std::string random_hex(size_t bytes);
+std::string random_bytes(size_t bytes);
 
 }  // namespace opgate::crypto

@@ -21,6 +21,10 @@ inline constexpr ErrorCode bad_request{"bad_request", 400};
 inline constexpr ErrorCode unauthorized{"unauthorized", 401};
 inline constexpr ErrorCode forbidden{"forbidden", 403};
 inline constexpr ErrorCode self_approval{"self_approval", 403};
+// The approval needs a passkey's assertion (console step-up), and none came
+// with it (the API, the CLI); or the one that came does not verify.
+inline constexpr ErrorCode step_up_required{"step_up_required", 403};
+inline constexpr ErrorCode step_up_failed{"step_up_failed", 403};
 inline constexpr ErrorCode not_found{"not_found", 404};
 inline constexpr ErrorCode conflict{"conflict", 409};
 inline constexpr ErrorCode proposal_mismatch{"proposal_mismatch", 409};

@@ -7,7 +7,7 @@ OPGATE_PACKAGES=(
   librocksdb-dev libprotobuf-dev protobuf-compiler
   libssl-dev libfmt-dev libspdlog-dev libtoml11-dev libcli11-dev doctest-dev
   python3 curl openssl
-  libsystemd-dev
+  libsystemd-dev libcbor-dev
   libpq-dev postgresql-15
 )
 
