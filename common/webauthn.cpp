@@ -29,13 +29,13 @@ using Cbor = std::unique_ptr<cbor_item_t, CborFree>;
 // the caller says so: `read` tells how many were used).
 Cbor load(std::string_view data, size_t* read = nullptr) {
   cbor_load_result result;
-  cbor_item_t* item =
-      cbor_load(reinterpret_cast<cbor_data>(data.data()), data.size(), &result);
+  cbor_item_t* item = cbor_load(reinterpret_cast<cbor_data>(data.data()), data.size(), &result);
   if (!item || result.error.code != CBOR_ERR_NONE) {
     if (item) cbor_decref(&item);
     return nullptr;
   }
-  if (read) *read = result.read;
+  if (read)
+    *read = result.read;
   else if (result.read != data.size()) {
     cbor_decref(&item);
     return nullptr;
@@ -90,16 +90,15 @@ Status check_client_data(std::string_view client_data_json, std::string_view typ
     const auto* f = o.if_contains(name);
     return f && f->is_string() ? std::string(f->as_string()) : std::string();
   };
-  if (field("type") != type)
-    return refused(fmt::format("clientDataJSON.type is not {}.", type));
+  if (field("type") != type) return refused(fmt::format("clientDataJSON.type is not {}.", type));
   auto challenge = crypto::base64url_decode(field("challenge"));
   if (!challenge || !crypto::equal_constant_time(*challenge, expected.challenge))
     return refused("The passkey signed another challenge than the one issued.");
   if (field("origin") != expected.origin)
-    return refused(fmt::format("The passkey was used from another origin than {}.",
-                               expected.origin));
-  if (const auto* cross = o.if_contains("crossOrigin"); cross && cross->is_bool() &&
-                                                         cross->as_bool())
+    return refused(
+        fmt::format("The passkey was used from another origin than {}.", expected.origin));
+  if (const auto* cross = o.if_contains("crossOrigin");
+      cross && cross->is_bool() && cross->as_bool())
     return refused("The passkey was used from a cross-origin frame.");
   return Status::Ok();
 }
@@ -181,8 +180,7 @@ Result<Registered> verify_registration(std::string_view client_data_json,
   if (!(auth.flags & kAttestedCredential) || auth.rest.size() < 18)
     return refused("The authenticator data holds no credential.");
   const std::string_view rest = auth.rest;
-  const size_t id_length =
-      (static_cast<uint8_t>(rest[16]) << 8) | static_cast<uint8_t>(rest[17]);
+  const size_t id_length = (static_cast<uint8_t>(rest[16]) << 8) | static_cast<uint8_t>(rest[17]);
   if (id_length == 0 || id_length > 1023 || rest.size() < 18 + id_length)
     return refused("The credential id is malformed.");
   Registered out;
@@ -210,10 +208,9 @@ Result<uint32_t> verify_assertion(std::string_view client_data_json,
   EVP_MD_CTX* md = EVP_MD_CTX_new();
   const bool valid =
       md && EVP_DigestVerifyInit(md, nullptr, EVP_sha256(), nullptr, key.get()) == 1 &&
-      EVP_DigestVerify(md, reinterpret_cast<const unsigned char*>(signature_der.data()),
-                       signature_der.size(),
-                       reinterpret_cast<const unsigned char*>(signed_data.data()),
-                       signed_data.size()) == 1;
+      EVP_DigestVerify(
+          md, reinterpret_cast<const unsigned char*>(signature_der.data()), signature_der.size(),
+          reinterpret_cast<const unsigned char*>(signed_data.data()), signed_data.size()) == 1;
   EVP_MD_CTX_free(md);
   if (!valid) return refused("The passkey's signature does not verify.");
   if ((auth.sign_count != 0 || stored_sign_count != 0) && auth.sign_count <= stored_sign_count)

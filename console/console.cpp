@@ -73,6 +73,11 @@ std::string Console::origin_of(const Request& request) const {
   return expected_origin(request, options_.origin, options_.tls);
 }
 
+operations::PasskeySite Console::passkey_site(const Request& request) const {
+  const std::string origin = origin_of(request);
+  return {host_of_origin(origin), origin};
+}
+
 std::optional<Console::Signed> Console::signed_in(const Request& request,
                                                   const operator_api::Principals& principals) {
   auto id = cookie_value(request, kSessionCookie);

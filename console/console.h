@@ -47,6 +47,10 @@ class Console {
   // /console (every page, file, API answer and error there).
   static void finish(const http::Request& request, http::Response& response);
 
+  // Where passkeys are registered and used for this request: the console's
+  // origin and its host as the relying party id.
+  operations::PasskeySite passkey_site(const http::Request& request) const;
+
   SessionStore& sessions() { return sessions_; }
   const Options& options() const { return options_; }
 

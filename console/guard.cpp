@@ -64,6 +64,13 @@ bool from_same_origin(const http::Request& request, std::string_view expected) {
   return request.header("Sec-Fetch-Site") == std::optional<std::string>("same-origin");
 }
 
+std::string host_of_origin(std::string_view origin) {
+  const auto scheme = origin.find("://");
+  std::string_view host = scheme == std::string_view::npos ? origin : origin.substr(scheme + 3);
+  if (host.starts_with("[")) return std::string(host.substr(0, host.find(']') + 1));
+  return std::string(host.substr(0, host.find(':')));
+}
+
 bool csrf_matches(const std::optional<std::string>& presented, std::string_view expected) {
   if (!presented || presented->empty() || expected.empty()) return false;
   return crypto::equal_constant_time(*presented, expected);

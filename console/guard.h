@@ -47,6 +47,10 @@ std::string expected_origin(const http::Request& request, std::string_view confi
 // Sec-Fetch-Site: same-origin. Pages cannot set either header.
 bool from_same_origin(const http::Request& request, std::string_view expected);
 
+// The host of an origin ("https://ops.example.com:8443" -> "ops.example.com"):
+// the WebAuthn relying party id of the console.
+std::string host_of_origin(std::string_view origin);
+
 // Whether the presented CSRF token is the expected one (constant time);
 // never for an empty one.
 bool csrf_matches(const std::optional<std::string>& presented, std::string_view expected);

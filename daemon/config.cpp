@@ -518,8 +518,22 @@ bool valid_origin(const std::string& origin) {
   return true;
 }
 
-void parse_console(const Section& t, console::Options& c) {
-  t.only({"enabled", "idle_timeout_s", "absolute_timeout_s", "max_sessions", "origin"});
+// [console.step_up]: which approvals need a passkey (operations/step_up.h).
+void parse_step_up(const Section& t, operations::StepUpPolicy& step_up) {
+  t.only({"tiers", "above_minor"});
+  step_up.tiers = t.strings("tiers");
+  for (const auto& tier : step_up.tiers)
+    if (operations::tier_rank(tier) == 0)
+      throw ConfigError(
+          fmt::format("key '{}' holds '{}': the tiers are refund, support and "
+                      "supervisor",
+                      t.key("tiers"), tier));
+  if (t.has("above_minor")) step_up.above_minor = t.amounts("above_minor");
+}
+
+void parse_console(const Section& t, console::Options& c, operations::PolicyConfig& policy) {
+  t.only({"enabled", "idle_timeout_s", "absolute_timeout_s", "max_sessions", "origin", "step_up"});
+  if (t.has("step_up")) parse_step_up(t.table("step_up"), policy.step_up);
   c.enabled = t.boolean("enabled", c.enabled);
   const int64_t idle_s = t.integer("idle_timeout_s", c.sessions.idle_ms / 1000);
   const int64_t absolute_s = t.integer("absolute_timeout_s", c.sessions.absolute_ms / 1000);
@@ -620,7 +634,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
         static_cast<int>(o.integer("attention_after_attempts", c.attention.after_attempts));
     c.attention.after_ms = o.integer("attention_after_s", c.attention.after_ms / 1000) * 1000;
   }
-  if (root.has("console")) parse_console(root.table("console"), c.console);
+  if (root.has("console")) parse_console(root.table("console"), c.console, c.policy);
   if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
     throw ConfigError("ingress.max_body_bytes must be between 1 and 64 MiB");
   if (c.timestamp_tolerance_s <= 0)

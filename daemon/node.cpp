@@ -271,10 +271,14 @@ Status Node::build_listeners() {
   console::Options console_options = config_.console;
   console_options.tls = config_.operator_tls.enabled();  // cookies are Secure under TLS
   console_ = std::make_unique<console::Console>(console_options, principals_, *clock_);
-  if (config_.console.enabled)
+  if (config_.console.enabled) {
     api_deps_->console_auth = [this](const http::Request& r, const operator_api::Principals& p) {
       return console_->authenticate(r, p);
     };
+    api_deps_->passkey_site = [this](const http::Request& r) {
+      return std::optional<operations::PasskeySite>(console_->passkey_site(r));
+    };
+  }
   operator_router_ = operator_api::make_router(*api_deps_);
   if (config_.console.enabled) console_->add_routes(operator_router_);
   http::ServerOptions op;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "operations/step_up.h"
 #include "opgate.pb.h"
 
 namespace opgate::operations {
@@ -50,6 +51,8 @@ struct ApprovalRequest {
   std::string currency;
   std::string fingerprint;
   std::string edit_reason;
+  // A passkey's assertion, where the policy asks for a step-up (step_up.h).
+  std::optional<StepUpProof> step_up;
 };
 
 enum class ApprovalStep {

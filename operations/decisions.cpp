@@ -9,6 +9,7 @@
 #include "operations/keys.h"
 #include "operations/proposals.h"
 #include "operations/settlement.h"
+#include "operations/step_up.h"
 #include "operations/transitions.h"
 
 namespace opgate::operations {
@@ -113,6 +114,14 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                           check_approval(op, principal, asked, approvals_needed(p, policy)));
   out.step = step;
   if (step == ApprovalStep::repeat) return out;  // the same answer; nothing written
+  if (step_up_required(as_proposed.proposal(), policy.step_up) ||
+      step_up_required(p, policy.step_up)) {
+    if (!request.step_up)
+      return make_error(errc::step_up_required,
+                        "Approving this proposal needs a passkey: approve it in the console, "
+                        "which asks your passkey to sign it.");
+    OPGATE_TRY(check_step_up(txn, principal.name, key, request.fingerprint, *request.step_up));
+  }
 
   if (txn.now_ms() >= op.expires_at_ms()) {
     op = as_proposed;

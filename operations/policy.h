@@ -43,6 +43,13 @@ int tier_rank(std::string_view tier);
 // remind_after_s (operation.reminder), and after escalate_after_s its tier
 // is raised to escalate_to_tier (operation.escalated). 0 turns either off.
 // Expiry still fails closed at approval_ttl_s.
+// [console.step_up]: approvals of proposals in these tiers, or above these
+// amounts (per currency), need a passkey's assertion (operations/step_up.h).
+struct StepUpPolicy {
+  std::vector<std::string> tiers;
+  std::map<std::string, int64_t> above_minor;
+};
+
 struct EscalationPolicy {
   int64_t remind_after_s = 0;
   int64_t escalate_after_s = 0;
@@ -77,6 +84,7 @@ struct PolicyConfig {
   // Credits up to this are tier "support"; above it, tier "supervisor".
   std::map<std::string, int64_t> credit_support_limit_minor{{"USD", 2000}, {"GBP", 2000}};
   EscalationPolicy escalation;
+  StepUpPolicy step_up;
 };
 
 // What refunds and credits may still take from the order: what was paid,

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "common/crypto.h"
 #include "common/logging.h"
@@ -15,6 +16,7 @@
 #include "operations/keys.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
+#include "operations/step_up.h"
 #include "operations/views.h"
 #include "operator_api/auth.h"
 
@@ -125,8 +127,11 @@ class Api {
   // policy.
   json::object op_json(const pb::Operation& op) const {
     auto o = operations::operation_json(op, attention(op));
-    if (operations::is(op, operations::State::pending))
-      o["approvals_needed"] = operations::approvals_needed(op.proposal(), *d_.policy.get());
+    if (operations::is(op, operations::State::pending)) {
+      const auto policy = d_.policy.get();
+      o["approvals_needed"] = operations::approvals_needed(op.proposal(), *policy);
+      o["step_up_required"] = operations::step_up_required(op.proposal(), policy->step_up);
+    }
     return o;
   }
 
@@ -405,7 +410,7 @@ class Api {
   Response approve(const Request& req, const http::PathParams& params, const Principal& p) {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
-    return approve_one(params.at("key"), *body, p);
+    return approve_one(params.at("key"), *body, p, site_of(req));
   }
 
   // Several approvals in one request, each in its own transaction: one
@@ -434,7 +439,7 @@ class Api {
     size_t approved = 0;
     for (const auto& item : items->as_array()) {
       const std::string key(item.as_object().at("key").as_string());
-      Response one = approve_one(key, item.as_object(), p);
+      Response one = approve_one(key, item.as_object(), p, site_of(req));
       json::error_code ec;
       json::value answer = json::parse(one.body, ec);
       json::object result{{"key", key}, {"status", one.status}};
@@ -454,7 +459,8 @@ class Api {
 
   // One approval of `key` from the fields of `body`: the amount, currency
   // and fingerprint shown, and an edit_reason with a lower amount.
-  Response approve_one(const std::string& key, const json::object& body, const Principal& p) {
+  Response approve_one(const std::string& key, const json::object& body, const Principal& p,
+                       const std::optional<operations::PasskeySite>& site) {
     auto* amount = body.if_contains("amount_minor");
     auto currency = string_field(body, "currency", 8);
     auto fp = string_field(body, "fingerprint", 128);
@@ -480,7 +486,14 @@ class Api {
           return error_response(errc::widening_refused,
                                 fmt::format("An approval cannot change the {}.", field));
     }
-    const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp, edit_reason};
+    std::optional<operations::StepUpProof> step_up;
+    if (const auto* proof = body.if_contains("step_up")) {
+      auto parsed = parse_step_up(*proof, site);
+      if (!parsed) return from_error(parsed.error());
+      step_up = std::move(*parsed);
+    }
+    const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp, edit_reason,
+                                              std::move(step_up)};
     auto sourced = source_order(key, p);
     if (!sourced) return from_error(sourced.error());
     auto policy = d_.policy.get();
@@ -496,6 +509,162 @@ class Api {
       return conflict_with_state(key, *refusal, p);
     }
     return after_decision(s, key, p);
+  }
+
+  std::optional<operations::PasskeySite> site_of(const Request& req) const {
+    if (!d_.passkey_site) return std::nullopt;
+    return d_.passkey_site(req);
+  }
+
+  // An approval's "step_up": the passkey's assertion, its fields base64url.
+  Result<operations::StepUpProof> parse_step_up(
+      const json::value& v, const std::optional<operations::PasskeySite>& site) {
+    if (!site)
+      return make_error(errc::step_up_failed,
+                        "Passkeys are used through the console, which is not served here.");
+    if (!v.is_object()) return make_error(errc::bad_request, "step_up must be an object.");
+    operations::StepUpProof proof;
+    proof.site = *site;
+    for (auto [name, field, max] :
+         {std::tuple<const char*, std::string*, size_t>{"challenge", &proof.challenge, 64},
+          {"credential_id", &proof.credential_id, 1024},
+          {"client_data_json", &proof.client_data_json, 4096},
+          {"authenticator_data", &proof.authenticator_data, 4096},
+          {"signature", &proof.signature, 256}}) {
+      const auto* f = v.as_object().if_contains(name);
+      auto raw = f && f->is_string() ? crypto::base64url_decode(f->as_string()) : std::nullopt;
+      if (!raw || raw->empty() || raw->size() > max)
+        return make_error(
+            errc::bad_request,
+            fmt::format("step_up.{} must be base64url, as the browser gave it.", name));
+      *field = std::move(*raw);
+    }
+    return proof;
+  }
+
+  // A challenge for the approver's passkey to sign: this operation, as shown
+  // with this fingerprint, approved by this principal.
+  Response step_up_challenge(const Request& req, const http::PathParams& params,
+                             const Principal& p) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto fp = string_field(*body, "fingerprint", 128);
+    if (!fp) return error_response(errc::bad_request, "fingerprint (as shown) is required.");
+    auto site = site_of(req);
+    if (!site)
+      return error_response(errc::step_up_failed,
+                            "Passkeys are used through the console, which is not served here.");
+    const std::string key = params.at("key");
+    std::string challenge;
+    std::vector<pb::Passkey> passkeys;
+    Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto op, operations::visible_operation(txn, key, p));
+      if (!crypto::equal_constant_time(*fp, op.fingerprint()))
+        return make_error(errc::proposal_mismatch,
+                          "The operation changed since it was shown; fetch it again.");
+      OPGATE_ASSIGN_OR_RETURN(passkeys, operations::passkeys_of(txn, p.name));
+      if (passkeys.empty())
+        return make_error(errc::step_up_required,
+                          "You have no passkey: register one on the console's Passkeys page.");
+      OPGATE_ASSIGN_OR_RETURN(
+          challenge, operations::issue_passkey_challenge(txn, p.name, "approve", key, *fp));
+      return Status::Ok();
+    });
+    if (!s) return from_error(s.error());
+    json::array allow;
+    for (const auto& k : passkeys) allow.push_back(json::value(operations::passkey_id(k)));
+    return ok_json(json::object{{"challenge", crypto::base64url_encode(challenge)},
+                                {"rp_id", site->rp_id},
+                                {"allow_credentials", std::move(allow)},
+                                {"timeout_ms", operations::kPasskeyChallengeTtlMs}});
+  }
+
+  static json::object passkey_json(const pb::Passkey& k) {
+    return json::object{{"id", operations::passkey_id(k)},
+                        {"label", k.label()},
+                        {"created_at_ms", k.created_at_ms()},
+                        {"last_used_at_ms", k.last_used_at_ms()}};
+  }
+
+  Response list_passkeys(const Principal& p) {
+    auto keys = operations::passkeys_of(d_.storage.reader(), p.name);
+    if (!keys) return from_error(keys.error());
+    json::array out;
+    for (const auto& k : *keys) out.push_back(passkey_json(k));
+    return ok_json(json::object{{"passkeys", std::move(out)}});
+  }
+
+  // The options for navigator.credentials.create(): a fresh challenge, the
+  // site, the principal, and the passkeys it holds already (not again).
+  Response passkey_challenge(const Request& req, const Principal& p) {
+    auto site = site_of(req);
+    if (!site)
+      return error_response(errc::step_up_failed,
+                            "Passkeys are registered in the console, which is not served here.");
+    std::string challenge;
+    std::vector<pb::Passkey> held;
+    Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(held, operations::passkeys_of(txn, p.name));
+      OPGATE_ASSIGN_OR_RETURN(challenge,
+                              operations::issue_passkey_challenge(txn, p.name, "register"));
+      return Status::Ok();
+    });
+    if (!s) return from_error(s.error());
+    json::array exclude;
+    for (const auto& k : held) exclude.push_back(json::value(operations::passkey_id(k)));
+    return ok_json(
+        json::object{{"challenge", crypto::base64url_encode(challenge)},
+                     {"rp", json::object{{"id", site->rp_id}, {"name", "opgate"}}},
+                     {"user", json::object{{"id", crypto::base64url_encode(crypto::sha256(p.name))},
+                                           {"name", p.name},
+                                           {"display_name", p.name}}},
+                     {"exclude_credentials", std::move(exclude)},
+                     {"timeout_ms", operations::kPasskeyChallengeTtlMs}});
+  }
+
+  Response add_passkey(const Request& req, const Principal& p) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto site = site_of(req);
+    if (!site)
+      return error_response(errc::step_up_failed,
+                            "Passkeys are registered in the console, which is not served here.");
+    auto label = string_field(*body, "label", 64);
+    if (!label) return error_response(errc::bad_request, "label is required (1-64 characters).");
+    std::string fields[3];
+    const char* names[3] = {"challenge", "client_data_json", "attestation_object"};
+    for (int i = 0; i < 3; ++i) {
+      const auto* f = body->if_contains(names[i]);
+      auto raw = f && f->is_string() ? crypto::base64url_decode(f->as_string()) : std::nullopt;
+      if (!raw || raw->empty() || raw->size() > 8192)
+        return error_response(
+            errc::bad_request,
+            fmt::format("{} must be base64url, as the browser gave it.", names[i]));
+      fields[i] = std::move(*raw);
+    }
+    pb::Passkey added;
+    Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(added, operations::register_passkey(txn, p.name, *label, fields[0],
+                                                                  fields[1], fields[2], *site));
+      return Status::Ok();
+    });
+    if (!s) return from_error(s.error());
+    log_event(spdlog::level::info, "passkey.registered",
+              fmt::format("{} registered a passkey ({})", p.name, *label),
+              {{"principal", p.name}, {"passkey", operations::passkey_id(added)}});
+    return json_response(201, json::serialize(passkey_json(added)));
+  }
+
+  Response remove_passkey(const http::PathParams& params, const Principal& p) {
+    auto id = crypto::base64url_decode(params.at("id"));
+    if (!id || id->empty())
+      return error_response(errc::not_found, "You have no passkey with that id.");
+    Status s = d_.storage.transact(
+        [&](store::Transaction& txn) { return operations::remove_passkey(txn, p.name, *id); });
+    if (!s) return from_error(s.error());
+    log_event(spdlog::level::info, "passkey.removed", fmt::format("{} removed a passkey", p.name),
+              {{"principal", p.name}, {"passkey", params.at("id")}});
+    return list_passkeys(p);
   }
 
   // With an order service, the order of a pending operation as it reads
@@ -876,6 +1045,16 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto&, auto& p, auto& who) { return api->get_operation(p.at("key"), who); });
   route("GET", "/v1/operations/{key}/context", scope::read,
         [api](auto&, auto& p, auto& who) { return api->context(p.at("key"), who); });
+  route("POST", "/v1/operations/{key}/step-up", scope::approve,
+        [api](auto& q, auto& p, auto& who) { return api->step_up_challenge(q, p, who); });
+  route("GET", "/v1/passkeys", scope::approve,
+        [api](auto&, auto&, auto& who) { return api->list_passkeys(who); });
+  route("POST", "/v1/passkeys/challenge", scope::approve,
+        [api](auto& q, auto&, auto& who) { return api->passkey_challenge(q, who); });
+  route("POST", "/v1/passkeys", scope::approve,
+        [api](auto& q, auto&, auto& who) { return api->add_passkey(q, who); });
+  route("DELETE", "/v1/passkeys/{id}", scope::approve,
+        [api](auto&, auto& p, auto& who) { return api->remove_passkey(p, who); });
   route("POST", "/v1/approvals", scope::approve,
         [api](auto& q, auto&, auto& who) { return api->approve_many(q, who); });
   route("POST", "/v1/operations/{key}/approve", scope::approve,

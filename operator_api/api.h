@@ -74,6 +74,10 @@ struct ApiDeps {
   // The MCP front door's URL ("http://127.0.0.1:8082"), for the capability
   // URLs agent tokens come with; empty when there is none.
   std::function<std::string()> mcp_url = {};
+  // Where the console is, for a request (its origin and relying party id):
+  // passkeys are registered and step-up approvals signed there. Unset: no
+  // console, so no passkeys.
+  std::function<std::optional<operations::PasskeySite>(const http::Request&)> passkey_site = {};
 };
 
 http::Router make_router(ApiDeps& deps);

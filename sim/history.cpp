@@ -69,7 +69,7 @@ Status one_refund(store::Transaction& txn, size_t i, bool settle,
       auto approved,
       operations::approve(
           txn, key, approver,
-          {op->proposal().amount_minor(), op->proposal().currency(), op->fingerprint(), {}},
+          {op->proposal().amount_minor(), op->proposal().currency(), op->fingerprint(), {}, {}},
           policy));
   if (approved.refusal) return *approved.refusal;
   OPGATE_ASSIGN_OR_RETURN(auto claim, operations::claim(txn, key, policy));

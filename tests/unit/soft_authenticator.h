@@ -64,8 +64,8 @@ class SoftAuthenticator {
     EVP_MD_CTX* md = EVP_MD_CTX_new();
     size_t length = 0;
     EVP_DigestSignInit(md, nullptr, EVP_sha256(), nullptr, key_);
-    EVP_DigestSign(md, nullptr, &length,
-                   reinterpret_cast<const unsigned char*>(signed_data.data()), signed_data.size());
+    EVP_DigestSign(md, nullptr, &length, reinterpret_cast<const unsigned char*>(signed_data.data()),
+                   signed_data.size());
     a.signature.resize(length);
     EVP_DigestSign(md, reinterpret_cast<unsigned char*>(a.signature.data()), &length,
                    reinterpret_cast<const unsigned char*>(signed_data.data()), signed_data.size());
@@ -103,11 +103,11 @@ class SoftAuthenticator {
     const std::string x(reinterpret_cast<const char*>(point) + 1, 32);
     const std::string y(reinterpret_cast<const char*>(point) + 33, 32);
     cbor_item_t* map = cbor_new_definite_map(5);
-    add(map, cbor_build_uint8(1), cbor_build_uint8(2));     // kty: EC2
-    add(map, cbor_build_uint8(3), cbor_build_negint8(6));   // alg: -7 (ES256)
-    add(map, cbor_build_negint8(0), cbor_build_uint8(1));   // crv: P-256
-    add(map, cbor_build_negint8(1), bytes(x));              // -2: x
-    add(map, cbor_build_negint8(2), bytes(y));              // -3: y
+    add(map, cbor_build_uint8(1), cbor_build_uint8(2));    // kty: EC2
+    add(map, cbor_build_uint8(3), cbor_build_negint8(6));  // alg: -7 (ES256)
+    add(map, cbor_build_negint8(0), cbor_build_uint8(1));  // crv: P-256
+    add(map, cbor_build_negint8(1), bytes(x));             // -2: x
+    add(map, cbor_build_negint8(2), bytes(y));             // -3: y
     return serialize(map);
   }
 

@@ -18,10 +18,10 @@ struct Registered {
   testing::SoftAuthenticator authenticator{"localhost"};
   webauthn::Registered passkey;
   Registered() {
-    auto r = webauthn::verify_registration(
-        testing::SoftAuthenticator::client_data("webauthn.create", kExpected.challenge,
-                                                kExpected.origin),
-        authenticator.attestation_object(), kExpected);
+    auto r =
+        webauthn::verify_registration(testing::SoftAuthenticator::client_data(
+                                          "webauthn.create", kExpected.challenge, kExpected.origin),
+                                      authenticator.attestation_object(), kExpected);
     REQUIRE_MESSAGE(r.ok(), r.error().message);
     passkey = *r;
   }
@@ -74,8 +74,9 @@ TEST_CASE("a registration for another challenge, origin, site or ceremony is ref
 
 TEST_CASE("an assertion verifies only as asked: challenge, origin, ceremony, key, bytes, counter") {
   Registered r;
-  CHECK(r.assert_with(kExpected, "webauthn.get", std::string(32, 'x')).error().is(
-      errc::step_up_failed));
+  CHECK(r.assert_with(kExpected, "webauthn.get", std::string(32, 'x'))
+            .error()
+            .is(errc::step_up_failed));
   CHECK_FALSE(r.assert_with(kExpected, "webauthn.get", kExpected.challenge, "http://evil").ok());
   CHECK_FALSE(r.assert_with(kExpected, "webauthn.create").ok());
   auto uv = kExpected;
@@ -93,8 +94,8 @@ TEST_CASE("an assertion verifies only as asked: challenge, origin, ceremony, key
   // One flipped bit in the signed bytes or the signature.
   auto flipped = good.authenticator_data;
   flipped[33] ^= 0x01;
-  CHECK_FALSE(webauthn::verify_assertion(data, flipped, good.signature, r.passkey.public_key_der,
-                                         0, kExpected)
+  CHECK_FALSE(webauthn::verify_assertion(data, flipped, good.signature, r.passkey.public_key_der, 0,
+                                         kExpected)
                   .ok());
   auto bad_signature = good.signature;
   bad_signature[bad_signature.size() - 1] ^= 0x01;

@@ -35,7 +35,7 @@ Principal approver(std::string name = "alice", int64_t limit = 100000) {
 }
 
 ApprovalRequest exact(const pb::Operation& op) {
-  return {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint(), {}};
+  return {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint(), {}, {}};
 }
 
 // Approvals needed under the default policy (two above 500.00 USD or GBP).

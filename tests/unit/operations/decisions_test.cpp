@@ -10,6 +10,8 @@
 
 #include "operations/keys.h"
 #include "operations/notifications.h"
+#include "operations/step_up.h"
+#include "soft_authenticator.h"
 #include "world.h"
 
 using namespace opgate;
@@ -49,12 +51,14 @@ struct World : testing::World {
     auto op = operation(kRefund);
     std::optional<operations::Approved> out;
     Status s = storage->transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(
-          auto a, operations::approve(
-                      txn, kRefund, who,
-                      {amount.value_or(op.proposal().amount_minor()),
-                       currency.value_or(op.proposal().currency()), op.fingerprint(), edit_reason},
-                      *policy.get()));
+      OPGATE_ASSIGN_OR_RETURN(auto a,
+                              operations::approve(txn, kRefund, who,
+                                                  {amount.value_or(op.proposal().amount_minor()),
+                                                   currency.value_or(op.proposal().currency()),
+                                                   op.fingerprint(),
+                                                   edit_reason,
+                                                   {}},
+                                                  *policy.get()));
       out = a;
       return Status::Ok();
     });
@@ -338,7 +342,7 @@ TEST_CASE("lowering discards the approvals so far; the second approver approves 
   // bob approving what he saw before (25.00) is a mismatch now.
   Status stale = w.storage->transact([&](store::Transaction& txn) -> Status {
     OPGATE_TRY(operations::approve(txn, kRefund, person("bob"),
-                                   {2500, "USD", seen_by_bob.fingerprint(), {}}, policy));
+                                   {2500, "USD", seen_by_bob.fingerprint(), {}, {}}, policy));
     return Status::Ok();
   });
   REQUIRE_FALSE(stale.ok());
@@ -445,4 +449,151 @@ TEST_CASE("escalation leaves a proposal already at or above the tier alone") {
   w.clock.advance_ms(61 * 1000);
   CHECK(w.engine->remind_and_escalate() == 0);
   CHECK(w.operation(kRefund).escalated_at_ms() == 0);
+}
+
+namespace {
+
+const operations::PasskeySite kSite{"localhost", "http://localhost:8081"};
+
+// alice's passkey, registered through the store as the console registers one.
+struct Passkeys {
+  World& w;
+  testing::SoftAuthenticator authenticator{"localhost"};
+  explicit Passkeys(World& world, const std::string& principal = "alice") : w(world) {
+    Status s = w.storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto challenge,
+                              operations::issue_passkey_challenge(txn, principal, "register"));
+      OPGATE_TRY(operations::register_passkey(
+          txn, principal, "laptop", challenge,
+          testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
+          authenticator.attestation_object(), kSite));
+      return Status::Ok();
+    });
+    REQUIRE_MESSAGE(s.ok(), s.error().message);
+  }
+  // The proof the console sends for approving `key` as shown.
+  operations::StepUpProof prove(const std::string& principal, const std::string& key,
+                                const std::string& fingerprint) {
+    std::string challenge;
+    Status s = w.storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(challenge, operations::issue_passkey_challenge(
+                                             txn, principal, "approve", key, fingerprint));
+      return Status::Ok();
+    });
+    REQUIRE(s.ok());
+    operations::StepUpProof proof;
+    proof.challenge = challenge;
+    proof.credential_id = authenticator.credential_id();
+    proof.client_data_json =
+        testing::SoftAuthenticator::client_data("webauthn.get", challenge, kSite.origin);
+    auto a = authenticator.assert_for(proof.client_data_json);
+    proof.authenticator_data = a.authenticator_data;
+    proof.signature = a.signature;
+    proof.site = kSite;
+    return proof;
+  }
+};
+
+Status approve_with(World& w, const operations::Principal& who,
+                    std::optional<operations::StepUpProof> proof,
+                    const std::string& key = kRefund) {
+  auto op = w.operation(key);
+  return w.storage->transact([&](store::Transaction& txn) -> Status {
+    OPGATE_TRY(operations::approve(txn, key, who,
+                                   {op.proposal().amount_minor(),
+                                    op.proposal().currency(),
+                                    op.fingerprint(),
+                                    {},
+                                    std::move(proof)},
+                                   *w.policy.get()));
+    return Status::Ok();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("step-up: above the policy's line an approval needs the approver's passkey") {
+  operations::PolicyConfig policy;
+  policy.step_up.tiers = {"refund"};
+  World w(policy);
+  const auto before = w.operation(kRefund);
+  Status bare = approve_with(w, person("alice"), std::nullopt);
+  REQUIRE_FALSE(bare.ok());
+  CHECK(bare.error().is(errc::step_up_required));
+  CHECK(w.operation(kRefund).SerializeAsString() == before.SerializeAsString());
+
+  Passkeys keys(w);
+  auto registered = operations::passkeys_of(w.storage->reader(), "alice");
+  REQUIRE(registered.ok());
+  REQUIRE(registered->size() == 1);
+  auto audit = w.storage->reader().audit_of("passkey:alice");
+  REQUIRE(audit.ok());
+  REQUIRE(audit->size() == 1);
+  CHECK(audit->front().action() == "passkey_registered");
+
+  // bob's passkey-less approval, and alice's proof presented by bob, fail.
+  auto proof = keys.prove("alice", kRefund, before.fingerprint());
+  Status by_bob = approve_with(w, person("bob"), proof);
+  REQUIRE_FALSE(by_bob.ok());
+  CHECK(by_bob.error().is(errc::step_up_failed));
+  // The same proof by alice: approved (the failed attempt used nothing up).
+  Status ok = approve_with(w, person("alice"), proof);
+  REQUIRE_MESSAGE(ok.ok(), ok.error().message);
+  CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+  CHECK((*operations::passkeys_of(w.storage->reader(), "alice"))[0].sign_count() == 1);
+}
+
+TEST_CASE("step-up: a replayed assertion, another operation's or a stale one is refused") {
+  operations::PolicyConfig policy;
+  policy.step_up.above_minor = {{"USD", 1000}};
+  policy.two_person_threshold_minor = {{"USD", 100}};  // two approvals, so a replay can be tried
+  World w(policy);
+  Passkeys alice(w);
+  Passkeys bob(w, "bob");
+  const auto shown = w.operation(kRefund);
+  auto proof = alice.prove("alice", kRefund, shown.fingerprint());
+  REQUIRE(approve_with(w, person("alice"), proof).ok());
+  REQUIRE(w.operation(kRefund).approvals_size() == 1);
+  // bob replays alice's assertion: not his passkey, not his challenge.
+  Status replay = approve_with(w, person("bob"), proof);
+  REQUIRE_FALSE(replay.ok());
+  CHECK(replay.error().is(errc::step_up_failed));
+  // A challenge for another fingerprint (the proposal as it was before).
+  auto stale = bob.prove("bob", kRefund, std::string(64, 'f'));
+  Status stale_status = approve_with(w, person("bob"), stale);
+  REQUIRE_FALSE(stale_status.ok());
+  CHECK(stale_status.error().is(errc::step_up_failed));
+  // bob's own, for this operation as shown: approved.
+  auto good = bob.prove("bob", kRefund, shown.fingerprint());
+  REQUIRE(approve_with(w, person("bob"), good).ok());
+  CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+  // Used once: the same proof again is refused whatever it is for.
+  w.seed_order("ORDER-200");
+  Status again = w.storage->transact([&](store::Transaction& txn) -> Status {
+    return operations::check_step_up(txn, "bob", kRefund, shown.fingerprint(), good);
+  });
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().is(errc::step_up_failed));
+}
+
+TEST_CASE("step-up: a removed passkey no longer signs, and its removal is audited") {
+  operations::PolicyConfig policy;
+  policy.step_up.tiers = {"refund"};
+  World w(policy);
+  Passkeys keys(w);
+  const auto shown = w.operation(kRefund);
+  auto proof = keys.prove("alice", kRefund, shown.fingerprint());
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::remove_passkey(txn, "alice", keys.authenticator.credential_id());
+              })
+              .ok());
+  CHECK(operations::passkeys_of(w.storage->reader(), "alice")->empty());
+  Status s = approve_with(w, person("alice"), proof);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().is(errc::step_up_failed));
+  auto audit = w.storage->reader().audit_of("passkey:alice");
+  REQUIRE(audit->size() == 2);
+  CHECK(audit->back().action() == "passkey_removed");
+  CHECK(w.storage->verify_audit()->ok);
 }

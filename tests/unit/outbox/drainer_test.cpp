@@ -70,7 +70,7 @@ struct World : testing::World {
           auto a,
           operations::approve(
               txn, key, alice(),
-              {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint(), {}},
+              {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint(), {}, {}},
               *policy.get()));
       out = a;
       return Status::Ok();

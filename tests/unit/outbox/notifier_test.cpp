@@ -107,6 +107,7 @@ struct World : testing::World {
                                                                       {op.proposal().amount_minor(),
                                                                        op.proposal().currency(),
                                                                        op.fingerprint(),
+                                                                       {},
                                                                        {}},
                                                                       *policy.get()));
                   return Status::Ok();
