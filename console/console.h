@@ -9,6 +9,7 @@
 //   GET  /console/                  the queue (the sign-in form without a session)
 //   GET  /console/operations/{key}  one operation: proposal, context, decision
 //   GET  /console/sessions/{id}     one agent session: calls, ledger, audit
+//   GET  /console/passkeys          the principal's passkeys: register, remove
 //   POST /console/login             form: token, csrf, next → 303 with the cookie
 //                                   (failures logged and limited per address)
 //   POST /console/logout            form: csrf → 303, the session ended

@@ -126,14 +126,13 @@ Result<pb::Passkey> register_passkey(store::Transaction& txn, const std::string&
   if (issued.purpose() != "register")
     return make_error(errc::step_up_failed, "That challenge was issued for an approval.");
   OPGATE_ASSIGN_OR_RETURN(
-      auto registered,
-      webauthn::verify_registration(client_data_json, attestation_object,
-                                    {challenge, site.rp_id, site.origin, false}));
+      auto registered, webauthn::verify_registration(client_data_json, attestation_object,
+                                                     {challenge, site.rp_id, site.origin, false}));
   OPGATE_ASSIGN_OR_RETURN(auto existing, records_of<pb::Passkey>(txn, kPasskeys, principal));
   if (existing.size() >= kMaxPasskeys)
-    return make_error(errc::conflict,
-                      fmt::format("A principal holds at most {} passkeys; remove one first.",
-                                  kMaxPasskeys));
+    return make_error(
+        errc::conflict,
+        fmt::format("A principal holds at most {} passkeys; remove one first.", kMaxPasskeys));
   const std::string key = record_key(principal, registered.credential_id);
   OPGATE_ASSIGN_OR_RETURN(auto taken, txn.kept(kPasskeys, key));
   if (taken) return make_error(errc::conflict, "That passkey is registered already.");
@@ -187,8 +186,8 @@ Status check_step_up(store::Transaction& txn, const std::string& principal,
     return make_error(errc::step_up_failed, "That passkey is not registered to you.");
   OPGATE_ASSIGN_OR_RETURN(
       const uint32_t counter,
-      webauthn::verify_assertion(proof.client_data_json, proof.authenticator_data,
-                                 proof.signature, p.public_key_der(), p.sign_count(),
+      webauthn::verify_assertion(proof.client_data_json, proof.authenticator_data, proof.signature,
+                                 p.public_key_der(), p.sign_count(),
                                  {proof.challenge, proof.site.rp_id, proof.site.origin, false}));
   p.set_sign_count(counter);
   p.set_last_used_at_ms(txn.now_ms());

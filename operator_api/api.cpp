@@ -736,8 +736,14 @@ class Api {
     auto& reader = d_.storage.reader();
     json::array rows;
     if (auto key = req.query_param("operation"); key && !key->empty()) {
-      auto op = operations::visible_operation(reader, *key, p);
-      if (!op) return from_error(op.error());
+      // A principal's passkey records are its own, and those of a token
+      // that sees every owner; an operation's, of those who may see it.
+      if (key->starts_with("passkey:")) {
+        if (*key != "passkey:" + p.name && !p.sees_every_owner())
+          return error_response(errc::not_found, "No operation with that key.");
+      } else if (auto op = operations::visible_operation(reader, *key, p); !op) {
+        return from_error(op.error());
+      }
       auto records = reader.audit_of(*key);
       if (!records) return from_error(records.error());
       for (const auto& r : *records) rows.push_back(operations::audit_json(r));

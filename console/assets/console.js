@@ -457,6 +457,101 @@
     if (wholeButton) wholeButton.onclick = () => draw(true);
   }
 
+  // ---- Passkeys (WebAuthn): bytes travel as base64url in JSON.
+
+  function b64urlToBytes(text) {
+    const b64 = text.replace(/-/g, "+").replace(/_/g, "/");
+    const raw = atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4));
+    return Uint8Array.from(raw, (c) => c.charCodeAt(0));
+  }
+
+  function bytesToB64url(buffer) {
+    let raw = "";
+    for (const b of new Uint8Array(buffer)) raw += String.fromCharCode(b);
+    return btoa(raw).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  // Asks the approver's passkey to sign this operation as shown: the proof
+  // an approval above the step-up line carries.
+  async function stepUp(path, fingerprint) {
+    const c = await api("POST", path + "/step-up", { fingerprint });
+    const assertion = await navigator.credentials.get({ publicKey: {
+      challenge: b64urlToBytes(c.challenge),
+      rpId: c.rp_id,
+      allowCredentials: c.allow_credentials.map((id) => ({ type: "public-key",
+                                                           id: b64urlToBytes(id) })),
+      userVerification: "preferred",
+      timeout: c.timeout_ms,
+    } });
+    return {
+      challenge: c.challenge,
+      credential_id: bytesToB64url(assertion.rawId),
+      client_data_json: bytesToB64url(assertion.response.clientDataJSON),
+      authenticator_data: bytesToB64url(assertion.response.authenticatorData),
+      signature: bytesToB64url(assertion.response.signature),
+    };
+  }
+
+  async function passkeysPage() {
+    try { await whoAmI(); } catch (e) { say(refusal("Loading", e), "error"); return; }
+    const render = (list) => {
+      const body = $("passkeys");
+      clear(body);
+      for (const k of list.passkeys) {
+        const remove = el("button", { type: "button", className: "quiet",
+                                      "data-test": "remove-passkey" }, "Remove");
+        remove.addEventListener("click", async () => {
+          try {
+            render(await api("DELETE", "/v1/passkeys/" + encodeURIComponent(k.id)));
+            say(`Passkey "${k.label}" removed.`, "ok");
+          } catch (e) { say(refusal("Removing the passkey", e), "error"); }
+        });
+        body.appendChild(el("tr", { "data-test": "passkey-row", "data-id": k.id },
+          el("td", {}, k.label), el("td", {}, when(k.created_at_ms)),
+          el("td", {}, k.last_used_at_ms ? when(k.last_used_at_ms) : "never"),
+          el("td", {}, remove)));
+      }
+      show($("passkeys-empty"), list.passkeys.length === 0);
+    };
+    try { render(await api("GET", "/v1/passkeys")); } catch (e) {
+      say(refusal("Loading your passkeys", e), "error");
+    }
+    $("register-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const label = $("passkey-label").value.trim();
+      if (!label) { say("Give the passkey a label: which device it is on.", "error"); return; }
+      if (!window.PublicKeyCredential) {
+        say("This browser does not offer passkeys here (they need https or localhost).",
+          "error");
+        return;
+      }
+      try {
+        const o = await api("POST", "/v1/passkeys/challenge", {});
+        const created = await navigator.credentials.create({ publicKey: {
+          challenge: b64urlToBytes(o.challenge),
+          rp: o.rp,
+          user: { id: b64urlToBytes(o.user.id), name: o.user.name,
+                  displayName: o.user.display_name },
+          pubKeyCredParams: [{ type: "public-key", alg: -7 }],
+          excludeCredentials: o.exclude_credentials.map((id) => ({ type: "public-key",
+                                                                   id: b64urlToBytes(id) })),
+          authenticatorSelection: { residentKey: "preferred", userVerification: "preferred" },
+          attestation: "none",
+          timeout: o.timeout_ms,
+        } });
+        await api("POST", "/v1/passkeys", {
+          label, challenge: o.challenge,
+          client_data_json: bytesToB64url(created.response.clientDataJSON),
+          attestation_object: bytesToB64url(created.response.attestationObject) });
+        render(await api("GET", "/v1/passkeys"));
+        $("passkey-label").value = "";
+        say(`Passkey "${label}" registered.`, "ok");
+      } catch (e) {
+        say(refusal("Registering the passkey", e), "error");
+      }
+    });
+  }
+
   async function operationPage() {
     const prefix = "/console/operations/";
     const key = decodeURIComponent(window.location.pathname.slice(prefix.length));
@@ -595,10 +690,14 @@
       const button = $("confirm");
       try {
         button.disabled = true;
+        // Above the step-up line the approver's passkey signs this
+        // operation as shown, first.
+        const proof = mode !== "deny" && op.step_up_required
+          ? await stepUp(path, shown.fingerprint) : undefined;
         if (mode === "lower") {
           const after = await api("POST", path + "/approve", {
             amount_minor: lower.amount_minor, currency: shown.currency,
-            fingerprint: shown.fingerprint, edit_reason: lower.edit_reason });
+            fingerprint: shown.fingerprint, edit_reason: lower.edit_reason, step_up: proof });
           // What this person chose is now what the page shows.
           shown.amount_minor = after.amount_minor;
           shown.fingerprint = after.fingerprint;
@@ -610,7 +709,7 @@
             `${money(after.original_amount_minor, after.currency)}) by ${me.principal}. ` +
             `It is ${stateText(after)}.`, "ok");
         } else if (mode === "approve") {
-          const after = await api("POST", path + "/approve", shown);
+          const after = await api("POST", path + "/approve", { ...shown, step_up: proof });
           update(after);
           const got = (after.approvals || []).length;
           if (after.state === "pending")
@@ -695,6 +794,8 @@
           hints.push(`You may not decide ${op.proposal.tier}-tier proposals.`);
         if ((op.approvals || []).some((a) => a.principal === me.principal))
           hints.push("You have approved it already.");
+        if (op.step_up_required)
+          hints.push("Approving it asks your passkey to sign it (register one under Passkeys).");
         setText($("decide-hint"), hints.join(" "));
       }
       const unknown = op.state === "outcome_unknown";
@@ -878,7 +979,8 @@
     }
   }
 
-  const pages = { queue: queuePage, operation: operationPage, session: sessionPage };
+  const pages = { queue: queuePage, operation: operationPage, session: sessionPage,
+                  passkeys: passkeysPage };
   const start = pages[document.body.dataset.page];
   if (start) start();
 })();

@@ -63,6 +63,8 @@ from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import NoAlertPresentException, TimeoutException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.virtual_authenticator import (  # noqa: E402
+    VirtualAuthenticatorOptions)
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 TOKENS = {
@@ -225,8 +227,12 @@ class Run:
             order("ORDER-700", 4000),
             order("ORDER-800", 1000),
             order("ORDER-900", 1200),
+            order("ORDER-1000", 9000),
+            order("ORDER-1100", 9000),
+            order("ORDER-1200", 9000),
         ], payments_timeout_ms=500, keep=args.keep, tokens=tokens,
-            policy="two_person_threshold_minor = { USD = 50000 }")
+            policy="two_person_threshold_minor = { USD = 50000 }",
+            extra_config='[console.step_up]\ntiers = ["supervisor"]\n')
         self.base = f"http://127.0.0.1:{self.c.operator_port}"
         self.sessions = {}
         self.browsers = []
@@ -252,6 +258,20 @@ class Run:
         check(status == 200, f"bind: {status} {body}")
         self.sessions[order_id] = s["id"]
         return s["id"]
+
+    def propose_credit(self, order_id, amount):
+        """A supervisor-tier credit (above the support limit): a step-up."""
+        status, s = self.c.agent_admin("POST", "/_sim/sessions", {
+            "input": f"Credit {order_id}.",
+            "script": [{"name": "issue_account_credit",
+                        "arguments": {"order_id": order_id, "amount_minor": amount,
+                                      "currency": "USD", "reason_code": "DAMAGED_ITEM"}}]})
+        check(status == 200, f"create a session: {status} {s}")
+        status, body = self.c.op("POST", f"/v1/sessions/{s['id']}/bind", {"owner": "demo-user"})
+        check(status == 200, f"bind: {status} {body}")
+        k = f"demo-user:{order_id}:account-credit:v1"
+        self.wait_operation(k, lambda o: o["state"] == "pending", "became pending")
+        return k
 
     def operation(self, k):
         status, body = self.c.op("GET", "/v1/operations/" + urllib.parse.quote(k, safe=""))
@@ -618,9 +638,111 @@ def batch_review(run):
     run.wait_operation(key("ORDER-900"), lambda o: o.get("outcome") == "rejected", "rejected")
 
 
+# In the page: ask the passkey to sign a step-up for `key`, and return the
+# proof as the console sends it. Runs in the console's own origin.
+SIGN_STEP_UP = """
+const [key, done] = arguments;
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+const b64 = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf)))
+  .replace(/\\+/g, "-").replace(/\\//g, "_").replace(/=+$/, "");
+const bytes = (t) => Uint8Array.from(atob(t.replace(/-/g, "+").replace(/_/g, "/") +
+  "=".repeat((4 - t.length % 4) % 4)), (c) => c.charCodeAt(0));
+const api = async (method, path, body) => {
+  const r = await fetch("/console/api" + path, {method, credentials: "same-origin",
+    headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
+    body: body === undefined ? undefined : JSON.stringify(body)});
+  return {status: r.status, body: await r.json()};
+};
+(async () => {
+  const path = "/v1/operations/" + encodeURIComponent(key);
+  const op = (await api("GET", path)).body;
+  const c = (await api("POST", path + "/step-up", {fingerprint: op.fingerprint})).body;
+  const a = await navigator.credentials.get({publicKey: {challenge: bytes(c.challenge),
+    rpId: c.rp_id, allowCredentials: c.allow_credentials.map((id) => ({type: "public-key",
+    id: bytes(id)}))}});
+  done({op, proof: {challenge: c.challenge, credential_id: b64(a.rawId),
+    client_data_json: b64(a.response.clientDataJSON),
+    authenticator_data: b64(a.response.authenticatorData),
+    signature: b64(a.response.signature)}});
+})().catch((e) => done({error: String(e)}));
+"""
+
+APPROVE_WITH = """
+const [key, body, done] = arguments;
+const csrf = document.querySelector('meta[name="csrf-token"]').content;
+fetch("/console/api/v1/operations/" + encodeURIComponent(key) + "/approve", {method: "POST",
+  credentials: "same-origin",
+  headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
+  body: JSON.stringify(body)})
+  .then(async (r) => done({status: r.status, body: await r.json()}))
+  .catch((e) => done({status: 0, body: String(e)}));
+"""
+
+
+def step_up_with_passkey(run):
+    """Above the step-up line: the API alone is refused; the console asks
+    for a passkey, registers one (WebDriver's virtual authenticator), approves
+    with it; a replayed assertion is refused."""
+    k = run.propose_credit("ORDER-1000", 5000)
+    op = run.operation(k)
+    check(op["step_up_required"] and op["proposal"]["tier"] == "supervisor",
+          f"a supervisor-tier credit needs a step-up: {op.get('step_up_required')}")
+    status, body = run.c.op("POST", "/v1/operations/" + urllib.parse.quote(k, safe="") +
+                            "/approve", {"amount_minor": op["amount_minor"],
+                                         "currency": op["currency"],
+                                         "fingerprint": op["fingerprint"]})
+    check(status == 403 and body["error"]["code"] == "step_up_required",
+          f"the API alone is refused: {status} {body}")
+    # Passkeys need a secure context and a domain: the console at localhost.
+    p = run.browser("passkey")
+    p.base = run.base.replace("127.0.0.1", "localhost")
+    p.d.add_virtual_authenticator(VirtualAuthenticatorOptions())
+    p.sign_in(run.token("alice"))
+    p.open_operation(k)
+    p.wait_text("decide-hint", "passkey")
+    p.find("approve").click()
+    p.confirm()
+    p.wait_text("message", "step_up_required", "no passkey")
+    check(run.operation(k)["state"] == "pending", "nothing approved without a passkey")
+
+    p.d.get(p.base + "/console/passkeys")
+    p.wait(lambda: p.visible("passkeys-empty"), "an empty list of passkeys")
+    p.find("passkey-label").send_keys("test laptop")
+    p.find("register").click()
+    p.wait_text("message", 'Passkey "test laptop" registered.')
+    p.wait(lambda: len(p.all("passkey-row")) == 1, "the registered passkey listed")
+    status, audit = run.c.op("GET", "/v1/audit?operation=passkey:alice")
+    check(status == 200 and [r["action"] for r in audit["audit"]] == ["passkey_registered"],
+          f"the registration is audited: {status} {audit}")
+
+    p.open_operation(k)
+    p.find("approve").click()
+    p.confirm()
+    p.wait_text("state", "settled", "succeeded")
+    op = run.operation(k)
+    check(op["approvals"][0]["principal"] == "alice", f"approved by alice: {op['approvals']}")
+
+    # A replayed assertion: signed for one operation and used there, then
+    # presented again for another.
+    first = run.propose_credit("ORDER-1100", 5000)
+    second = run.propose_credit("ORDER-1200", 5000)
+    signed = p.d.execute_async_script(SIGN_STEP_UP, first)
+    check("proof" in signed, f"the passkey signed: {signed}")
+    body = {"amount_minor": signed["op"]["amount_minor"], "currency": "USD",
+            "fingerprint": signed["op"]["fingerprint"], "step_up": signed["proof"]}
+    used = p.d.execute_async_script(APPROVE_WITH, first, body)
+    check(used["status"] == 200, f"approved with the assertion: {used}")
+    other = run.operation(second)
+    body.update(amount_minor=other["amount_minor"], fingerprint=other["fingerprint"])
+    replayed = p.d.execute_async_script(APPROVE_WITH, second, body)
+    check(replayed["status"] == 403 and replayed["body"]["error"]["code"] == "step_up_failed",
+          f"the replayed assertion is refused: {replayed}")
+    check(run.operation(second)["state"] == "pending", "the other operation is still pending")
+
+
 SCENARIOS = [queue_and_approve, queue_updates_itself, deny_with_reason, two_person,
              resolve_unknown, outsider_sees_nothing, markup_is_text, cancellation_is_named,
-             approve_lower, batch_review]
+             approve_lower, batch_review, step_up_with_passkey]
 
 
 def csp_violations(entries):

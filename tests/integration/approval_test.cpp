@@ -186,3 +186,41 @@ TEST_CASE("POST /v1/approvals answers per item: a stale or unknown item fails al
              json::serialize(json::object{{"items", json::array{item(other)}}}), kReaderToken)
             .status == 403);
 }
+
+TEST_CASE("above the step-up line the API and the CLI are refused with step_up_required") {
+  ClusterOptions o;
+  o.extra_config = "[console.step_up]\nabove_minor = { USD = 2000 }\n";
+  Cluster c(o);
+  c.create_session(kRefund);  // 25.00 USD: above the line
+  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "pending"; });
+  auto op = c.operation(kKey);
+  CHECK(op.at("step_up_required").as_bool());
+  auto r = c.op(
+      "POST", "/v1/operations/" + kKey + "/approve",
+      json::serialize(json::object{
+          {"amount_minor", 2500}, {"currency", "USD"}, {"fingerprint", str(op, "fingerprint")}}),
+      kAliceToken);
+  CHECK(r.status == 403);
+  CHECK(str(r.body.at("error"), "code") == "step_up_required");
+  auto [rc, out] = c.cli({"approve", "--yes", "--operation", kKey}, kAliceToken);
+  CHECK(rc != 0);
+  CHECK(out.find("approved by you") == std::string::npos);
+  // A made-up assertion through the API: refused, nothing approved.
+  auto forged =
+      c.op("POST", "/v1/operations/" + kKey + "/approve",
+           json::serialize(json::object{{"amount_minor", 2500},
+                                        {"currency", "USD"},
+                                        {"fingerprint", str(op, "fingerprint")},
+                                        {"step_up", json::object{{"challenge", "AAAA"},
+                                                                 {"credential_id", "AAAA"},
+                                                                 {"client_data_json", "AAAA"},
+                                                                 {"authenticator_data", "AAAA"},
+                                                                 {"signature", "AAAA"}}}}),
+           kAliceToken);
+  CHECK(forged.status == 403);
+  CHECK(str(forged.body.at("error"), "code") == "step_up_failed");
+  CHECK(str(c.operation(kKey), "state") == "pending");
+  // A principal's passkey records are its own (and an all-owners token's).
+  CHECK(c.op("GET", "/v1/audit?operation=passkey:alice", "", kOutsiderToken).status == 404);
+  CHECK(c.op("GET", "/v1/audit?operation=passkey:alice", "", kAliceToken).status == 200);
+}
