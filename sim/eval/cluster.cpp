@@ -377,10 +377,15 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
                         orders_port_, options_.orders_timeout_ms)
           : std::string("[orders]\nsource = \"embedded\"\nseed_file = \"orders.ndjson\"\n"),
       s.approval_ttl_s, s.two_person_threshold_minor, s.two_person_threshold_minor,
-      s.delivery_delay_after_days > 0
-          ? fmt::format("[policy.tools.issue_account_credit]\ndelivery_delay_after_days = {}\n",
-                        s.delivery_delay_after_days)
-          : std::string(),
+      (s.delivery_delay_after_days > 0
+           ? fmt::format("[policy.tools.issue_account_credit]\ndelivery_delay_after_days = {}\n",
+                         s.delivery_delay_after_days)
+           : std::string()) +
+          (s.escalate_after_s > 0
+               ? fmt::format("[policy.escalation]\nescalate_after_s = {}\n"
+                             "escalate_to_tier = \"supervisor\"\n",
+                             s.escalate_after_s)
+               : std::string()),
       notify_config() + options_.extra_config);
   if (options_.store == "postgres")
     out << R"(

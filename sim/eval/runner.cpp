@@ -576,6 +576,7 @@ class Run {
                       {"fingerprint", shown.at("fingerprint")}};
     if (auto* v = a.if_contains("amount_minor")) body["amount_minor"] = *v;
     if (auto* v = a.if_contains("currency")) body["currency"] = *v;
+    if (auto* v = a.if_contains("edit_reason")) body["edit_reason"] = *v;
     return decide(a, "approve", std::move(body));
   }
 
@@ -589,10 +590,12 @@ class Run {
     const auto state = text(a.at("state"));
     const auto outcome = a.contains("outcome") ? text(a.at("outcome")) : "";
     const int64_t calls = i64(a, "linked_calls", 0);
+    const auto tier = a.contains("tier") ? text(a.at("tier")) : "";
     auto op = wait_operation(
         key,
         [&](const json::object& o) {
           return str(o, "state") == state && (outcome.empty() || str(o, "outcome") == outcome) &&
+                 (tier.empty() || str(o.at("proposal"), "tier") == tier) &&
                  (calls == 0 || static_cast<int64_t>(o.at("calls").as_array().size()) == calls);
         },
         state + (outcome.empty() ? "" : "/" + outcome) +

@@ -27,9 +27,10 @@ const std::map<std::string, StepShape>& step_shapes() {
   static const std::map<std::string, StepShape> shapes = {
       {"start_session", {{"session"}, {}}},
       {"await_proposal", {{"key"}, {"session"}}},
-      {"approve", {{"key", "as"}, {"expect_status", "amount_minor", "currency", "fresh"}}},
+      {"approve",
+       {{"key", "as"}, {"expect_status", "amount_minor", "currency", "fresh", "edit_reason"}}},
       {"deny", {{"key", "as"}, {"expect_status", "reason"}}},
-      {"await_state", {{"key", "state"}, {"outcome", "linked_calls"}}},
+      {"await_state", {{"key", "state"}, {"outcome", "linked_calls", "tier"}}},
       {"await_turn", {{"session", "status"}, {}}},
       {"fault", {{"service", "rules"}, {}}},
       {"restart_daemon", {{}, {"kill"}}},
@@ -187,7 +188,8 @@ Result<Settings> parse_settings(const json::value& v) {
       {"payments_timeout_ms", &s.payments_timeout_ms},
       {"agent_timeout_ms", &s.agent_timeout_ms},
       {"two_person_threshold_minor", &s.two_person_threshold_minor},
-      {"delivery_delay_after_days", &s.delivery_delay_after_days}};
+      {"delivery_delay_after_days", &s.delivery_delay_after_days},
+      {"escalate_after_s", &s.escalate_after_s}};
   std::set<std::string> known{"order_service"};
   for (const auto& [key, _] : fields) known.insert(key);
   if (auto st = check_keys(in, {}, known, "settings"); !st) return st.error();

@@ -31,6 +31,8 @@ struct Settings {
   int64_t two_person_threshold_minor = 50000;  // USD and GBP
   // [policy.tools.issue_account_credit] delivery_delay_after_days (0: off).
   int64_t delivery_delay_after_days = 0;
+  // [policy.escalation] escalate_after_s, to the supervisor tier (0: off).
+  int64_t escalate_after_s = 0;
   // Orders come from the order service simulator (orders.source = "http");
   // update_order then changes them there.
   bool order_service = false;

@@ -585,6 +585,8 @@ def approve_lower(run):
                  "Only the lamp arrived broken."):
         check(part in box, f"the confirmation shows {part!r}: {box!r}")
     check(run.operation(k)["amount_minor"] == 4000, "nothing changed before the confirmation")
+    a.d.execute_script("document.getElementById('confirm-box').scrollIntoView()")
+    a.shot("console-lower")
     a.confirm()
     a.wait_text("message", "Approved 30.00 USD (lowered from 40.00 USD) by alice")
     a.wait_text("state", "settled", "succeeded")
@@ -711,6 +713,7 @@ def step_up_with_passkey(run):
     p.find("register").click()
     p.wait_text("message", 'Passkey "test laptop" registered.')
     p.wait(lambda: len(p.all("passkey-row")) == 1, "the registered passkey listed")
+    p.shot("console-passkeys", height=600)
     status, audit = run.c.op("GET", "/v1/audit?operation=passkey:alice")
     check(status == 200 and [r["action"] for r in audit["audit"]] == ["passkey_registered"],
           f"the registration is audited: {status} {audit}")
@@ -738,6 +741,19 @@ def step_up_with_passkey(run):
     check(replayed["status"] == 403 and replayed["body"]["error"]["code"] == "step_up_failed",
           f"the replayed assertion is refused: {replayed}")
     check(run.operation(second)["state"] == "pending", "the other operation is still pending")
+
+    # Removed, the passkey signs nothing more; the removal is audited.
+    p.d.get(p.base + "/console/passkeys")
+    p.wait(lambda: len(p.all("passkey-row")) == 1, "the passkey listed")
+    p.find("remove-passkey").click()
+    p.wait(lambda: p.visible("passkeys-empty"), "no passkey left")
+    status, audit = run.c.op("GET", "/v1/audit?operation=passkey:alice")
+    check([r["action"] for r in audit["audit"]] == ["passkey_registered", "passkey_removed"],
+          f"the removal is audited: {audit}")
+    p.open_operation(second)
+    p.find("approve").click()
+    p.confirm()
+    p.wait_text("message", "step_up_required", "no passkey")
 
 
 SCENARIOS = [queue_and_approve, queue_updates_itself, deny_with_reason, two_person,
