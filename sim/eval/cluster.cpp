@@ -381,11 +381,10 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
            ? fmt::format("[policy.tools.issue_account_credit]\ndelivery_delay_after_days = {}\n",
                          s.delivery_delay_after_days)
            : std::string()) +
-          (s.escalate_after_s > 0
-               ? fmt::format("[policy.escalation]\nescalate_after_s = {}\n"
-                             "escalate_to_tier = \"supervisor\"\n",
-                             s.escalate_after_s)
-               : std::string()),
+          (s.escalate_after_s > 0 ? fmt::format("[policy.escalation]\nescalate_after_s = {}\n"
+                                                "escalate_to_tier = \"supervisor\"\n",
+                                                s.escalate_after_s)
+                                  : std::string()),
       notify_config() + options_.extra_config);
   if (options_.store == "postgres")
     out << R"(

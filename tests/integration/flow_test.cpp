@@ -171,17 +171,26 @@ TEST_CASE("the same request twice, from the same session or another, is one oper
 }
 
 TEST_CASE(
-    "an approval whose amount, currency or fingerprint differs is a 409 and changes nothing") {
+    "an approval that widens the proposal is a 422, a stale one a 409; neither changes anything") {
   Cluster c;
   c.create_session(kLookupThenRefund);
   auto op = c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
   const auto audit_before =
       c.op("GET", "/v1/audit?operation=" + kKey).body.at("audit").as_array().size();
   const std::string fp = str(op, "fingerprint");
+  // With the fingerprint shown: a higher amount or another currency widens it.
   for (const auto& body :
        {fmt::format(R"({{"amount_minor":2600,"currency":"USD","fingerprint":"{}"}})", fp),
-        fmt::format(R"({{"amount_minor":2500,"currency":"GBP","fingerprint":"{}"}})", fp),
-        std::string(R"({"amount_minor":2500,"currency":"USD","fingerprint":"00"})")}) {
+        fmt::format(R"({{"amount_minor":2500,"currency":"GBP","fingerprint":"{}"}})", fp)}) {
+    auto r = c.op("POST", "/v1/operations/" + kKey + "/approve", body, kAliceToken);
+    CHECK(r.status == 422);
+    CHECK(str(r.body.at("error"), "code") == "widening_refused");
+  }
+  // Another fingerprint: what was shown is not what is stored.
+  for (const auto& body :
+       {std::string(R"({"amount_minor":2500,"currency":"USD","fingerprint":"00"})"),
+        std::string(R"({"amount_minor":1500,"currency":"USD","fingerprint":"00",)"
+                    R"("edit_reason":"less"})")}) {
     auto r = c.op("POST", "/v1/operations/" + kKey + "/approve", body, kAliceToken);
     CHECK(r.status == 409);
     CHECK(str(r.body.at("error"), "code") == "proposal_mismatch");
