@@ -105,7 +105,9 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   ApprovalRequest asked = request;
   const pb::Operation as_proposed = op;
   std::optional<std::string> narrowed;
-  if (is(op, State::pending) && asked.amount_minor != op.proposal().amount_minor() &&
+  if (is(op, State::pending) &&
+      (asked.amount_minor != op.proposal().amount_minor() ||
+       asked.currency != op.proposal().currency()) &&
       crypto::equal_constant_time(asked.fingerprint, op.fingerprint())) {
     OPGATE_ASSIGN_OR_RETURN(narrowed, narrow(op, principal, asked, policy));
   }
