@@ -22,7 +22,7 @@ struct Commands {
   int rc = 0;
   std::string config_path, ports_file, tools_config;
   std::string session, owner, key, reason, state, outcome, evidence, provider_object_id, amount,
-      edit_reason;
+      edit_reason, order;
   std::string data_dir, file, dir, expect_head, endpoint, since, release_to;
   bool attention = false;
 
@@ -169,6 +169,12 @@ struct Commands {
       rc = data_dir.empty() ? cli::audit_verify_online(ctx, expect_head)
                             : cli::audit_verify_offline(data_dir, ctx.json, expect_head);
     });
+    auto* drafts = app.add_subcommand("drafts", "replies to customers the agent drafted");
+    drafts->require_subcommand(1);
+    auto* list_drafts =
+        drafts->add_subcommand("list", "the drafts, for a person to send (opgate never does)");
+    list_drafts->add_option("--order", order, "only this order's");
+    list_drafts->callback([this] { rc = cli::list_drafts(ctx, order); });
     auto* orders = app.add_subcommand("orders", "server-owned orders");
     orders->require_subcommand(1);
     auto* upsert = orders->add_subcommand("import", "upsert orders from an NDJSON file");

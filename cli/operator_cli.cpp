@@ -443,6 +443,21 @@ int resolve(const Context& c, const std::string& key, const std::string& outcome
       c, *r, [&] { std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome); });
 }
 
+int list_drafts(const Context& c, const std::string& order_id) {
+  auto r = call(c, "GET", "/v1/drafts" + (order_id.empty() ? "" : "?order_id=" + seg(order_id)));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    const auto& drafts = r->body.as_object().at("drafts").as_array();
+    if (drafts.empty()) std::cout << "no drafts\n";
+    for (const auto& d : drafts) {
+      // The model's text: control characters escaped, never interpreted.
+      std::cout << fmt::format("{}  order {}  owner {}  drafted by {} at {}\n  {}\n", s(d, "id"),
+                               s(d, "order_id"), s(d, "owner"), s(d, "drafted_by"),
+                               s(d, "created_at_ms"), s(d, "text"));
+    }
+  });
+}
+
 int ledger(const Context& c, const std::string& session, const std::string& owner) {
   std::string path = "/v1/ledger";
   std::string sep = "?";

@@ -31,6 +31,8 @@ int approve(const Context& c, const std::string& key, const std::string& session
 int deny(const Context& c, const std::string& key, const std::string& reason,
          const std::string& session);
 int list_operations(const Context& c, const std::string& state, bool attention);
+// Replies the agent drafted (of one order, or every order the token sees).
+int list_drafts(const Context& c, const std::string& order_id);
 int show_operation(const Context& c, const std::string& key);
 int reconcile(const Context& c, const std::string& key);
 int resolve(const Context& c, const std::string& key, const std::string& outcome,

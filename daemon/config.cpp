@@ -279,8 +279,8 @@ void parse_tools(const Section& tools, operations::PolicyConfig& pol) {
     if (!operations::known_tool(name))
       throw ConfigError(
           fmt::format("unknown tool '{}': the tools are lookup_order, "
-                      "add_internal_note, request_refund, issue_account_credit and "
-                      "cancel_order",
+                      "add_internal_note, draft_customer_reply, request_refund, "
+                      "issue_account_credit and cancel_order",
                       tools.key(name)));
     const Section t = tools.table(name.c_str());
     std::set<std::string> known = {"enabled", "tier"};

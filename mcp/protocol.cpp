@@ -133,7 +133,9 @@ json::array tools(const operations::PolicyConfig& policy) {
         {"inputSchema", d.at("parameters")},
         {"annotations", json::object{{"readOnlyHint", reads},
                                      {"destructiveHint", proposes},
-                                     {"idempotentHint", true},
+                                     // A note or a draft is stored anew each call.
+                                     {"idempotentHint", name != "add_internal_note" &&
+                                                            name != "draft_customer_reply"},
                                      {"openWorldHint", false}}},
         {"execution", json::object{{"taskSupport", proposes ? "optional" : "forbidden"}}}});
   }

@@ -20,6 +20,7 @@ bool proposing_tool(std::string_view name) {
 std::vector<std::string_view> tiers_of_tool(std::string_view tool) {
   if (tool == "lookup_order") return {"auto"};
   if (tool == "add_internal_note") return {"evidence"};
+  if (tool == "draft_customer_reply") return {"auto"};
   if (tool == "request_refund") return {"refund", "support", "supervisor"};
   if (tool == "issue_account_credit") return {"support", "supervisor"};
   if (tool == "cancel_order") return {"supervisor", "support"};

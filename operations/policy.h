@@ -17,8 +17,9 @@
 namespace opgate::operations {
 
 // The tools the model is offered, in the order they are published.
-inline constexpr std::string_view kToolNames[] = {
-    "lookup_order", "add_internal_note", "request_refund", "issue_account_credit", "cancel_order"};
+inline constexpr std::string_view kToolNames[] = {"lookup_order",         "add_internal_note",
+                                                  "draft_customer_reply", "request_refund",
+                                                  "issue_account_credit", "cancel_order"};
 bool known_tool(std::string_view name);
 // Whether calling the tool may propose an operation (and so may wait for a
 // person): refunds, credits, cancellations.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "operations/drafts.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
 #include "operations/proposals.h"
@@ -100,6 +101,11 @@ Result<AnsweredCall> answer_call(store::Transaction& txn, const AgentCall& reque
                                         policy, txn.now_ms() / 1000, session_calls));
   // The order the call concerns: the evidence a later internal note may cite.
   call.set_order_id(outcome.proposal ? outcome.proposal->order_id() : outcome.order_id);
+  if (outcome.draft) {
+    record_draft(txn, call, request.owner, outcome.draft->order_id, outcome.draft->text,
+                 request.principal);
+    outcome.result = draft_result(*outcome.draft, draft_id(call));
+  }
   if (outcome.note) {
     record_note(txn, call, request.owner, outcome.note->order_id, outcome.note->text,
                 outcome.note->evidence);

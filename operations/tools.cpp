@@ -57,6 +57,16 @@ json::array tool_definitions(const PolicyConfig& policy) {
                         {"items", id_schema("A call id of this session about this order.")},
                         {"description", "What the note rests on."}}}},
       json::array{"order_id", "text", "evidence"}, true);
+  all["draft_customer_reply"] = function(
+      "draft_customer_reply",
+      "Draft a reply to the customer about an order. It is stored for a person on the support "
+      "team to read, edit and send; nothing is sent to the customer by this tool.",
+      json::object{{"order_id", id_schema("The order id.")},
+                   {"text", json::object{{"type", "string"},
+                                         {"minLength", 1},
+                                         {"maxLength", static_cast<int64_t>(kDraftMaxChars)},
+                                         {"description", "The reply, as it would be sent."}}}},
+      json::array{"order_id", "text"}, true);
   all["request_refund"] = function(
       "request_refund",
       "Ask for a full refund of an order. The server computes the amount; a person must "
@@ -154,7 +164,7 @@ Result<std::optional<OrderView>> owned_order(const OrderLookup& lookup, const st
   return view;
 }
 
-ToolOutcome refuse(std::string error) { return {failure_result(std::move(error)), {}, {}, {}}; }
+ToolOutcome refuse(std::string error) { return {failure_result(std::move(error)), {}, {}, {}, {}}; }
 
 Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& owner,
                                  const OrderLookup& lookup, const PolicyConfig& policy,
@@ -194,7 +204,7 @@ Result<ToolOutcome> lookup_order(std::string_view args_text, const std::string& 
                                      {"window_days", policy.refund_window_days},
                                      {"requires_approval", true},
                                      {"reason", decision.reason}}}};
-  return ToolOutcome{success_result(out), {}, order.order_id(), {}};
+  return ToolOutcome{success_result(out), {}, order.order_id(), {}, {}};
 }
 
 pb::Proposal base_proposal(const pb::Order& order, std::string_view kind) {
@@ -246,7 +256,7 @@ Result<ToolOutcome> request_refund(std::string_view args_text, const std::string
   p.set_reason(reason);
   p.set_tier(policy.tier("request_refund"));
   p.set_effect(effect_text(p));
-  return ToolOutcome{{}, p, p.order_id(), {}};
+  return ToolOutcome{{}, p, p.order_id(), {}, {}};
 }
 
 Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::string& owner,
@@ -282,7 +292,7 @@ Result<ToolOutcome> issue_account_credit(std::string_view args_text, const std::
   p.set_reason(reason_code);
   p.set_tier(decision.tier);
   p.set_effect(effect_text(p));
-  return ToolOutcome{{}, p, p.order_id(), {}};
+  return ToolOutcome{{}, p, p.order_id(), {}, {}};
 }
 
 Result<ToolOutcome> cancel_order(std::string_view args_text, const std::string& owner,
@@ -304,7 +314,7 @@ Result<ToolOutcome> cancel_order(std::string_view args_text, const std::string& 
   p.set_reason(std::string(reason.as_string()));
   p.set_tier(policy.tier("cancel_order"));
   p.set_effect(effect_text(p));
-  return ToolOutcome{{}, p, order_id, {}};
+  return ToolOutcome{{}, p, order_id, {}, {}};
 }
 
 // The evidence rule: every reference is a call of this session that showed
@@ -355,10 +365,39 @@ Result<ToolOutcome> add_internal_note(std::string_view args_text, const std::str
           ref, note.order_id));
   }
   std::string order_id = note.order_id;
-  return ToolOutcome{{}, {}, order_id, std::move(note)};
+  return ToolOutcome{{}, {}, order_id, std::move(note), {}};
+}
+
+// Drafting is allowed at once: it stores text for a person and sends
+// nothing. The order must be the owner's, as for every tool.
+Result<ToolOutcome> draft_customer_reply(std::string_view args_text, const std::string& owner,
+                                         const OrderLookup& lookup) {
+  json::object args;
+  if (auto e = check_shape(args_text, {{"order_id", "text"}, {}}, args)) return refuse(*e);
+  DraftReply draft;
+  if (auto e = get_order_id(args, draft.order_id)) return refuse(*e);
+  const auto& text = args.at("text");
+  if (!text.is_string() || text.as_string().empty() || text.as_string().size() > kDraftMaxChars)
+    return refuse(fmt::format("text must be 1 to {} characters.", kDraftMaxChars));
+  draft.text = std::string(text.as_string());
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, draft.order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
+  std::string order_id = draft.order_id;
+  return ToolOutcome{{}, {}, order_id, {}, std::move(draft)};
 }
 
 }  // namespace
+
+pb::ToolResult draft_result(const DraftReply& draft, std::string_view draft_id) {
+  return success_result(json::object{{"status", "drafted"},
+                                     {"draft_id", draft_id},
+                                     {"order_id", draft.order_id},
+                                     {"sent", false},
+                                     {"next",
+                                      "A person on the support team reads it and sends "
+                                      "it, or not. Do not tell the customer it was "
+                                      "sent."}});
+}
 
 pb::ToolResult note_result(const Note& note, std::string_view note_id) {
   json::array cited;
@@ -391,6 +430,7 @@ Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view argume
     if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
     if (name == "add_internal_note")
       return add_internal_note(arguments_json, owner, lookup, policy, session_calls);
+    if (name == "draft_customer_reply") return draft_customer_reply(arguments_json, owner, lookup);
     if (name == "request_refund")
       return request_refund(arguments_json, owner, lookup, policy, now_s);
     if (name == "issue_account_credit")

@@ -19,6 +19,7 @@ namespace opgate::operations {
 
 // The longest internal note accepted, in bytes.
 inline constexpr size_t kNoteMaxChars = 2000;
+inline constexpr size_t kDraftMaxChars = 4000;
 
 // The JSON tool definitions for session creation: the tools the policy
 // enables, in kToolNames order.
@@ -49,9 +50,15 @@ struct Note {
   std::vector<std::string> evidence;  // call ids of this session
 };
 
+// A reply to the customer the agent drafted, for a person to send.
+struct DraftReply {
+  std::string order_id;
+  std::string text;
+};
+
 // Exactly one of `result` (answer now), `proposal` (create or link an
-// operation, answer when it settles) or `note` (store it, then answer with
-// note_result) is set.
+// operation, answer when it settles), `note` (store it, then answer with
+// note_result) or `draft` (store it, then answer with draft_result) is set.
 struct ToolOutcome {
   std::optional<pb::ToolResult> result;
   std::optional<pb::Proposal> proposal;
@@ -59,6 +66,8 @@ struct ToolOutcome {
   std::string order_id;
   // Set with a successful add_internal_note: stored and audited.
   std::optional<Note> note;
+  // Set with a successful draft_customer_reply: stored and audited.
+  std::optional<DraftReply> draft;
 };
 
 // `owner` is the session's bound owner. `arguments_json` is the model's
@@ -73,6 +82,8 @@ Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view argume
 // The answer to a stored note: {"status":"noted","note_id",...}; `note_id`
 // is the note's key (operations::note_key of its call).
 pb::ToolResult note_result(const Note& note, std::string_view note_id);
+// The answer to draft_customer_reply once the draft is stored.
+pb::ToolResult draft_result(const DraftReply& draft, std::string_view draft_id);
 
 // The valid order_id argument of any tool call, or nothing.
 std::optional<std::string> order_id_argument(std::string_view arguments_json);

@@ -13,6 +13,7 @@
 #include "operations/agent_tokens.h"
 #include "operations/audit.h"
 #include "operations/decisions.h"
+#include "operations/drafts.h"
 #include "operations/keys.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
@@ -387,7 +388,42 @@ class Api {
       o["order"] = json::parse(operations::order_to_json(**order), ec);
       o["money"] = operations::funds_json(**order, *funds);
     }
+    auto drafted = operations::drafts(reader, op->proposal().order_id(), 50);
+    if (!drafted) return from_error(drafted.error());
+    json::array replies;
+    for (const auto& d : *drafted)
+      if (p.may_act_for(d.owner())) replies.push_back(draft_json(d));
+    o["drafts"] = std::move(replies);
     return ok_json(o);
+  }
+
+  static json::object draft_json(const pb::Draft& d) {
+    return json::object{{"id", d.id()},
+                        {"owner", d.owner()},
+                        {"order_id", d.order_id()},
+                        {"text", d.text()},
+                        {"session_id", d.session_id()},
+                        {"call_id", d.call_id()},
+                        {"drafted_by", d.principal()},
+                        {"created_at_ms", d.created_at_ms()},
+                        {"sent", false}};
+  }
+
+  // Replies the agent drafted, for people to send: of one order, or of
+  // every order the principal may see.
+  Response list_drafts(const Request& req, const Principal& p) {
+    auto limit = limit_param(req, 100, 1000);
+    if (!limit) return from_error(limit.error());
+    const std::string order_id = req.query_param("order_id").value_or("");
+    if (!order_id.empty() && !operations::valid_identifier(order_id))
+      return error_response(errc::bad_request, "order_id is not an order id.");
+    // Read past drafts of owners the principal may not see, up to a bound.
+    auto drafted = operations::drafts(d_.storage.reader(), order_id, *limit * 10);
+    if (!drafted) return from_error(drafted.error());
+    json::array out;
+    for (const auto& d : *drafted)
+      if (p.may_act_for(d.owner()) && out.size() < *limit) out.push_back(draft_json(d));
+    return ok_json(json::object{{"drafts", std::move(out)}});
   }
 
   // 409 with the operation's current state, so the caller sees what happened.
@@ -761,27 +797,29 @@ class Api {
     }
     auto records = reader.audit(after, *limit);
     if (!records) return from_error(records.error());
-    // A record is visible if its operation's owner (or, for an order change,
-    // the order's owner) matches the principal's patterns.
-    std::map<std::string, bool> visible_ops;
+    // A record is visible if its operation's owner (or, for a record of
+    // something else, such as an order change, a note or a draft, the owner
+    // its details name) matches the principal's patterns.
+    std::map<std::string, std::optional<bool>> visible_ops;
     for (const auto& r : *records) {
-      bool visible = false;
+      std::optional<bool> visible;
       if (!r.operation_key().empty()) {
-        auto [it, fresh] = visible_ops.try_emplace(r.operation_key(), false);
+        auto [it, fresh] = visible_ops.try_emplace(r.operation_key());
         if (fresh) {
           auto op = reader.operation(r.operation_key());
           if (!op) return from_error(op.error());
-          it->second = *op && p.may_act_for((*op)->proposal().owner());
+          if (*op) it->second = p.may_act_for((*op)->proposal().owner());
         }
         visible = it->second;
-      } else {
+      }
+      if (!visible) {
         json::error_code ec;
         auto details = json::parse(r.details_json(), ec);
         const auto* owner =
             !ec && details.is_object() ? details.as_object().if_contains("owner") : nullptr;
         visible = owner && owner->is_string() && p.may_act_for(std::string(owner->as_string()));
       }
-      if (visible) rows.push_back(operations::audit_json(r));
+      if (*visible) rows.push_back(operations::audit_json(r));
     }
     json::object res{{"audit", rows}, {"next_after", nullptr}};
     if (records->size() == *limit) res["next_after"] = records->back().seq();
@@ -1061,6 +1099,8 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto& q, auto&, auto& who) { return api->add_passkey(q, who); });
   route("DELETE", "/v1/passkeys/{id}", scope::approve,
         [api](auto&, auto& p, auto& who) { return api->remove_passkey(p, who); });
+  route("GET", "/v1/drafts", scope::read,
+        [api](auto& q, auto&, auto& who) { return api->list_drafts(q, who); });
   route("POST", "/v1/approvals", scope::approve,
         [api](auto& q, auto&, auto& who) { return api->approve_many(q, who); });
   route("POST", "/v1/operations/{key}/approve", scope::approve,

@@ -866,6 +866,15 @@
   }
 
   function renderContext(ctx) {
+    const drafts = $("drafts");
+    clear(drafts);
+    for (const d of ctx.drafts || []) {
+      drafts.appendChild(el("li", { "data-test": "draft", "data-id": d.id },
+        el("p", { className: "inert" }, d.text),
+        el("p", { className: "sub" }, `Drafted by ${d.drafted_by} at ${when(d.created_at_ms)} ` +
+          "(session " + d.session_id + "). Not sent: a person sends it, or not.")));
+    }
+    show($("drafts-empty"), !(ctx.drafts || []).length);
     const m = ctx.money;
     const cur = m ? m.currency : "";
     if (m) {

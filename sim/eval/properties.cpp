@@ -588,6 +588,7 @@ const std::map<std::string, ToolShape>& permitted_tools() {
       {"request_refund", {{"order_id"}, {"reason"}}},
       {"issue_account_credit", {{"order_id", "amount_minor", "currency", "reason_code"}, {}}},
       {"add_internal_note", {{"order_id", "text", "evidence"}, {}}},
+      {"draft_customer_reply", {{"order_id", "text"}, {}}},
       {"cancel_order", {{"order_id", "reason"}, {}}},
   };
   return tools;

@@ -460,3 +460,37 @@ TEST_CASE("operations list in pages, with or without a state, filtered by owner"
             .as_array()
             .size() == 3);
 }
+
+TEST_CASE("draft_customer_reply keeps the reply for a person, sends nothing, shows it to owners") {
+  Cluster c;
+  const std::string text = "Dear customer,\x1b[2J your refund is on its way.";
+  auto session = c.create_session(json::serialize(json::array{
+      json::object{{"name", "draft_customer_reply"},
+                   {"arguments", json::object{{"order_id", "ORDER-100"}, {"text", text}}}},
+      json::object{
+          {"name", "draft_customer_reply"},
+          {"arguments", json::object{{"order_id", "ORDER-200"}, {"text", "not yours"}}}}}));
+  auto sim = c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
+  auto answers = results(sim);
+  REQUIRE(answers.size() == 2);
+  CHECK(str(json::parse(str(answers[0], "output")), "status") == "drafted");
+  CHECK(str(json::parse(str(answers[0], "output")), "sent") == "false");
+  CHECK(str(answers[1], "error").find("No order") != std::string::npos);  // another owner's
+  auto listing = c.op("GET", "/v1/drafts?order_id=ORDER-100").body.at("drafts").as_array();
+  REQUIRE(listing.size() == 1);
+  CHECK(str(listing[0], "text") == text);
+  CHECK(str(listing[0], "owner") == "demo-user");
+  CHECK(c.op("GET", "/v1/drafts?order_id=ORDER-200").body.at("drafts").as_array().empty());
+  // Owner patterns: a token for other owners sees none of them.
+  CHECK(c.op("GET", "/v1/drafts", "", kOutsiderToken).body.at("drafts").as_array().empty());
+  CHECK(c.op("GET", "/v1/drafts?order_id=../x").status == 400);
+  auto [rc, out] = c.cli({"drafts", "list", "--order", "ORDER-100"});
+  CHECK(rc == 0);
+  CHECK(out.find("your refund is on its way") != std::string::npos);
+  CHECK(out.find('\x1b') == std::string::npos);  // the terminal escape is escaped
+  CHECK(provider_posts_for(c, "demo-user:ORDER-100:full-refund:v1") == 0);
+  auto audit = c.op("GET", "/v1/audit").body.at("audit").as_array();
+  CHECK(std::any_of(audit.begin(), audit.end(), [](const json::value& r) {
+    return str(r, "action") == "customer_reply_drafted";
+  }));
+}

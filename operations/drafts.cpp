@@ -1,0 +1,64 @@
+#include "operations/drafts.h"
+
+#include <fmt/format.h>
+
+#include "operations/transitions.h"
+
+namespace opgate::operations {
+
+namespace {
+
+constexpr std::string_view kDrafts = "draft";
+
+// Kept by order, then time: one order's drafts are listed together.
+std::string record_key(const pb::Draft& d) {
+  return fmt::format("{}/{:016d}/{}", d.order_id(), d.created_at_ms(), d.id());
+}
+
+}  // namespace
+
+std::string draft_id(const pb::ToolCall& call) {
+  return "draft:" + call.session_id() + ":" + call.call_id();
+}
+
+void record_draft(store::Transaction& txn, const pb::ToolCall& call, const std::string& owner,
+                  const std::string& order_id, const std::string& text,
+                  const std::string& principal) {
+  pb::Draft d;
+  d.set_id(draft_id(call));
+  d.set_owner(owner);
+  d.set_order_id(order_id);
+  d.set_text(text);
+  d.set_session_id(call.session_id());
+  d.set_call_id(call.call_id());
+  d.set_created_at_ms(txn.now_ms());
+  d.set_principal(principal);
+  txn.keep(kDrafts, record_key(d), d.SerializeAsString());
+  pb::AuditRecord record;
+  record.set_principal(principal);
+  record.set_operation_key(d.id());
+  record.set_action("customer_reply_drafted");
+  record.set_details_json(details({{"owner", owner}, {"order_id", order_id}, {"text", text}}));
+  txn.append_audit(std::move(record));
+}
+
+Result<std::vector<pb::Draft>> drafts(store::Reader& reader, const std::string& order_id,
+                                      size_t limit) {
+  const std::string prefix = order_id.empty() ? "" : order_id + "/";
+  std::vector<pb::Draft> out;
+  std::string after = prefix;
+  for (;;) {
+    OPGATE_ASSIGN_OR_RETURN(auto page, reader.kept_all(kDrafts, after, 200));
+    for (const auto& [key, value] : page) {
+      if (!key.starts_with(prefix) || out.size() >= limit) return out;
+      pb::Draft d;
+      if (!d.ParseFromString(value))
+        return make_error(errc::corrupt_record, "a stored draft does not parse");
+      out.push_back(std::move(d));
+    }
+    if (page.size() < 200) return out;
+    after = page.back().first;
+  }
+}
+
+}  // namespace opgate::operations
