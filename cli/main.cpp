@@ -10,6 +10,7 @@
 #include "daemon/daemon.h"
 #include "daemon/store_factory.h"
 #include "operations/tools.h"
+#include "operations/views.h"
 
 namespace {
 
@@ -66,6 +67,21 @@ struct Commands {
       auto done = daemon::migrate_store(*config);
       if (!done) return fail(1, done.error());
       std::cout << *done << "\n";
+    });
+    auto* policy = app.add_subcommand("policy", "the policy: who may approve what");
+    policy->require_subcommand(1);
+    auto* show = policy->add_subcommand(
+        "show", "every tool with its tier, limits and whether it is enabled; thresholds");
+    show->add_option("--config", tools_config,
+                     "read it from this TOML configuration, not from the running daemon");
+    show->callback([this] {
+      if (tools_config.empty()) {
+        rc = cli::policy_show(ctx);
+        return;
+      }
+      auto config = daemon::load_config(tools_config);
+      if (!config) return fail(2, config.error());
+      rc = cli::print_policy(ctx, operations::policy_json(config->policy));
     });
     auto* tools = app.add_subcommand("tools", "print the tool definitions for session creation");
     tools->add_option("--config", tools_config,

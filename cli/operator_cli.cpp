@@ -443,6 +443,54 @@ int resolve(const Context& c, const std::string& key, const std::string& outcome
       c, *r, [&] { std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome); });
 }
 
+int print_policy(const Context& c, const json::object& policy) {
+  if (c.json) {
+    std::cout << json::serialize(policy) << "\n";
+    return 0;
+  }
+  auto amounts = [](const json::value& v) {
+    std::string out;
+    for (const auto& [currency, amount] : v.as_object())
+      out += (out.empty() ? "" : ", ") +
+             operations::format_money(amount.to_number<int64_t>(), std::string(currency));
+    return out.empty() ? std::string("none") : out;
+  };
+  std::cout << fmt::format("{:<22} {:<8} {:<11} {:<28} {}\n", "TOOL", "ENABLED", "TIER",
+                           "TIERS ALLOWED", "LIMITS");
+  for (const auto& t : policy.at("tools").as_array()) {
+    std::string allowed, limits;
+    for (const auto& a : t.at("tiers_allowed").as_array())
+      allowed += (allowed.empty() ? "" : ",") + std::string(a.as_string());
+    for (const auto& [k, v] : t.at("limits").as_object())
+      limits += fmt::format("{}{}={}", limits.empty() ? "" : " ", std::string(k),
+                            v.is_object() ? amounts(v) : json::serialize(v));
+    std::cout << fmt::format("{:<22} {:<8} {:<11} {:<28} {}\n", s(t, "name"),
+                             t.at("enabled").as_bool() ? "yes" : "no", s(t, "tier"), allowed,
+                             limits);
+  }
+  const auto& esc = policy.at("escalation").as_object();
+  const auto& step_up = policy.at("step_up").as_object();
+  std::string step_tiers;
+  for (const auto& t : step_up.at("tiers").as_array())
+    step_tiers += (step_tiers.empty() ? "" : ",") + std::string(t.as_string());
+  std::cout << fmt::format(
+      "\ntwo approvers above: {}\napproval time: {} s\nreminder after: {}\nescalation: "
+      "{}\nstep-up (passkey) for tiers: {}; above: {}\n",
+      amounts(policy.at("two_person_threshold_minor")), n(policy, "approval_ttl_s"),
+      n(esc, "remind_after_s") ? std::to_string(n(esc, "remind_after_s")) + " s" : "off",
+      n(esc, "escalate_after_s")
+          ? fmt::format("to {} after {} s", s(esc, "escalate_to_tier"), n(esc, "escalate_after_s"))
+          : "off",
+      step_tiers.empty() ? "none" : step_tiers, amounts(step_up.at("above_minor")));
+  return 0;
+}
+
+int policy_show(const Context& c) {
+  auto r = call(c, "GET", "/v1/policy");
+  if (!r) return 1;
+  return print_policy(c, r->body.as_object());
+}
+
 int list_drafts(const Context& c, const std::string& order_id) {
   auto r = call(c, "GET", "/v1/drafts" + (order_id.empty() ? "" : "?order_id=" + seg(order_id)));
   if (!r) return 1;

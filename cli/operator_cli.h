@@ -3,6 +3,7 @@
 // JSON with --json. Returns the process exit code.
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,9 @@ int approve(const Context& c, const std::string& key, const std::string& session
 int deny(const Context& c, const std::string& key, const std::string& reason,
          const std::string& session);
 int list_operations(const Context& c, const std::string& state, bool attention);
+// The policy in force at the daemon (GET /v1/policy), or as given.
+int policy_show(const Context& c);
+int print_policy(const Context& c, const boost::json::object& policy);
 // Replies the agent drafted (of one order, or every order the token sees).
 int list_drafts(const Context& c, const std::string& order_id);
 int show_operation(const Context& c, const std::string& key);

@@ -142,3 +142,49 @@ json::object funds_json(const pb::Order& order, const pb::OrderFunds& funds) {
 }
 
 }  // namespace opgate::operations
+
+namespace opgate::operations {
+
+json::object policy_json(const PolicyConfig& policy) {
+  auto amounts = [](const std::map<std::string, int64_t>& m) {
+    json::object o;
+    for (const auto& [currency, amount] : m) o[currency] = amount;
+    return o;
+  };
+  json::array tools;
+  for (auto name : kToolNames) {
+    json::array allowed;
+    for (auto t : tiers_of_tool(name)) allowed.push_back(json::string(t));
+    json::object limits;
+    if (name == "request_refund") limits["window_days"] = policy.refund_window_days;
+    if (name == "cancel_order") limits["window_days"] = policy.cancel_window_days;
+    if (name == "add_internal_note") limits["max_evidence"] = policy.note_max_evidence;
+    if (name == "issue_account_credit") {
+      json::array codes;
+      for (const auto& c : policy.credit_reason_codes) codes.push_back(json::string(c));
+      limits["reason_codes"] = std::move(codes);
+      limits["hard_cap_minor"] = amounts(policy.credit_hard_cap_minor);
+      limits["support_limit_minor"] = amounts(policy.credit_support_limit_minor);
+      limits["delivery_delay_after_days"] = policy.delivery_delay_after_days;
+    }
+    tools.push_back(json::object{{"name", name},
+                                 {"enabled", policy.enabled(name)},
+                                 {"tier", policy.tier(name)},
+                                 {"tiers_allowed", std::move(allowed)},
+                                 {"proposes", proposing_tool(name)},
+                                 {"limits", std::move(limits)}});
+  }
+  json::array step_up_tiers;
+  for (const auto& t : policy.step_up.tiers) step_up_tiers.push_back(json::string(t));
+  return json::object{
+      {"tools", std::move(tools)},
+      {"approval_ttl_s", policy.approval_ttl_s},
+      {"two_person_threshold_minor", amounts(policy.two_person_threshold_minor)},
+      {"escalation", json::object{{"remind_after_s", policy.escalation.remind_after_s},
+                                  {"escalate_after_s", policy.escalation.escalate_after_s},
+                                  {"escalate_to_tier", policy.escalation.escalate_to_tier}}},
+      {"step_up", json::object{{"tiers", std::move(step_up_tiers)},
+                               {"above_minor", amounts(policy.step_up.above_minor)}}}};
+}
+
+}  // namespace opgate::operations

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "operations/attention.h"
+#include "operations/policy.h"
 #include "opgate.pb.h"
 
 namespace opgate::operations {
@@ -19,6 +20,10 @@ boost::json::object call_json(const pb::ToolCall& call);
 boost::json::object ledger_json(const pb::LedgerEntry& row);
 boost::json::object audit_json(const pb::AuditRecord& record);
 boost::json::object funds_json(const pb::Order& order, const pb::OrderFunds& funds);
+// The policy in force, for people: every tool (enabled or not, its tier and
+// the tiers it may have, its limits), the two-person thresholds, the
+// approval time, escalation and step-up.
+boost::json::object policy_json(const PolicyConfig& policy);
 std::string_view delivery_text(pb::Delivery delivery);
 
 }  // namespace opgate::operations

@@ -1099,6 +1099,9 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto& q, auto&, auto& who) { return api->add_passkey(q, who); });
   route("DELETE", "/v1/passkeys/{id}", scope::approve,
         [api](auto&, auto& p, auto& who) { return api->remove_passkey(p, who); });
+  route("GET", "/v1/policy", scope::read, [api](auto&, auto&, auto&) {
+    return ok_json(operations::policy_json(*api->d_.policy.get()));
+  });
   route("GET", "/v1/drafts", scope::read,
         [api](auto& q, auto&, auto& who) { return api->list_drafts(q, who); });
   route("POST", "/v1/approvals", scope::approve,

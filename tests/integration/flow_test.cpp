@@ -494,3 +494,30 @@ TEST_CASE("draft_customer_reply keeps the reply for a person, sends nothing, sho
     return str(r, "action") == "customer_reply_drafted";
   }));
 }
+
+TEST_CASE("opgate policy show: every tool, enabled or not, its tier and limits; the thresholds") {
+  ClusterOptions o;
+  o.extra_config =
+      "[policy.tools.cancel_order]\nenabled = false\n[console.step_up]\ntiers = [\"supervisor\"]\n";
+  Cluster c(o);
+  auto policy = c.op("GET", "/v1/policy", "", kReaderToken);
+  REQUIRE(policy.status == 200);
+  const auto& tools = policy.body.at("tools").as_array();
+  REQUIRE(tools.size() == 6);
+  auto tool = [&](std::string_view name) -> const json::object& {
+    for (const auto& t : tools)
+      if (str(t, "name") == name) return t.as_object();
+    FAIL("no tool " << name);
+    return tools.front().as_object();
+  };
+  CHECK_FALSE(tool("cancel_order").at("enabled").as_bool());
+  CHECK(tool("request_refund").at("enabled").as_bool());
+  CHECK(str(tool("request_refund"), "tier") == "refund");
+  CHECK(str(tool("draft_customer_reply"), "tier") == "auto");
+  CHECK(policy.body.at("step_up").at("tiers").as_array().size() == 1);
+  auto [rc, out] = c.cli({"policy", "show"}, kReaderToken);
+  CHECK(rc == 0);
+  CHECK(out.find("cancel_order           no") != std::string::npos);
+  CHECK(out.find("request_refund         yes      refund") != std::string::npos);
+  CHECK(out.find("step-up (passkey) for tiers: supervisor") != std::string::npos);
+}
