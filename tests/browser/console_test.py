@@ -274,6 +274,14 @@ class Run:
         self.wait_operation(k, lambda o: o["state"] == "pending", "became pending")
         return k
 
+    def change_order(self, order_id, amount_minor):
+        """The business changes the order's amount (the price changed)."""
+        status, o = self.c.op("GET", "/v1/orders/" + order_id)
+        check(status == 200, f"GET {order_id}: {status}")
+        o["amount_minor"] = amount_minor
+        status, body = self.c.op("PUT", "/v1/orders/" + order_id, o)
+        check(status == 200, f"PUT {order_id}: {status} {body}")
+
     def operation(self, k):
         status, body = self.c.op("GET", "/v1/operations/" + urllib.parse.quote(k, safe=""))
         check(status == 200, f"GET {k}: {status} {body}")
@@ -546,11 +554,7 @@ def markup_is_text(run):
         pass
     a.shot("console-markup", height=1500)
     # The order changes under the open page: the approval is refused, loudly.
-    status, o = run.c.op("GET", "/v1/orders/ORDER-500")
-    check(status == 200, f"GET order: {status}")
-    o["amount_minor"] = 3500
-    status, body = run.c.op("PUT", "/v1/orders/ORDER-500", o)
-    check(status == 200, f"PUT order: {status} {body}")
+    run.change_order("ORDER-500", 3500)
     a.find("approve").click()
     a.confirm()
     a.wait_text("message", "409")
@@ -642,11 +646,7 @@ def batch_review(run):
         for part in ("demo-user", order_id, amount, op["proposal"]["effect"], op["fingerprint"]):
             check(part in text, f"the review of {order_id} shows {part!r}: {text!r}")
     # ORDER-900's order changes after it was reviewed: its approval fails alone.
-    status, order900 = run.c.op("GET", "/v1/orders/ORDER-900")
-    check(status == 200, f"GET the order: {status}")
-    order900["amount_minor"] = 1300
-    status, body = run.c.op("PUT", "/v1/orders/ORDER-900", order900)
-    check(status == 200, f"change the order: {status} {body}")
+    run.change_order("ORDER-900", 1300)
     a.find("batch-confirm").click()
     a.wait_text("message", "1 approved, 1 not approved")
     results = {r.get_attribute("data-key"): (r.get_attribute("data-status"), r.text)

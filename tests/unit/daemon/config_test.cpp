@@ -156,13 +156,17 @@ TEST_CASE("every key the parser accepts is in opgate.example.toml, set or commen
   for (const auto& key : *keys) CHECK_MESSAGE(present(key), key);
 }
 
+namespace {
+// The message of the error loading `text` (then the minimal source) gives.
+std::string error_of(const std::string& text) {
+  ConfigFile f(text + kSource);
+  auto c = daemon::load_config(f.path.string());
+  REQUIRE_FALSE(c.ok());
+  return c.error().message;
+}
+}  // namespace
+
 TEST_CASE("currency keys must be upper-case ISO 4217 codes; the daemon names the key") {
-  auto error_of = [](const std::string& text) {
-    ConfigFile f(text + kSource);
-    auto c = daemon::load_config(f.path.string());
-    REQUIRE_FALSE(c.ok());
-    return c.error().message;
-  };
   CHECK(error_of("[policy]\ntwo_person_threshold_minor = { usd = 50000 }\n")
             .find("policy.two_person_threshold_minor.usd") != std::string::npos);
   CHECK(error_of("[policy]\ncredit_hard_cap_minor = { DOLLARS = 5 }\n")
@@ -179,12 +183,6 @@ max_amount_minor = { Usd = 5 }
 }
 
 TEST_CASE("[policy.escalation]: a known tier, times not negative and below the approval time") {
-  auto error_of = [](const std::string& text) {
-    ConfigFile f(text + kSource);
-    auto c = daemon::load_config(f.path.string());
-    REQUIRE_FALSE(c.ok());
-    return c.error().message;
-  };
   CHECK(error_of("[policy.escalation]\nescalate_to_tier = \"boss\"\n")
             .find("policy.escalation.escalate_to_tier") != std::string::npos);
   CHECK(error_of("[policy.escalation]\nremind_after_s = -1\n")
