@@ -56,11 +56,14 @@ Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Pro
 }
 
 // The fingerprint of what the agent proposed: an operation whose amount an
-// approver lowered still answers the same call made again.
+// approver lowered, or whose tier was escalated, still answers the same call
+// made again.
 std::string proposed_fingerprint(const pb::Operation& op, const pb::Proposal& incoming) {
-  if (op.proposal().original_amount_minor() == 0) return op.fingerprint();
+  if (op.proposal().original_amount_minor() == 0 && op.escalated_to_tier().empty())
+    return op.fingerprint();
   pb::Proposal as_proposed = op.proposal();
-  as_proposed.set_amount_minor(as_proposed.original_amount_minor());
+  if (as_proposed.original_amount_minor() != 0)
+    as_proposed.set_amount_minor(as_proposed.original_amount_minor());
   as_proposed.set_original_amount_minor(0);
   as_proposed.clear_edited_by();
   as_proposed.clear_edit_reason();

@@ -10,6 +10,7 @@
 
 #include "operations/keys.h"
 #include "operations/notifications.h"
+#include "operations/proposals.h"
 #include "operations/step_up.h"
 #include "soft_authenticator.h"
 #include "world.h"
@@ -596,4 +597,34 @@ TEST_CASE("step-up: a removed passkey no longer signs, and its removal is audite
   REQUIRE(audit->size() == 2);
   CHECK(audit->back().action() == "passkey_removed");
   CHECK(w.storage->verify_audit()->ok);
+}
+
+TEST_CASE("the same proposal made again links to it after it was escalated or lowered") {
+  operations::PolicyConfig policy;
+  policy.escalation.escalate_after_s = 60;
+  World w(policy);
+  const auto as_proposed = w.operation(kRefund).proposal();
+  auto propose_again = [&](const std::string& call_id) {
+    pb::ToolCall call;
+    call.set_session_id("sess_1");
+    call.set_turn_id("turn_2");
+    call.set_call_id(call_id);
+    call.set_name("request_refund");
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  return operations::propose(txn, call, as_proposed, *w.policy.get());
+                })
+                .ok());
+    return call;
+  };
+  w.clock.advance_ms(61 * 1000);
+  REQUIRE(w.engine->remind_and_escalate() == 1);
+  REQUIRE(w.operation(kRefund).proposal().tier() == "supervisor");
+  auto again = propose_again("call_2");
+  CHECK(again.operation_key() == kRefund);
+  CHECK_FALSE(again.result_saved());  // linked, waiting: not refused
+  REQUIRE(w.approve(person("alice"), 1500, "Partial.").ok());
+  auto after_lowering = propose_again("call_3");
+  CHECK(after_lowering.operation_key() == kRefund);
+  CHECK(w.operation(kRefund).calls_size() == 3);
 }
