@@ -239,6 +239,16 @@ struct Commands {
   }
 
   // agent-tokens create|list|revoke: the credentials of the MCP front door.
+  // passkeys allow: an administrator lets one principal register a passkey.
+  void add_passkeys(CLI::App& app) {
+    auto* passkeys = app.add_subcommand("passkeys", "passkeys for step-up approvals");
+    passkeys->require_subcommand(1);
+    auto* allow = passkeys->add_subcommand(
+        "allow", "let a principal register one passkey in the console (within a day)");
+    allow->add_option("--principal", owner, "the operator token's principal")->required();
+    allow->callback([this] { rc = cli::allow_passkey(ctx, owner); });
+  }
+
   void add_agent_tokens(CLI::App& app) {
     auto* tokens = app.add_subcommand("agent-tokens", "tokens agent runtimes use over MCP");
     tokens->require_subcommand(1);
@@ -277,6 +287,7 @@ int main(int argc, char** argv) {
   commands.add_records(app);
   commands.add_notifications(app);
   commands.add_agent_tokens(app);
+  commands.add_passkeys(app);
   CLI11_PARSE(app, argc, argv);
   return commands.rc;
 }

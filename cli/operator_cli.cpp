@@ -485,6 +485,17 @@ int print_policy(const Context& c, const json::object& policy) {
   return 0;
 }
 
+int allow_passkey(const Context& c, const std::string& principal) {
+  auto r = call(c, "POST", "/v1/passkeys/enrolments",
+                json::serialize(json::object{{"principal", principal}}));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format(
+        "{} may register one passkey on the console's Passkeys page within 24 hours\n",
+        printable(principal));
+  });
+}
+
 int policy_show(const Context& c) {
   auto r = call(c, "GET", "/v1/policy");
   if (!r) return 1;

@@ -32,6 +32,8 @@ int approve(const Context& c, const std::string& key, const std::string& session
 int deny(const Context& c, const std::string& key, const std::string& reason,
          const std::string& session);
 int list_operations(const Context& c, const std::string& state, bool attention);
+// An administrator lets `principal` register one passkey (within a day).
+int allow_passkey(const Context& c, const std::string& principal);
 // The policy in force at the daemon (GET /v1/policy), or as given.
 int policy_show(const Context& c);
 int print_policy(const Context& c, const boost::json::object& policy);

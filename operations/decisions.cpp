@@ -116,14 +116,12 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                           check_approval(op, principal, asked, approvals_needed(p, policy)));
   out.step = step;
   if (step == ApprovalStep::repeat) return out;  // the same answer; nothing written
-  if (step_up_required(as_proposed.proposal(), policy.step_up) ||
-      step_up_required(p, policy.step_up)) {
-    if (!request.step_up)
-      return make_error(errc::step_up_required,
-                        "Approving this proposal needs a passkey: approve it in the console, "
-                        "which asks your passkey to sign it.");
-    OPGATE_TRY(check_step_up(txn, principal.name, key, request.fingerprint, *request.step_up));
-  }
+  const bool step_up = step_up_required(as_proposed.proposal(), policy.step_up) ||
+                       step_up_required(p, policy.step_up);
+  if (step_up && !request.step_up)
+    return make_error(errc::step_up_required,
+                      "Approving this proposal needs a passkey: approve it in the console, "
+                      "which asks your passkey to sign it.");
 
   if (txn.now_ms() >= op.expires_at_ms()) {
     op = as_proposed;
@@ -145,6 +143,10 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
     return out;
   }
 
+  // Last before the approval is written, so that nothing after it can fail
+  // but the write itself: the challenge is used up with the approval.
+  if (step_up)
+    OPGATE_TRY(check_step_up(txn, principal.name, key, request.fingerprint, *request.step_up));
   if (narrowed) OPGATE_TRY(save_with_audit(txn, op, "narrow", principal.name, *narrowed));
   auto* approval = op.add_approvals();
   approval->set_principal(principal.name);

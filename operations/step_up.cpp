@@ -14,14 +14,16 @@ namespace {
 
 constexpr std::string_view kPasskeys = "passkey";
 constexpr std::string_view kChallenges = "passkey_challenge";
+constexpr std::string_view kEnrolments = "passkey_enrolment";
 // Unused challenges a principal may hold at once; the oldest go first.
 constexpr size_t kMaxOpenChallenges = 16;
 constexpr size_t kMaxPasskeys = 10;
 
-// Records of one principal are keyed "{principal}/{id}", so that they are
-// listed together.
+// Records of one principal are keyed "{principal}/{hash of the id}", so
+// that they are listed together and a key stays short however long a
+// credential id is; the record's own principal is checked on every read.
 std::string record_key(const std::string& principal, std::string_view raw_id) {
-  return principal + "/" + crypto::base64url_encode(raw_id);
+  return principal + "/" + crypto::base64url_encode(crypto::sha256(raw_id));
 }
 
 // The approval challenge's bytes: 16 random, then the first 16 of
@@ -46,7 +48,8 @@ Result<std::vector<std::pair<std::string, Record>>> records_of(store::Reader& re
       Record r;
       if (!r.ParseFromString(value))
         return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", kind));
-      out.emplace_back(key, std::move(r));
+      // "alice/ops" lists after "alice/": only alice's own records.
+      if (r.principal() == principal) out.emplace_back(key, std::move(r));
     }
     if (page.size() < 100) return out;
     after = page.back().first;
@@ -78,7 +81,46 @@ Result<pb::PasskeyChallenge> use_challenge(store::Transaction& txn, const std::s
   return c;
 }
 
+// An administrator's allowance for the principal to register one passkey:
+// used up by the registration.
+Status use_enrolment(store::Transaction& txn, const std::string& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto raw, txn.kept(kEnrolments, principal));
+  pb::PasskeyChallenge allowed;
+  if (!raw || !allowed.ParseFromString(*raw) || allowed.principal() != principal ||
+      allowed.expires_at_ms() <= txn.now_ms())
+    return make_error(errc::step_up_required,
+                      "Registering a passkey needs an administrator's allowance first: "
+                      "opgate passkeys allow --principal " +
+                          principal);
+  txn.forget(kEnrolments, principal);
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status allow_passkey_enrolment(store::Transaction& txn, const std::string& principal,
+                               const std::string& allowed_by) {
+  pb::PasskeyChallenge allowed;
+  allowed.set_principal(principal);
+  allowed.set_purpose("enrol");
+  allowed.set_expires_at_ms(txn.now_ms() + kPasskeyEnrolmentTtlMs);
+  txn.keep(kEnrolments, principal, allowed.SerializeAsString());
+  pb::AuditRecord r;
+  r.set_principal(allowed_by);
+  r.set_operation_key("passkey:" + principal);
+  r.set_action("passkey_enrolment_allowed");
+  r.set_details_json(details({{"expires_at_ms", std::to_string(allowed.expires_at_ms())}}));
+  txn.append_audit(std::move(r));
+  return Status::Ok();
+}
+
+Result<bool> passkey_enrolment_allowed(store::Reader& reader, const std::string& principal,
+                                       int64_t now_ms) {
+  OPGATE_ASSIGN_OR_RETURN(auto raw, reader.kept(kEnrolments, principal));
+  pb::PasskeyChallenge allowed;
+  return raw && allowed.ParseFromString(*raw) && allowed.principal() == principal &&
+         allowed.expires_at_ms() > now_ms;
+}
 
 std::string passkey_id(const pb::Passkey& p) { return crypto::base64url_encode(p.credential_id()); }
 
@@ -125,6 +167,7 @@ Result<pb::Passkey> register_passkey(store::Transaction& txn, const std::string&
   OPGATE_ASSIGN_OR_RETURN(auto issued, use_challenge(txn, principal, challenge));
   if (issued.purpose() != "register")
     return make_error(errc::step_up_failed, "That challenge was issued for an approval.");
+  OPGATE_TRY(use_enrolment(txn, principal));
   OPGATE_ASSIGN_OR_RETURN(
       auto registered, webauthn::verify_registration(client_data_json, attestation_object,
                                                      {challenge, site.rp_id, site.origin, false}));

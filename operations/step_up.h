@@ -38,8 +38,17 @@ Result<std::string> issue_passkey_challenge(store::Transaction& txn, const std::
                                             const std::string& operation_key = {},
                                             const std::string& fingerprint = {});
 
+// A stolen approver's token must not be enough to enrol a passkey: each
+// registration needs an administrator's allowance for that principal
+// (audited), valid for a day and used up by the registration.
+inline constexpr int64_t kPasskeyEnrolmentTtlMs = 24 * 3600 * 1000;
+Status allow_passkey_enrolment(store::Transaction& txn, const std::string& principal,
+                               const std::string& allowed_by);
+Result<bool> passkey_enrolment_allowed(store::Reader& reader, const std::string& principal,
+                                       int64_t now_ms);
+
 // Registers the passkey the browser created for the registration challenge
-// (raw bytes in, as the browser returned them).
+// (raw bytes in, as the browser returned them), using up the allowance.
 Result<pb::Passkey> register_passkey(store::Transaction& txn, const std::string& principal,
                                      const std::string& label, const std::string& challenge,
                                      const std::string& client_data_json,

@@ -640,6 +640,13 @@ class Api {
     std::string challenge;
     std::vector<pb::Passkey> held;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(bool allowed,
+                              operations::passkey_enrolment_allowed(txn, p.name, txn.now_ms()));
+      if (!allowed)
+        return make_error(errc::step_up_required,
+                          "Registering a passkey needs an administrator's allowance first: "
+                          "opgate passkeys allow --principal " +
+                              p.name);
       OPGATE_ASSIGN_OR_RETURN(held, operations::passkeys_of(txn, p.name));
       OPGATE_ASSIGN_OR_RETURN(challenge,
                               operations::issue_passkey_challenge(txn, p.name, "register"));
@@ -689,6 +696,29 @@ class Api {
               fmt::format("{} registered a passkey ({})", p.name, *label),
               {{"principal", p.name}, {"passkey", operations::passkey_id(added)}});
     return json_response(201, json::serialize(passkey_json(added)));
+  }
+
+  // An administrator allows one principal to register one passkey (within a
+  // day): a stolen approver's token alone cannot enrol one.
+  Response allow_enrolment(const Request& req, const Principal& p) {
+    auto body = body_object(req);
+    if (!body) return from_error(body.error());
+    auto principal = string_field(*body, "principal", 128);
+    if (!principal) return error_response(errc::bad_request, "principal is required.");
+    auto principals = d_.principals.get();
+    if (std::none_of(principals->begin(), principals->end(),
+                     [&](const Principal& q) { return q.name == *principal; }))
+      return error_response(errc::not_found, "No operator token has that principal.");
+    Status s = d_.storage.transact([&](store::Transaction& txn) {
+      return operations::allow_passkey_enrolment(txn, *principal, p.name);
+    });
+    if (!s) return from_error(s.error());
+    log_event(spdlog::level::info, "passkey.enrolment_allowed",
+              fmt::format("{} allowed {} to register a passkey", p.name, *principal),
+              {{"principal", p.name}, {"for", *principal}});
+    return json_response(
+        201, json::serialize(json::object{{"principal", *principal},
+                                          {"expires_in_ms", operations::kPasskeyEnrolmentTtlMs}}));
   }
 
   Response remove_passkey(const http::PathParams& params, const Principal& p) {
@@ -1093,6 +1123,8 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto& q, auto& p, auto& who) { return api->step_up_challenge(q, p, who); });
   route("GET", "/v1/passkeys", scope::approve,
         [api](auto&, auto&, auto& who) { return api->list_passkeys(who); });
+  route("POST", "/v1/passkeys/enrolments", scope::admin,
+        [api](auto& q, auto&, auto& who) { return api->allow_enrolment(q, who); });
   route("POST", "/v1/passkeys/challenge", scope::approve,
         [api](auto& q, auto&, auto& who) { return api->passkey_challenge(q, who); });
   route("POST", "/v1/passkeys", scope::approve,

@@ -220,6 +220,14 @@ TEST_CASE("above the step-up line the API and the CLI are refused with step_up_r
   CHECK(forged.status == 403);
   CHECK(str(forged.body.at("error"), "code") == "step_up_failed");
   CHECK(str(c.operation(kKey), "state") == "pending");
+  // Only an administrator allows a principal to enrol a passkey.
+  auto [arc, allowed] = c.cli({"passkeys", "allow", "--principal", "alice"}, kAdminToken);
+  CHECK(arc == 0);
+  CHECK(allowed.find("alice may register one passkey") != std::string::npos);
+  auto [src, self] = c.cli({"passkeys", "allow", "--principal", "alice"}, kAliceToken);
+  CHECK(src != 0);
+  CHECK(c.op("POST", "/v1/passkeys/enrolments", R"({"principal":"nobody"})", kAdminToken).status ==
+        404);
   // A principal's passkey records are its own (and an all-owners token's).
   CHECK(c.op("GET", "/v1/audit?operation=passkey:alice", "", kOutsiderToken).status == 404);
   CHECK(c.op("GET", "/v1/audit?operation=passkey:alice", "", kAliceToken).status == 200);

@@ -462,6 +462,7 @@ struct Passkeys {
   testing::SoftAuthenticator authenticator{"localhost"};
   explicit Passkeys(World& world, const std::string& principal = "alice") : w(world) {
     Status s = w.storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_TRY(operations::allow_passkey_enrolment(txn, principal, "admin"));
       OPGATE_ASSIGN_OR_RETURN(auto challenge,
                               operations::issue_passkey_challenge(txn, principal, "register"));
       OPGATE_TRY(operations::register_passkey(
@@ -529,8 +530,10 @@ TEST_CASE("step-up: above the policy's line an approval needs the approver's pas
   REQUIRE(registered->size() == 1);
   auto audit = w.storage->reader().audit_of("passkey:alice");
   REQUIRE(audit.ok());
-  REQUIRE(audit->size() == 1);
-  CHECK(audit->front().action() == "passkey_registered");
+  REQUIRE(audit->size() == 2);
+  CHECK(audit->front().action() == "passkey_enrolment_allowed");
+  CHECK(audit->front().principal() == "admin");
+  CHECK(audit->back().action() == "passkey_registered");
 
   // bob's passkey-less approval, and alice's proof presented by bob, fail.
   auto proof = keys.prove("alice", kRefund, before.fingerprint());
@@ -594,7 +597,7 @@ TEST_CASE("step-up: a removed passkey no longer signs, and its removal is audite
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().is(errc::step_up_failed));
   auto audit = w.storage->reader().audit_of("passkey:alice");
-  REQUIRE(audit->size() == 2);
+  REQUIRE(audit->size() == 3);
   CHECK(audit->back().action() == "passkey_removed");
   CHECK(w.storage->verify_audit()->ok);
 }
@@ -627,4 +630,47 @@ TEST_CASE("the same proposal made again links to it after it was escalated or lo
   auto after_lowering = propose_again("call_3");
   CHECK(after_lowering.operation_key() == kRefund);
   CHECK(w.operation(kRefund).calls_size() == 3);
+}
+
+TEST_CASE("registering a passkey needs an administrator's allowance, used up by it") {
+  World w;
+  testing::SoftAuthenticator authenticator{"localhost"};
+  auto register_one = [&](const std::string& principal) {
+    return w.storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto challenge,
+                              operations::issue_passkey_challenge(txn, principal, "register"));
+      OPGATE_TRY(operations::register_passkey(
+          txn, principal, "laptop", challenge,
+          testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
+          authenticator.attestation_object(), kSite));
+      return Status::Ok();
+    });
+  };
+  Status without = register_one("alice");
+  REQUIRE_FALSE(without.ok());
+  CHECK(without.error().is(errc::step_up_required));
+  CHECK(operations::passkeys_of(w.storage->reader(), "alice")->empty());
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::allow_passkey_enrolment(txn, "alice", "admin");
+              })
+              .ok());
+  REQUIRE(register_one("alice").ok());
+  // Used up: a second registration needs a new allowance.
+  testing::SoftAuthenticator second{"localhost"};
+  Status again = w.storage->transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(auto challenge,
+                            operations::issue_passkey_challenge(txn, "alice", "register"));
+    OPGATE_TRY(operations::register_passkey(
+        txn, "alice", "phone", challenge,
+        testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
+        second.attestation_object(), kSite));
+    return Status::Ok();
+  });
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().is(errc::step_up_required));
+  // "alice/ops" is another principal: its passkeys are never alice's.
+  Passkeys other(w, "alice/ops");
+  CHECK(operations::passkeys_of(w.storage->reader(), "alice")->size() == 1);
+  CHECK(operations::passkeys_of(w.storage->reader(), "alice/ops")->size() == 1);
 }
