@@ -42,23 +42,45 @@ void record_draft(store::Transaction& txn, const pb::ToolCall& call, const std::
   txn.append_audit(std::move(record));
 }
 
-Result<std::vector<pb::Draft>> drafts(store::Reader& reader, const std::string& order_id,
-                                      size_t limit) {
+Result<DraftPage> drafts(store::Reader& reader, const std::string& order_id,
+                         const std::string& after, size_t limit,
+                         const std::function<bool(const pb::Draft&)>& accept) {
   const std::string prefix = order_id.empty() ? "" : order_id + "/";
-  std::vector<pb::Draft> out;
-  std::string after = prefix;
+  DraftPage out;
+  std::string cursor = after.empty() || !after.starts_with(prefix) ? prefix : after;
+  size_t read = 0;
   for (;;) {
-    OPGATE_ASSIGN_OR_RETURN(auto page, reader.kept_all(kDrafts, after, 200));
+    OPGATE_ASSIGN_OR_RETURN(auto page, reader.kept_all(kDrafts, cursor, 200));
     for (const auto& [key, value] : page) {
-      if (!key.starts_with(prefix) || out.size() >= limit) return out;
+      if (!key.starts_with(prefix)) return out;
       pb::Draft d;
       if (!d.ParseFromString(value))
         return make_error(errc::corrupt_record, "a stored draft does not parse");
-      out.push_back(std::move(d));
+      ++read;
+      if (accept(d)) out.drafts.push_back(std::move(d));
+      if (out.drafts.size() >= limit || read >= 10'000) {
+        out.next_after = key;
+        return out;
+      }
     }
     if (page.size() < 200) return out;
-    after = page.back().first;
+    cursor = page.back().first;
   }
+}
+
+Result<std::vector<pb::Draft>> latest_drafts(store::Reader& reader, const std::string& order_id,
+                                             size_t limit) {
+  std::vector<pb::Draft> all;
+  std::string after;
+  for (;;) {
+    OPGATE_ASSIGN_OR_RETURN(
+        auto page, drafts(reader, order_id, after, 1000, [](const pb::Draft&) { return true; }));
+    for (auto& d : page.drafts) all.push_back(std::move(d));
+    if (all.size() > limit) all.erase(all.begin(), all.end() - limit);
+    if (page.next_after.empty()) break;
+    after = page.next_after;
+  }
+  return std::vector<pb::Draft>(all.rbegin(), all.rend());
 }
 
 }  // namespace opgate::operations

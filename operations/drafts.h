@@ -4,6 +4,7 @@
 // Storage::transact.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,20 @@ void record_draft(store::Transaction& txn, const pb::ToolCall& call, const std::
                   const std::string& order_id, const std::string& text,
                   const std::string& principal);
 
-// Drafts for one order (or every order: ""), oldest first, at most `limit`.
-Result<std::vector<pb::Draft>> drafts(store::Reader& reader, const std::string& order_id,
-                                      size_t limit);
+struct DraftPage {
+  std::vector<pb::Draft> drafts;
+  std::string next_after;  // "" when there are no more
+};
+
+// Drafts for one order (or every order: ""), by order then oldest first,
+// after the cursor `after` (a next_after; "" from the start): at most
+// `limit` that `accept` takes, reading at most 10,000 records per page.
+Result<DraftPage> drafts(store::Reader& reader, const std::string& order_id,
+                         const std::string& after, size_t limit,
+                         const std::function<bool(const pb::Draft&)>& accept);
+
+// The newest `limit` drafts of one order, newest first.
+Result<std::vector<pb::Draft>> latest_drafts(store::Reader& reader, const std::string& order_id,
+                                             size_t limit);
 
 }  // namespace opgate::operations

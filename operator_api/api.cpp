@@ -388,7 +388,7 @@ class Api {
       o["order"] = json::parse(operations::order_to_json(**order), ec);
       o["money"] = operations::funds_json(**order, *funds);
     }
-    auto drafted = operations::drafts(reader, op->proposal().order_id(), 50);
+    auto drafted = operations::latest_drafts(reader, op->proposal().order_id(), 50);
     if (!drafted) return from_error(drafted.error());
     json::array replies;
     for (const auto& d : *drafted)
@@ -417,13 +417,16 @@ class Api {
     const std::string order_id = req.query_param("order_id").value_or("");
     if (!order_id.empty() && !operations::valid_identifier(order_id))
       return error_response(errc::bad_request, "order_id is not an order id.");
-    // Read past drafts of owners the principal may not see, up to a bound.
-    auto drafted = operations::drafts(d_.storage.reader(), order_id, *limit * 10);
-    if (!drafted) return from_error(drafted.error());
+    auto page =
+        operations::drafts(d_.storage.reader(), order_id, req.query_param("after").value_or(""),
+                           *limit, [&](const pb::Draft& d) { return p.may_act_for(d.owner()); });
+    if (!page) return from_error(page.error());
     json::array out;
-    for (const auto& d : *drafted)
-      if (p.may_act_for(d.owner()) && out.size() < *limit) out.push_back(draft_json(d));
-    return ok_json(json::object{{"drafts", std::move(out)}});
+    for (const auto& d : page->drafts) out.push_back(draft_json(d));
+    return ok_json(
+        json::object{{"drafts", std::move(out)},
+                     {"next_after", page->next_after.empty() ? json::value(nullptr)
+                                                             : json::value(page->next_after)}});
   }
 
   // 409 with the operation's current state, so the caller sees what happened.

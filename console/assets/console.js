@@ -623,11 +623,18 @@
           `${money(shown.amount_minor, shown.currency)}?`);
         const was = money(shown.amount_minor, shown.currency);
         const now = money(lower.amount_minor, shown.currency);
+        // The server writes amounts without thousands separators.
+        const plain = (minor) =>
+          `${Math.floor(minor / 100)}.${String(minor % 100).padStart(2, "0")} ${shown.currency}`;
         dl(details, [
           ["Amount", now, "lower-amount"],
           ["Instead of", was],
+          // As the server will write it: the new amount, lowered from what
+          // the agent proposed.
           ["Customer-visible effect",
-            p.effect.split(was).join(`${now} (lowered by the approver from ${was})`),
+            op.proposal.effect.replace(/ \(lowered by the approver from [^)]*\)/, "")
+              .split(plain(shown.amount_minor)).join(`${plain(lower.amount_minor)} (lowered by ` +
+                `the approver from ${plain(op.original_amount_minor || shown.amount_minor)})`),
             "lower-effect"],
           ["To", kindText(op.kind) === "credit" ? p.customer : p.payment_method],
           ["The agent is told", lower.edit_reason],

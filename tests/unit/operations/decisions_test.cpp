@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "operations/drafts.h"
 #include "operations/keys.h"
 #include "operations/notifications.h"
 #include "operations/proposals.h"
@@ -673,4 +674,38 @@ TEST_CASE("registering a passkey needs an administrator's allowance, used up by 
   Passkeys other(w, "alice/ops");
   CHECK(operations::passkeys_of(w.storage->reader(), "alice")->size() == 1);
   CHECK(operations::passkeys_of(w.storage->reader(), "alice/ops")->size() == 1);
+}
+
+TEST_CASE("drafts are listed by order in pages; an order's newest come first on its page") {
+  World w;
+  for (int i = 0; i < 5; ++i) {
+    w.clock.advance_ms(1000);
+    pb::ToolCall call;
+    call.set_session_id("sess_1");
+    call.set_call_id("draft_" + std::to_string(i));
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  operations::record_draft(txn, call, i == 2 ? "other-user" : "demo-user",
+                                           "ORDER-100", "reply " + std::to_string(i), "system");
+                  return Status::Ok();
+                })
+                .ok());
+  }
+  auto mine = [](const pb::Draft& d) { return d.owner() == "demo-user"; };
+  auto first = operations::drafts(w.storage->reader(), "ORDER-100", "", 2, mine);
+  REQUIRE(first.ok());
+  REQUIRE(first->drafts.size() == 2);
+  CHECK(first->drafts[0].text() == "reply 0");
+  CHECK(first->drafts[1].text() == "reply 1");
+  REQUIRE_FALSE(first->next_after.empty());
+  auto second = operations::drafts(w.storage->reader(), "ORDER-100", first->next_after, 2, mine);
+  REQUIRE(second.ok());
+  REQUIRE(second->drafts.size() == 2);
+  CHECK(second->drafts[0].text() == "reply 3");  // reply 2 is another owner's
+  auto latest = operations::latest_drafts(w.storage->reader(), "ORDER-100", 3);
+  REQUIRE(latest.ok());
+  REQUIRE(latest->size() == 3);
+  CHECK((*latest)[0].text() == "reply 4");
+  CHECK((*latest)[2].text() == "reply 2");
+  CHECK(operations::drafts(w.storage->reader(), "ORDER-999", "", 10, mine)->drafts.empty());
 }
