@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/crypto.h"
 #include "operations/transitions.h"
 
 namespace opgate::operations {
@@ -10,9 +11,12 @@ namespace {
 
 constexpr std::string_view kDrafts = "draft";
 
-// Kept by order, then time: one order's drafts are listed together.
+// Kept by order, then time: one order's drafts are listed together. The
+// draft's id (session and call ids) is in the record; the key carries a
+// short hash of it, so that it stays within the store's 200 characters.
 std::string record_key(const pb::Draft& d) {
-  return fmt::format("{}/{:016d}/{}", d.order_id(), d.created_at_ms(), d.id());
+  return fmt::format("{}/{:016d}/{}", d.order_id(), d.created_at_ms(),
+                     crypto::sha256_hex(d.id()).substr(0, 16));
 }
 
 }  // namespace
