@@ -245,6 +245,8 @@ void Console::add_routes(http::Router& router) {
              [this](const Request& r, const P&) { return page(r, "session.html"); });
   router.add("GET", "/console/passkeys",
              [this](const Request& r, const P&) { return page(r, "passkeys.html"); });
+  router.add("GET", "/console/policy",
+             [this](const Request& r, const P&) { return page(r, "policy.html"); });
   router.add("GET", "/console/assets/{name}",
              [this](const Request&, const P& p) { return asset(p.at("name")); });
 }

@@ -10,6 +10,7 @@
 //   GET  /console/operations/{key}  one operation: proposal, context, decision
 //   GET  /console/sessions/{id}     one agent session: calls, ledger, audit
 //   GET  /console/passkeys          the principal's passkeys: register, remove
+//   GET  /console/policy            who may approve what: every tool, tier, limits
 //   POST /console/login             form: token, csrf, next → 303 with the cookie
 //                                   (failures logged and limited per address)
 //   POST /console/logout            form: csrf → 303, the session ended

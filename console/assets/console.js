@@ -552,6 +552,37 @@
     });
   }
 
+  async function policyPage() {
+    let policy;
+    try {
+      await whoAmI();
+      policy = await api("GET", "/v1/policy");
+    } catch (e) { say(refusal("Loading the policy", e), "error"); return; }
+    const amounts = (m) => Object.entries(m || {}).map(([c, a]) => money(a, c)).join(", ") ||
+      "none";
+    const body = $("policy-tools");
+    clear(body);
+    for (const t of policy.tools) {
+      const limits = Object.entries(t.limits).map(([k, v]) =>
+        `${k}: ${typeof v === "object" && !Array.isArray(v) ? amounts(v)
+          : Array.isArray(v) ? v.join(", ") : v}`).join("; ");
+      body.appendChild(el("tr", { "data-test": "policy-tool", "data-name": t.name },
+        el("td", {}, el("code", {}, t.name)), el("td", {}, t.enabled ? "yes" : "no"),
+        el("td", {}, el("span", { className: "tier tier-" + t.tier }, t.tier)),
+        el("td", {}, t.tiers_allowed.join(", ")), el("td", {}, limits || "—")));
+    }
+    const esc = policy.escalation;
+    dl($("policy-rules"), [
+      ["Two approvers above", amounts(policy.two_person_threshold_minor)],
+      ["Approval time", duration(policy.approval_ttl_s * 1000)],
+      ["Reminder after", esc.remind_after_s ? duration(esc.remind_after_s * 1000) : "off"],
+      ["Escalation", esc.escalate_after_s
+        ? `to ${esc.escalate_to_tier} after ${duration(esc.escalate_after_s * 1000)}` : "off"],
+      ["Passkey step-up", `tiers: ${policy.step_up.tiers.join(", ") || "none"}; above: ` +
+        amounts(policy.step_up.above_minor), "step-up"],
+    ]);
+  }
+
   async function operationPage() {
     const prefix = "/console/operations/";
     const key = decodeURIComponent(window.location.pathname.slice(prefix.length));
@@ -996,7 +1027,7 @@
   }
 
   const pages = { queue: queuePage, operation: operationPage, session: sessionPage,
-                  passkeys: passkeysPage };
+                  passkeys: passkeysPage, policy: policyPage };
   const start = pages[document.body.dataset.page];
   if (start) start();
 })();

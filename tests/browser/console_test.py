@@ -766,6 +766,13 @@ def step_up_with_passkey(run):
           f"the replayed assertion is refused: {replayed}")
     check(run.operation(second)["state"] == "pending", "the other operation is still pending")
 
+    # The policy page shows who may approve what, step-up included.
+    p.d.get(p.base + "/console/policy")
+    p.wait(lambda: len(p.all("policy-tool")) == 6, "every tool on the policy page")
+    row = p.find("policy-tool", '[data-name="issue_account_credit"]').text
+    check("support" in row and "100.00 USD" in row, f"the credit's tier and cap: {row!r}")
+    p.wait_text("policy-rules", "500.00 USD", "tiers: supervisor")
+
     # Removed, the passkey signs nothing more; the removal is audited.
     p.d.get(p.base + "/console/passkeys")
     p.wait(lambda: len(p.all("passkey-row")) == 1, "the passkey listed")
