@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <tuple>
+
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "console/assets.h"
@@ -128,7 +130,24 @@ Response Console::login_page(const Request& request, int status, std::string_vie
   return r;
 }
 
-Response Console::page(const Request& request, std::string_view name) {
+namespace {
+
+// The pages' navigation, the current one marked.
+std::string nav_of(std::string_view page) {
+  std::string out;
+  for (const auto& [name, href, text] :
+       {std::tuple<std::string_view, std::string_view, std::string_view>{"queue", "/console/",
+                                                                         "Queue"},
+        {"passkeys", "/console/passkeys", "Passkeys"},
+        {"policy", "/console/policy", "Policy"}})
+    out += fmt::format("{}<a href=\"{}\"{}>{}</a>", out.empty() ? "" : " ", href,
+                       name == page ? " aria-current=\"page\"" : "", text);
+  return out;
+}
+
+}  // namespace
+
+Response Console::page(const Request& request, std::string_view name, std::string_view title) {
   auto principals = principals_.get();
   auto s = signed_in(request, *principals);
   if (!s) {
@@ -140,10 +159,17 @@ Response Console::page(const Request& request, std::string_view name) {
                   "content=\"0\"><title>opgate console</title>");
     return login_page(request, 200, "", request.path());
   }
-  const Asset* a = find_asset(name);
-  if (!a) return error_response(errc::internal, "The console's page is missing.");
+  // Every page is the layout (head, navigation, sign-out) around its own
+  // <main> (console/assets/{name}.html).
+  const Asset* layout = find_asset("layout.html");
+  const Asset* main = find_asset(std::string(name) + ".html");
+  if (!layout || !main) return error_response(errc::internal, "The console's page is missing.");
   sessions_.touch(s->id);
-  std::string body(a->body);
+  std::string body(layout->body);
+  replace_all(body, "{{main}}", main->body);
+  replace_all(body, "{{nav}}", nav_of(name));
+  replace_all(body, "{{page}}", name);
+  replace_all(body, "{{title}}", title);
   replace_all(body, "{{csrf}}", s->session.csrf_token);
   replace_all(body, "{{principal}}", html_escape(s->principal->name));
   return html(200, std::move(body));
@@ -234,19 +260,19 @@ void Console::add_routes(http::Router& router) {
   using P = http::PathParams;
   router.add("GET", "/console", [](const Request&, const P&) { return see_other("/console/"); });
   router.add("GET", "/console/",
-             [this](const Request& r, const P&) { return page(r, "queue.html"); });
+             [this](const Request& r, const P&) { return page(r, "queue", "Queue"); });
   router.add("GET", "/console/login",
              [this](const Request& r, const P&) { return login_page(r, 200, "", "/console/"); });
   router.add("POST", "/console/login", [this](const Request& r, const P&) { return login(r); });
   router.add("POST", "/console/logout", [this](const Request& r, const P&) { return logout(r); });
   router.add("GET", "/console/operations/{key}",
-             [this](const Request& r, const P&) { return page(r, "operation.html"); });
+             [this](const Request& r, const P&) { return page(r, "operation", "Operation"); });
   router.add("GET", "/console/sessions/{id}",
-             [this](const Request& r, const P&) { return page(r, "session.html"); });
+             [this](const Request& r, const P&) { return page(r, "session", "Session"); });
   router.add("GET", "/console/passkeys",
-             [this](const Request& r, const P&) { return page(r, "passkeys.html"); });
+             [this](const Request& r, const P&) { return page(r, "passkeys", "Passkeys"); });
   router.add("GET", "/console/policy",
-             [this](const Request& r, const P&) { return page(r, "policy.html"); });
+             [this](const Request& r, const P&) { return page(r, "policy", "Policy"); });
   router.add("GET", "/console/assets/{name}",
              [this](const Request&, const P& p) { return asset(p.at("name")); });
 }

@@ -65,7 +65,8 @@ class Console {
   // The request's live session and its principal, if both still exist.
   std::optional<Signed> signed_in(const http::Request& request,
                                   const operator_api::Principals& principals);
-  http::Response page(const http::Request& request, std::string_view name);
+  // The page `name` (its <main> in console/assets/{name}.html) in the layout.
+  http::Response page(const http::Request& request, std::string_view name, std::string_view title);
   http::Response login_page(const http::Request& request, int status, std::string_view message,
                             std::string_view next);
   http::Response login(const http::Request& request);

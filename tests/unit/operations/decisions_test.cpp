@@ -457,21 +457,28 @@ namespace {
 
 const operations::PasskeySite kSite{"localhost", "http://localhost:8081"};
 
+// Registers the authenticator's passkey for `principal` as the console does
+// (with an administrator's allowance first, if `allow`).
+Status register_with(World& w, testing::SoftAuthenticator& authenticator,
+                     const std::string& principal, bool allow) {
+  return w.storage->transact([&](store::Transaction& txn) -> Status {
+    if (allow) OPGATE_TRY(operations::allow_passkey_enrolment(txn, principal, "admin"));
+    OPGATE_ASSIGN_OR_RETURN(auto challenge,
+                            operations::issue_passkey_challenge(txn, principal, "register"));
+    OPGATE_TRY(operations::register_passkey(
+        txn, principal, "laptop", challenge,
+        testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
+        authenticator.attestation_object(), kSite));
+    return Status::Ok();
+  });
+}
+
 // alice's passkey, registered through the store as the console registers one.
 struct Passkeys {
   World& w;
   testing::SoftAuthenticator authenticator{"localhost"};
   explicit Passkeys(World& world, const std::string& principal = "alice") : w(world) {
-    Status s = w.storage->transact([&](store::Transaction& txn) -> Status {
-      OPGATE_TRY(operations::allow_passkey_enrolment(txn, principal, "admin"));
-      OPGATE_ASSIGN_OR_RETURN(auto challenge,
-                              operations::issue_passkey_challenge(txn, principal, "register"));
-      OPGATE_TRY(operations::register_passkey(
-          txn, principal, "laptop", challenge,
-          testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
-          authenticator.attestation_object(), kSite));
-      return Status::Ok();
-    });
+    Status s = register_with(w, authenticator, principal, true);
     REQUIRE_MESSAGE(s.ok(), s.error().message);
   }
   // The proof the console sends for approving `key` as shown.
@@ -637,15 +644,7 @@ TEST_CASE("registering a passkey needs an administrator's allowance, used up by 
   World w;
   testing::SoftAuthenticator authenticator{"localhost"};
   auto register_one = [&](const std::string& principal) {
-    return w.storage->transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(auto challenge,
-                              operations::issue_passkey_challenge(txn, principal, "register"));
-      OPGATE_TRY(operations::register_passkey(
-          txn, principal, "laptop", challenge,
-          testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
-          authenticator.attestation_object(), kSite));
-      return Status::Ok();
-    });
+    return register_with(w, authenticator, principal, false);
   };
   Status without = register_one("alice");
   REQUIRE_FALSE(without.ok());
@@ -659,15 +658,7 @@ TEST_CASE("registering a passkey needs an administrator's allowance, used up by 
   REQUIRE(register_one("alice").ok());
   // Used up: a second registration needs a new allowance.
   testing::SoftAuthenticator second{"localhost"};
-  Status again = w.storage->transact([&](store::Transaction& txn) -> Status {
-    OPGATE_ASSIGN_OR_RETURN(auto challenge,
-                            operations::issue_passkey_challenge(txn, "alice", "register"));
-    OPGATE_TRY(operations::register_passkey(
-        txn, "alice", "phone", challenge,
-        testing::SoftAuthenticator::client_data("webauthn.create", challenge, kSite.origin),
-        second.attestation_object(), kSite));
-    return Status::Ok();
-  });
+  Status again = register_with(w, second, "alice", false);
   REQUIRE_FALSE(again.ok());
   CHECK(again.error().is(errc::step_up_required));
   // "alice/ops" is another principal: its passkeys are never alice's.
