@@ -23,7 +23,10 @@ struct Commands {
   int rc = 0;
   std::string config_path, ports_file, tools_config;
   std::string session, owner, key, reason, state, outcome, evidence, provider_object_id, amount,
-      edit_reason, order;
+      edit_reason, order, window;
+  // Its own variable: CLI11 writes a default into it as the option is made,
+  // and a shared one would carry it into other commands.
+  std::string deny_reason;
   std::string data_dir, file, dir, expect_head, endpoint, since, release_to;
   bool attention = false;
 
@@ -83,6 +86,15 @@ struct Commands {
       if (!config) return fail(2, config.error());
       rc = cli::print_policy(ctx, operations::policy_json(config->policy));
     });
+    auto* test = policy->add_subcommand(
+        "test", "replay the recorded proposals against a new policy: what would differ");
+    test->add_option("--config", tools_config, "the new policy's TOML configuration")->required();
+    test->add_option("--since", window, "only proposals of this window: 30d (default), 12h, 90m");
+    test->callback([this] {
+      auto config = daemon::load_config(tools_config);
+      if (!config) return fail(2, config.error());
+      rc = cli::policy_test(ctx, config->policy, window.empty() ? "30d" : window);
+    });
     auto* tools = app.add_subcommand("tools", "print the tool definitions for session creation");
     tools->add_option("--config", tools_config,
                       "TOML configuration file: only the tools its [policy.tools] enable");
@@ -136,10 +148,10 @@ struct Commands {
     approve->callback([this] { rc = cli::approve(ctx, key, session, amount, edit_reason); });
     auto* deny = app.add_subcommand("deny", "deny a pending proposal");
     deny->add_option("--operation", key)->required();
-    deny->add_option("--reason", reason, "why (shown to the session)")
+    deny->add_option("--reason", deny_reason, "why (shown to the session)")
         ->default_val("denied by operator");
     deny->add_option("--session", session, "check it belongs to this session");
-    deny->callback([this] { rc = cli::deny(ctx, key, reason, session); });
+    deny->callback([this] { rc = cli::deny(ctx, key, deny_reason, session); });
   }
 
   // ops list|show|reconcile|resolve, and the ledger.

@@ -18,6 +18,7 @@
 #include "operations/audit.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
+#include "operations/policy_replay.h"
 #include "store/rocksdb/rocks_storage.h"
 
 namespace opgate::cli {
@@ -500,6 +501,99 @@ int policy_show(const Context& c) {
   auto r = call(c, "GET", "/v1/policy");
   if (!r) return 1;
   return print_policy(c, r->body.as_object());
+}
+
+namespace {
+
+// "30d", "12h", "90m" as milliseconds; nothing for anything else.
+std::optional<int64_t> window_ms(const std::string& text) {
+  if (text.size() < 2 || text.size() > 8) return std::nullopt;
+  const std::string digits = text.substr(0, text.size() - 1);
+  if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+    return std::nullopt;
+  const int64_t count = std::stoll(digits);
+  switch (text.back()) {
+    case 'd':
+      return count * 86'400'000;
+    case 'h':
+      return count * 3'600'000;
+    case 'm':
+      return count * 60'000;
+    default:
+      return std::nullopt;
+  }
+}
+
+// The proposal as recorded, from the operation's JSON.
+pb::Proposal proposal_of(const json::value& op) {
+  pb::Proposal p;
+  const auto& detail = op.at("proposal");
+  p.set_kind(s(op, "kind"));
+  p.set_owner(s(op, "owner"));
+  p.set_order_id(s(op, "order_id"));
+  p.set_amount_minor(n(op, "amount_minor"));
+  p.set_currency(s(op, "currency"));
+  p.set_tier(s(detail, "tier"));
+  p.set_reason(s(detail, "reason"));
+  return p;
+}
+
+}  // namespace
+
+int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since) {
+  const auto window = window_ms(since);
+  if (!window) {
+    std::cerr << "error: --since must be a number and d, h or m: 30d, 12h, 90m\n";
+    return 2;
+  }
+  auto shown = call(c, "GET", "/v1/policy");
+  if (!shown) return 1;
+  auto current = operations::policy_from_json(shown->body.as_object());
+  if (!current) {
+    std::cerr << "error: " << current.error().message << "\n";
+    return 1;
+  }
+  auto all = all_operations(c, "");
+  if (!all) return 1;
+  const int64_t from = now_ms() - *window;
+  json::array differing;
+  size_t replayed = 0;
+  std::map<std::string, size_t> totals;
+  for (const auto& op : *all) {
+    if (n(op, "created_at_ms") < from) continue;
+    ++replayed;
+    auto diffs = operations::replay_proposal(proposal_of(op), *current, next);
+    if (diffs.empty()) continue;
+    json::array listed;
+    for (const auto& d : diffs) {
+      ++totals[d.what];
+      listed.push_back(json::object{{"what", d.what}, {"was", d.was}, {"would_be", d.would_be}});
+    }
+    differing.push_back(json::object{{"key", s(op, "key")},
+                                     {"amount_minor", n(op, "amount_minor")},
+                                     {"currency", s(op, "currency")},
+                                     {"differences", std::move(listed)}});
+  }
+  json::object by_kind;
+  for (const auto& [what, count] : totals) by_kind[what] = count;
+  json::object report{{"since", since},
+                      {"replayed", replayed},
+                      {"differing", differing.size()},
+                      {"totals", std::move(by_kind)},
+                      {"operations", differing}};
+  if (c.json) {
+    std::cout << json::serialize(report) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} proposals since {} replayed; {} would differ\n", replayed, since,
+                           differing.size());
+  for (const auto& [what, count] : totals) std::cout << fmt::format("  {}: {}\n", what, count);
+  for (const auto& d : differing) {
+    std::cout << fmt::format("{} {}\n", s(d, "key"), money(d));
+    for (const auto& x : d.at("differences").as_array())
+      std::cout << fmt::format("  {}: {} -> {}\n", s(x, "what"), s(x, "was"), s(x, "would_be"));
+  }
+  return 0;
 }
 
 int list_drafts(const Context& c, const std::string& order_id) {

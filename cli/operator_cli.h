@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "operations/policy.h"
+
 namespace opgate::cli {
 
 struct Context {
@@ -37,6 +39,10 @@ int allow_passkey(const Context& c, const std::string& principal);
 // The policy in force at the daemon (GET /v1/policy), or as given.
 int policy_show(const Context& c);
 int print_policy(const Context& c, const boost::json::object& policy);
+// Replays the proposals recorded within `since` ("30d", "12h", "90m")
+// against `next`: what would differ from the daemon's policy in force.
+// Reads only; changes nothing.
+int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since);
 // Replies the agent drafted (of one order, or every order the token sees).
 int list_drafts(const Context& c, const std::string& order_id);
 int show_operation(const Context& c, const std::string& key);

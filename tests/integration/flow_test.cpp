@@ -521,3 +521,41 @@ TEST_CASE("opgate policy show: every tool, enabled or not, its tier and limits; 
   CHECK(out.find("request_refund         yes      refund") != std::string::npos);
   CHECK(out.find("step-up (passkey) for tiers: supervisor") != std::string::npos);
 }
+
+TEST_CASE(
+    "opgate policy test replays recorded proposals against a new policy and changes nothing") {
+  Cluster c;
+  c.create_session(kLookupThenRefund);
+  c.wait_operation(kKey, [](auto& o) { return str(o, "state") == "pending"; });
+  const auto before = c.operation(kKey);
+  const auto file = c.dir() / "next-policy.toml";
+  std::ofstream(file) << R"([[ingress.sources]]
+name = "agents"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+[policy]
+two_person_threshold_minor = { USD = 1000, GBP = 1000 }
+[policy.tools.request_refund]
+tier = "supervisor"
+)";
+  auto [rc, out] = c.cli({"--json", "policy", "test", "--config", file.string()});
+  REQUIRE(rc == 0);
+  auto report = json::parse(out).as_object();
+  CHECK(report.at("replayed").as_int64() == 1);
+  CHECK(report.at("differing").as_int64() == 1);
+  const auto& diffs = report.at("operations").as_array().at(0).at("differences").as_array();
+  REQUIRE(diffs.size() == 2);
+  CHECK(str(diffs[0], "what") == "tier");
+  CHECK(str(diffs[0], "would_be") == "supervisor");
+  CHECK(str(diffs[1], "what") == "approvals_needed");
+  CHECK(str(diffs[1], "would_be") == "2");
+  auto [trc, text] = c.cli({"policy", "test", "--config", file.string(), "--since", "1h"});
+  CHECK(trc == 0);
+  CHECK(text.find("1 proposals since 1h replayed; 1 would differ") != std::string::npos);
+  CHECK(c.cli({"policy", "test", "--config", file.string(), "--since", "soon"}).first == 2);
+  // Nothing changed: the operation is as it was.
+  CHECK(json::serialize(c.operation(kKey)) == json::serialize(before));
+  // A token minted without a label has none (no other command's default).
+  auto [arc, minted] = c.cli({"--json", "agent-tokens", "create", "--owner", "demo-user"});
+  REQUIRE(arc == 0);
+  CHECK(str(json::parse(minted), "label").empty());
+}
