@@ -95,6 +95,11 @@ struct Commands {
       if (!config) return fail(2, config.error());
       rc = cli::policy_test(ctx, config->policy, window.empty() ? "30d" : window);
     });
+    auto* report = app.add_subcommand("report",
+                                      "how approvals are going: decisions, times, "
+                                      "escalations, outcome_unknown, per approver");
+    report->add_option("--since", window, "the window of proposals: 7d (default), 12h, 90m");
+    report->callback([this] { rc = cli::report(ctx, window.empty() ? "7d" : window); });
     auto* tools = app.add_subcommand("tools", "print the tool definitions for session creation");
     tools->add_option("--config", tools_config,
                       "TOML configuration file: only the tools its [policy.tools] enable");

@@ -596,6 +596,52 @@ int policy_test(const Context& c, const operations::PolicyConfig& next, const st
   return 0;
 }
 
+int report(const Context& c, const std::string& since) {
+  const auto window = window_ms(since);
+  if (!window) {
+    std::cerr << "error: --since must be a number and d, h or m: 7d, 12h, 90m\n";
+    return 2;
+  }
+  auto r = call(c, "GET", fmt::format("/v1/report?from_ms={}", now_ms() - *window));
+  if (!r) return 1;
+  return print_json_or(c, *r, [&] {
+    const auto& o = r->body.as_object();
+    auto ms = [](const json::value& v) {
+      return v.is_int64() ? fmt::format("{:.1f} s", static_cast<double>(v.as_int64()) / 1000.0)
+                          : std::string("—");
+    };
+    std::cout << fmt::format("{} proposals in the last {}\n", n(o, "proposals"), since);
+    for (const auto& [kind, k] : o.at("kinds").as_object()) {
+      std::string tiers;
+      for (const auto& [tier, count] : k.at("by_tier").as_object())
+        tiers +=
+            fmt::format("{}{} {}", tiers.empty() ? "" : ", ", count.as_int64(), std::string(tier));
+      std::cout << fmt::format("  {}: {} ({})\n", std::string(kind), n(k, "count"), tiers);
+    }
+    std::string outcomes;
+    for (const auto& [what, count] : o.at("outcomes").as_object())
+      outcomes +=
+          fmt::format("{}{} {}", outcomes.empty() ? "" : ", ", count.as_int64(), std::string(what));
+    std::cout << fmt::format("outcomes: {}\n", outcomes.empty() ? "none" : outcomes);
+    const auto& t = o.at("time_to_decision_ms").as_object();
+    std::cout << fmt::format("time to decision: p50 {}, p95 {}\n", ms(t.at("p50")),
+                             ms(t.at("p95")));
+    std::cout << fmt::format("reminded {}, escalated {}, lowered by the approver {}\n",
+                             n(o, "reminded"), n(o, "escalated"), n(o.at("narrowed"), "count"));
+    const auto& u = o.at("outcome_unknown").as_object();
+    std::cout << fmt::format("outcome_unknown: {} of {} executed; resolved in p50 {}, p95 {}\n",
+                             n(u, "count"), n(u, "of_executed"),
+                             ms(u.at("time_to_resolution_ms").at("p50")),
+                             ms(u.at("time_to_resolution_ms").at("p95")));
+    for (const auto& [reason, count] : o.at("denial_reasons").as_object())
+      std::cout << fmt::format("denied {}x: {}\n", count.as_int64(),
+                               printable(std::string(reason)));
+    for (const auto& [who, a] : o.at("approvers").as_object())
+      std::cout << fmt::format("{}: approved {}, denied {}\n", printable(std::string(who)),
+                               n(a, "approved"), n(a, "denied"));
+  });
+}
+
 int list_drafts(const Context& c, const std::string& order_id) {
   auto r = call(c, "GET", "/v1/drafts" + (order_id.empty() ? "" : "?order_id=" + seg(order_id)));
   if (!r) return 1;

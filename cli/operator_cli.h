@@ -43,6 +43,8 @@ int print_policy(const Context& c, const boost::json::object& policy);
 // against `next`: what would differ from the daemon's policy in force.
 // Reads only; changes nothing.
 int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since);
+// How approvals went for the proposals of the window ("7d", "12h").
+int report(const Context& c, const std::string& since);
 // Replies the agent drafted (of one order, or every order the token sees).
 int list_drafts(const Context& c, const std::string& order_id);
 int show_operation(const Context& c, const std::string& key);

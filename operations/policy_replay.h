@@ -7,10 +7,9 @@
 // was then is not kept). Pure; thread-safe.
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <string>
 #include <vector>
-
-#include <boost/json/object.hpp>
 
 #include "common/result.h"
 #include "operations/policy.h"

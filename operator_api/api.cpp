@@ -17,6 +17,7 @@
 #include "operations/keys.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
+#include "operations/report.h"
 #include "operations/step_up.h"
 #include "operations/views.h"
 #include "operator_api/auth.h"
@@ -407,6 +408,33 @@ class Api {
                         {"drafted_by", d.principal()},
                         {"created_at_ms", d.created_at_ms()},
                         {"sent", false}};
+  }
+
+  // How approvals are going for the proposals made since from_ms (of the
+  // owners the principal may see), read in pages.
+  Response report(const Request& req, const Principal& p) {
+    int64_t from_ms = 0;
+    if (auto f = req.query_param("from_ms")) {
+      try {
+        from_ms = std::stoll(*f);
+      } catch (...) {
+        return error_response(errc::bad_request, "from_ms must be Unix milliseconds.");
+      }
+    }
+    operations::DecisionReport report(from_ms);
+    store::OperationQuery q;
+    q.limit = 1000;
+    q.accept = [&](const pb::Operation& op) {
+      return op.created_at_ms() >= from_ms && p.may_act_for(op.proposal().owner());
+    };
+    for (;;) {
+      auto page = d_.storage.reader().operations(q);
+      if (!page) return from_error(page.error());
+      for (const auto& op : page->operations) report.add(op);
+      if (page->next_after.empty()) break;
+      q.after = page->next_after;
+    }
+    return ok_json(report.json());
   }
 
   // Replies the agent drafted, for people to send: of one order, or of
@@ -1137,6 +1165,8 @@ http::Router make_router(ApiDeps& deps) {
   route("GET", "/v1/policy", scope::read, [api](auto&, auto&, auto&) {
     return ok_json(operations::policy_json(*api->d_.policy.get()));
   });
+  route("GET", "/v1/report", scope::read,
+        [api](auto& q, auto&, auto& who) { return api->report(q, who); });
   route("GET", "/v1/drafts", scope::read,
         [api](auto& q, auto&, auto& who) { return api->list_drafts(q, who); });
   route("POST", "/v1/approvals", scope::approve,

@@ -133,6 +133,21 @@ TEST_CASE("opgate approve --amount lowers the amount; a higher one is refused be
   CHECK(op.at("amount_minor").as_int64() == 1500);
   CHECK(op.at("original_amount_minor").as_int64() == 2500);
   CHECK(str(op, "edit_reason") == "Only one item arrived damaged.");
+  // The report counts it: one approved, lowered by 10.00, alice its approver.
+  auto [jrc, json_report] = c.cli({"--json", "report", "--since", "1h"}, kAliceToken);
+  REQUIRE(jrc == 0);
+  auto report = json::parse(json_report).as_object();
+  CHECK(report.at("proposals").as_int64() == 1);
+  CHECK(report.at("outcomes").at("approved").as_int64() == 1);
+  CHECK(report.at("narrowed").at("amount_removed_minor").at("USD").as_int64() == 1000);
+  CHECK(report.at("approvers").at("alice").at("approved").as_int64() == 1);
+  auto [trc, text] = c.cli({"report"}, kAliceToken);
+  CHECK(trc == 0);
+  CHECK(text.find("1 proposals in the last 7d") != std::string::npos);
+  CHECK(text.find("lowered by the approver 1") != std::string::npos);
+  // An outsider's report sees none of it.
+  auto outsider = c.op("GET", "/v1/report", "", kOutsiderToken);
+  CHECK(outsider.body.at("proposals").as_int64() == 0);
 }
 
 TEST_CASE("POST /v1/approvals answers per item: a stale or unknown item fails alone and says why") {

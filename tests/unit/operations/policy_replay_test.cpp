@@ -46,7 +46,8 @@ TEST_CASE("the same policy changes nothing; a raised tier, two-person line or st
   CHECK(diffs[2].would_be == "passkey");
 }
 
-TEST_CASE("a credit over a lowered cap, with a dropped reason code, or a disabled tool is refused") {
+TEST_CASE(
+    "a credit over a lowered cap, with a dropped reason code, or a disabled tool is refused") {
   operations::PolicyConfig current;
   const auto credit = proposal(operations::kAccountCredit, 5000, "supervisor", "GOODWILL");
   operations::PolicyConfig lower_cap = current;
