@@ -139,7 +139,8 @@ std::string nav_of(std::string_view page) {
        {std::tuple<std::string_view, std::string_view, std::string_view>{"queue", "/console/",
                                                                          "Queue"},
         {"passkeys", "/console/passkeys", "Passkeys"},
-        {"policy", "/console/policy", "Policy"}})
+        {"policy", "/console/policy", "Policy"},
+        {"report", "/console/report", "Report"}})
     out += fmt::format("{}<a href=\"{}\"{}>{}</a>", out.empty() ? "" : " ", href,
                        name == page ? " aria-current=\"page\"" : "", text);
   return out;
@@ -273,6 +274,8 @@ void Console::add_routes(http::Router& router) {
              [this](const Request& r, const P&) { return page(r, "passkeys", "Passkeys"); });
   router.add("GET", "/console/policy",
              [this](const Request& r, const P&) { return page(r, "policy", "Policy"); });
+  router.add("GET", "/console/report",
+             [this](const Request& r, const P&) { return page(r, "report", "Report"); });
   router.add("GET", "/console/assets/{name}",
              [this](const Request&, const P& p) { return asset(p.at("name")); });
 }

@@ -11,6 +11,7 @@
 //   GET  /console/sessions/{id}     one agent session: calls, ledger, audit
 //   GET  /console/passkeys          the principal's passkeys: register, remove
 //   GET  /console/policy            who may approve what: every tool, tier, limits
+//   GET  /console/report            how approvals are going, with charts (SVG)
 //   POST /console/login             form: token, csrf, next → 303 with the cookie
 //                                   (failures logged and limited per address)
 //   POST /console/logout            form: csrf → 303, the session ended

@@ -63,7 +63,8 @@ void DecisionReport::add(const pb::Operation& op) {
   }
   if (op.unknown_since_ms() != 0) {
     ++unknown_;
-    if (is(op, State::settled)) resolution_ms_.push_back(op.updated_at_ms() - op.unknown_since_ms());
+    if (is(op, State::settled))
+      resolution_ms_.push_back(op.updated_at_ms() - op.unknown_since_ms());
   }
 }
 
@@ -84,10 +85,9 @@ json::object DecisionReport::json() const {
       {"proposals", proposals_},
       {"kinds", std::move(kinds)},
       {"outcomes", object_of(outcomes_)},
-      {"time_to_decision_ms",
-       json::object{{"count", static_cast<int64_t>(decision_ms_.size())},
-                    {"p50", percentile(decision_ms_, 0.5)},
-                    {"p95", percentile(decision_ms_, 0.95)}}},
+      {"time_to_decision_ms", json::object{{"count", static_cast<int64_t>(decision_ms_.size())},
+                                           {"p50", percentile(decision_ms_, 0.5)},
+                                           {"p95", percentile(decision_ms_, 0.95)}}},
       {"reminded", reminded_},
       {"escalated", escalated_},
       {"narrowed", json::object{{"count", narrowed_},

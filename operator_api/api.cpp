@@ -21,6 +21,7 @@
 #include "operations/step_up.h"
 #include "operations/views.h"
 #include "operator_api/auth.h"
+#include "operator_api/charts.h"
 
 namespace opgate::operator_api {
 
@@ -410,15 +411,44 @@ class Api {
                         {"sent", false}};
   }
 
-  // How approvals are going for the proposals made since from_ms (of the
-  // owners the principal may see), read in pages.
-  Response report(const Request& req, const Principal& p) {
+  // One chart of the report, as SVG: "outcomes", "kinds" or "approvers".
+  Response report_chart(const Request& req, const http::PathParams& params, const Principal& p) {
+    auto built = build_report(req, p);
+    if (!built) return from_error(built.error());
+    const std::string& name = params.at("name");
+    std::vector<std::pair<std::string, int64_t>> bars;
+    std::string title;
+    if (name == "outcomes.svg") {
+      title = "Outcomes of the proposals";
+      for (const auto& [what, count] : built->at("outcomes").as_object())
+        bars.emplace_back(std::string(what), count.as_int64());
+    } else if (name == "kinds.svg") {
+      title = "Proposals by kind";
+      for (const auto& [kind, k] : built->at("kinds").as_object())
+        bars.emplace_back(std::string(kind), k.at("count").as_int64());
+    } else if (name == "approvers.svg") {
+      title = "Approvals by approver";
+      for (const auto& [who, a] : built->at("approvers").as_object())
+        bars.emplace_back(std::string(who), a.at("approved").as_int64());
+    } else {
+      return error_response(errc::not_found,
+                            "The charts are outcomes.svg, kinds.svg and "
+                            "approvers.svg.");
+    }
+    Response r;
+    r.status = 200;
+    r.headers["Content-Type"] = "image/svg+xml";
+    r.body = bar_chart_svg(title, bars);
+    return r;
+  }
+
+  Result<json::object> build_report(const Request& req, const Principal& p) {
     int64_t from_ms = 0;
     if (auto f = req.query_param("from_ms")) {
       try {
         from_ms = std::stoll(*f);
       } catch (...) {
-        return error_response(errc::bad_request, "from_ms must be Unix milliseconds.");
+        return make_error(errc::bad_request, "from_ms must be Unix milliseconds.");
       }
     }
     operations::DecisionReport report(from_ms);
@@ -428,13 +458,20 @@ class Api {
       return op.created_at_ms() >= from_ms && p.may_act_for(op.proposal().owner());
     };
     for (;;) {
-      auto page = d_.storage.reader().operations(q);
-      if (!page) return from_error(page.error());
-      for (const auto& op : page->operations) report.add(op);
-      if (page->next_after.empty()) break;
-      q.after = page->next_after;
+      OPGATE_ASSIGN_OR_RETURN(auto page, d_.storage.reader().operations(q));
+      for (const auto& op : page.operations) report.add(op);
+      if (page.next_after.empty()) break;
+      q.after = page.next_after;
     }
-    return ok_json(report.json());
+    return report.json();
+  }
+
+  // How approvals are going for the proposals made since from_ms (of the
+  // owners the principal may see), read in pages.
+  Response report(const Request& req, const Principal& p) {
+    auto built = build_report(req, p);
+    if (!built) return from_error(built.error());
+    return ok_json(*built);
   }
 
   // Replies the agent drafted, for people to send: of one order, or of
@@ -1167,6 +1204,8 @@ http::Router make_router(ApiDeps& deps) {
   });
   route("GET", "/v1/report", scope::read,
         [api](auto& q, auto&, auto& who) { return api->report(q, who); });
+  route("GET", "/v1/report/charts/{name}", scope::read,
+        [api](auto& q, auto& p, auto& who) { return api->report_chart(q, p, who); });
   route("GET", "/v1/drafts", scope::read,
         [api](auto& q, auto&, auto& who) { return api->list_drafts(q, who); });
   route("POST", "/v1/approvals", scope::approve,

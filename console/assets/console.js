@@ -552,6 +552,37 @@
     });
   }
 
+  async function reportPage() {
+    try { await whoAmI(); } catch (e) { say(refusal("Loading", e), "error"); return; }
+    const load = async () => {
+      const days = Number($("report-since").value);
+      const from = serverNow() - days * 86400 * 1000;
+      let r;
+      try { r = await api("GET", `/v1/report?from_ms=${Math.floor(from)}`); } catch (e) {
+        say(refusal("Loading the report", e), "error");
+        return;
+      }
+      const t = r.time_to_decision_ms;
+      const u = r.outcome_unknown;
+      const secs = (ms) => (ms === null ? "—" : duration(ms));
+      dl($("report-figures"), [
+        ["Proposals", String(r.proposals), "proposals"],
+        ["Time to decision", `p50 ${secs(t.p50)}, p95 ${secs(t.p95)}`, "time-to-decision"],
+        ["Reminded, escalated", `${r.reminded}, ${r.escalated}`],
+        ["Lowered by the approver", String(r.narrowed.count), "narrowed"],
+        ["outcome_unknown", `${u.count} of ${u.of_executed} executed; resolved in p50 ` +
+          `${secs(u.time_to_resolution_ms.p50)}`],
+        ["Denial reasons", Object.entries(r.denial_reasons).map(([k, v]) => `${v}× ${k}`)
+          .join("; ") || "none"],
+      ]);
+      for (const chart of ["outcomes", "kinds", "approvers"])
+        $("chart-" + chart).setAttribute("src",
+          `${API}/v1/report/charts/${chart}.svg?from_ms=${Math.floor(from)}`);
+    };
+    $("report-since").addEventListener("change", load);
+    await load();
+  }
+
   async function policyPage() {
     let policy;
     try {
@@ -1027,7 +1058,7 @@
   }
 
   const pages = { queue: queuePage, operation: operationPage, session: sessionPage,
-                  passkeys: passkeysPage, policy: policyPage };
+                  passkeys: passkeysPage, policy: policyPage, report: reportPage };
   const start = pages[document.body.dataset.page];
   if (start) start();
 })();

@@ -787,9 +787,32 @@ def step_up_with_passkey(run):
     p.wait_text("message", "step_up_required", "no passkey")
 
 
+def report_page(run):
+    """The report page: figures of the window and charts drawn on the
+    server as SVG images, approvers' names as text in them."""
+    a = run.alice
+    a.d.get(run.base + "/console/report")
+    a.wait_text("report-figures", "Proposals", "Time to decision", "Lowered by the approver")
+    status, report = run.c.op("GET", "/v1/report")
+    check(status == 200 and report["proposals"] > 0, f"the report: {status}")
+    figures = a.text("report-figures")
+    check(str(report["proposals"]) in figures, f"the page shows the proposals: {figures!r}")
+    for chart in ("outcomes", "kinds", "approvers"):
+        a.wait(lambda: a.d.execute_script(
+            f"const i = document.getElementById('chart-{chart}');"
+            "return i.complete && i.naturalWidth > 0;"), f"the {chart} chart drawn")
+    svg = a.d.execute_async_script("""
+        const done = arguments[0];
+        fetch(document.getElementById('chart-approvers').src, {credentials: 'same-origin'})
+          .then((r) => r.text()).then(done).catch((e) => done(String(e)));""")
+    check(svg.startswith("<svg") and "alice" in svg and "<script" not in svg,
+          f"the approvers chart is SVG naming alice: {svg[:200]!r}")
+    a.shot("console-report", height=1300)
+
+
 SCENARIOS = [queue_and_approve, queue_updates_itself, deny_with_reason, two_person,
              resolve_unknown, outsider_sees_nothing, markup_is_text, cancellation_is_named,
-             approve_lower, batch_review, step_up_with_passkey]
+             approve_lower, batch_review, step_up_with_passkey, report_page]
 
 
 def csp_violations(entries):

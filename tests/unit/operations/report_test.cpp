@@ -36,8 +36,8 @@ pb::Operation approved(pb::Operation o, const std::string& by, int64_t at_s) {
 TEST_CASE("the report counts what was proposed, decided and how fast, from the window only") {
   operations::DecisionReport r(100'000);
   r.add(op("full-refund", 999, "refund", 50));  // before the window: not counted
-  r.add(approved(op("full-refund", 2500, "refund", 100), "alice", 110));    // 10 s
-  r.add(approved(op("full-refund", 1500, "refund", 200), "alice", 230));    // 30 s
+  r.add(approved(op("full-refund", 2500, "refund", 100), "alice", 110));            // 10 s
+  r.add(approved(op("full-refund", 1500, "refund", 200), "alice", 230));            // 30 s
   auto lowered = approved(op("account-credit", 1000, "support", 300), "bob", 400);  // 100 s
   lowered.mutable_proposal()->set_original_amount_minor(1600);
   lowered.set_unknown_since_ms(410'000);
