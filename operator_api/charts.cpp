@@ -12,11 +12,21 @@ std::string xml_text(std::string_view text) {
   std::string out;
   for (char c : text.substr(0, 80)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // Control characters are not XML text.
         if (static_cast<unsigned char>(c) >= 0x20) out += c;
@@ -43,8 +53,8 @@ std::string bar_chart_svg(std::string_view title,
                        kTop + 15);
   int y = kTop;
   for (const auto& [label, value] : bars) {
-    const int length = static_cast<int>((kWidth - kLabel - 60) * std::max<int64_t>(value, 0) /
-                                        largest);
+    const int length =
+        static_cast<int>((kWidth - kLabel - 60) * std::max<int64_t>(value, 0) / largest);
     svg += fmt::format(
         "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>"
         "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#2b59c3\"/>"

@@ -6,8 +6,8 @@
 using namespace opgate;
 
 TEST_CASE("a bar chart is SVG with one bar per label, scaled to the largest; labels escaped") {
-  auto svg = operator_api::bar_chart_svg(
-      "Approvals", {{"alice", 10}, {"<script>alert(1)</script>&bob\x1b", 5}});
+  auto svg = operator_api::bar_chart_svg("Approvals",
+                                         {{"alice", 10}, {"<script>alert(1)</script>&bob\x1b", 5}});
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
   CHECK(svg.find("<script>") == std::string::npos);
   CHECK(svg.find("&lt;script&gt;alert(1)&lt;/script&gt;&amp;bob") != std::string::npos);
