@@ -15,4 +15,8 @@ namespace opgate {
 // shown is what the text holds.
 std::string printable(std::string_view text);
 
+// &, <, >, " and ' as character references: text safe inside HTML or XML
+// markup (attribute values included).
+std::string html_escape(std::string_view text);
+
 }  // namespace opgate

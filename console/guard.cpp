@@ -104,33 +104,6 @@ std::string safe_next(std::string_view path) {
   return std::string(path);
 }
 
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 void add_security_headers(http::Response& response) {
   response.headers["Content-Security-Policy"] = std::string(kContentSecurityPolicy);
   response.headers["X-Content-Type-Options"] = "nosniff";

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/text.h"
 #include "http/message.h"
 
 namespace opgate::console {
@@ -64,8 +65,8 @@ std::optional<std::map<std::string, std::string>> parse_form(std::string_view bo
 // else the queue.
 std::string safe_next(std::string_view path);
 
-// &, <, >, " and ' as character references.
-std::string html_escape(std::string_view text);
+// &, <, >, " and ' as character references (common/text.h).
+using opgate::html_escape;
 
 // Adds the headers every console answer carries: the Content-Security-
 // Policy, nosniff, no referrer, no framing, and Cache-Control: no-store

@@ -4,35 +4,19 @@
 
 #include <algorithm>
 
+#include "common/text.h"
+
 namespace opgate::operator_api {
 
 namespace {
 
+// At most 80 characters, without the control characters XML text cannot
+// hold, escaped.
 std::string xml_text(std::string_view text) {
-  std::string out;
-  for (char c : text.substr(0, 80)) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        // Control characters are not XML text.
-        if (static_cast<unsigned char>(c) >= 0x20) out += c;
-    }
-  }
-  return out;
+  std::string kept;
+  for (char c : text.substr(0, 80))
+    if (static_cast<unsigned char>(c) >= 0x20) kept += c;
+  return html_escape(kept);
 }
 
 }  // namespace
