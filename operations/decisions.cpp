@@ -67,10 +67,7 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
   p.set_edit_reason(request.edit_reason);
   p.set_tier(tier_of(op, policy));
   p.set_effect(effect_text(p));
-  op.set_fingerprint(fingerprint(p));
-  std::string discarded;
-  for (const auto& a : op.approvals()) discarded += (discarded.empty() ? "" : ",") + a.principal();
-  op.clear_approvals();
+  const std::string discarded = proposal_changed(op);
   request.fingerprint = op.fingerprint();
   return details({{"from_amount_minor", std::to_string(from)},
                   {"to_amount_minor", std::to_string(request.amount_minor)},
@@ -172,11 +169,8 @@ Result<bool> retier(store::Transaction& txn, pb::Operation& op, const PolicyConf
   const std::string tier = tier_of(op, policy);
   if (tier == op.proposal().tier()) return false;
   const std::string from = op.proposal().tier();
-  std::string discarded;
-  for (const auto& a : op.approvals()) discarded += (discarded.empty() ? "" : ",") + a.principal();
   op.mutable_proposal()->set_tier(tier);
-  op.set_fingerprint(fingerprint(op.proposal()));
-  op.clear_approvals();
+  const std::string discarded = proposal_changed(op);
   OPGATE_TRY(save_with_audit(
       txn, op, "retier", principal,
       details({{"from_tier", from}, {"to_tier", tier}, {"discarded_approvals", discarded}})));

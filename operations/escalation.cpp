@@ -1,6 +1,5 @@
 #include "operations/escalation.h"
 
-#include "operations/keys.h"
 #include "operations/notifications.h"
 #include "operations/state_machine.h"
 #include "operations/transitions.h"
@@ -42,14 +41,10 @@ Result<EscalationDue> remind_or_escalate(store::Transaction& txn, const std::str
   }
   if (due.escalate) {
     const std::string from = op.proposal().tier();
-    std::string discarded;
-    for (const auto& a : op.approvals())
-      discarded += (discarded.empty() ? "" : ",") + a.principal();
     op.set_escalated_at_ms(now);
     op.set_escalated_to_tier(policy.escalation.escalate_to_tier);
     op.mutable_proposal()->set_tier(policy.escalation.escalate_to_tier);
-    op.set_fingerprint(fingerprint(op.proposal()));
-    op.clear_approvals();
+    const std::string discarded = proposal_changed(op);
     OPGATE_TRY(save_with_audit(txn, op, "escalate", "system",
                                details({{"from_tier", from},
                                         {"to_tier", op.proposal().tier()},

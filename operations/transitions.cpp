@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "common/logging.h"
+#include "operations/keys.h"
 #include "operations/notifications.h"
 
 namespace opgate::operations {
@@ -49,6 +50,14 @@ std::string details(std::initializer_list<std::pair<std::string_view, std::strin
   boost::json::object o;
   for (const auto& [k, v] : fields) o[k] = v;
   return boost::json::serialize(o);
+}
+
+std::string proposal_changed(pb::Operation& op) {
+  std::string discarded;
+  for (const auto& a : op.approvals()) discarded += (discarded.empty() ? "" : ",") + a.principal();
+  op.set_fingerprint(fingerprint(op.proposal()));
+  op.clear_approvals();
+  return discarded;
 }
 
 Status save(store::Transaction& txn, pb::Operation& op) {

@@ -30,6 +30,12 @@ Status save_with_audit(store::Transaction& txn, pb::Operation& operation, const 
 // Saves bookkeeping only (attempt counters, last error): no audit record.
 Status save(store::Transaction& txn, pb::Operation& operation);
 
+// After the proposal changed in place (re-tiered, escalated, lowered by an
+// approver): its fingerprint is computed again and the approvals given for
+// the old one are discarded. Returns who had approved ("alice,bob"), for the
+// change's audit record. Writes nothing.
+std::string proposal_changed(pb::Operation& operation);
+
 // A JSON object of string fields, for audit details.
 std::string details(std::initializer_list<std::pair<std::string_view, std::string>> fields);
 
