@@ -275,9 +275,7 @@ Status Node::build_listeners() {
     api_deps_->console_auth = [this](const http::Request& r, const operator_api::Principals& p) {
       return console_->authenticate(r, p);
     };
-    api_deps_->passkey_site = [this](const http::Request& r) {
-      return std::optional<operations::PasskeySite>(console_->passkey_site(r));
-    };
+    api_deps_->passkey_site = [this](const http::Request& r) { return console_->passkey_site(r); };
   }
   operator_router_ = operator_api::make_router(*api_deps_);
   if (config_.console.enabled) console_->add_routes(operator_router_);

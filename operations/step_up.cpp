@@ -84,14 +84,7 @@ Result<pb::PasskeyChallenge> use_challenge(store::Transaction& txn, const std::s
 // An administrator's allowance for the principal to register one passkey:
 // used up by the registration.
 Status use_enrolment(store::Transaction& txn, const std::string& principal) {
-  OPGATE_ASSIGN_OR_RETURN(auto raw, txn.kept(kEnrolments, principal));
-  pb::PasskeyChallenge allowed;
-  if (!raw || !allowed.ParseFromString(*raw) || allowed.principal() != principal ||
-      allowed.expires_at_ms() <= txn.now_ms())
-    return make_error(errc::step_up_required,
-                      "Registering a passkey needs an administrator's allowance first: "
-                      "opgate passkeys allow --principal " +
-                          principal);
+  OPGATE_TRY(require_passkey_enrolment(txn, principal));
   txn.forget(kEnrolments, principal);
   return Status::Ok();
 }
@@ -114,12 +107,16 @@ Status allow_passkey_enrolment(store::Transaction& txn, const std::string& princ
   return Status::Ok();
 }
 
-Result<bool> passkey_enrolment_allowed(store::Reader& reader, const std::string& principal,
-                                       int64_t now_ms) {
-  OPGATE_ASSIGN_OR_RETURN(auto raw, reader.kept(kEnrolments, principal));
+Status require_passkey_enrolment(store::Transaction& txn, const std::string& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto raw, txn.kept(kEnrolments, principal));
   pb::PasskeyChallenge allowed;
-  return raw && allowed.ParseFromString(*raw) && allowed.principal() == principal &&
-         allowed.expires_at_ms() > now_ms;
+  if (!raw || !allowed.ParseFromString(*raw) || allowed.principal() != principal ||
+      allowed.expires_at_ms() <= txn.now_ms())
+    return make_error(errc::step_up_required,
+                      "Registering a passkey needs an administrator's allowance first: "
+                      "opgate passkeys allow --principal " +
+                          principal);
+  return Status::Ok();
 }
 
 std::string passkey_id(const pb::Passkey& p) { return crypto::base64url_encode(p.credential_id()); }

@@ -44,8 +44,8 @@ Result<std::string> issue_passkey_challenge(store::Transaction& txn, const std::
 inline constexpr int64_t kPasskeyEnrolmentTtlMs = 24 * 3600 * 1000;
 Status allow_passkey_enrolment(store::Transaction& txn, const std::string& principal,
                                const std::string& allowed_by);
-Result<bool> passkey_enrolment_allowed(store::Reader& reader, const std::string& principal,
-                                       int64_t now_ms);
+// step_up_required unless an allowance for `principal` is open.
+Status require_passkey_enrolment(store::Transaction& txn, const std::string& principal);
 
 // Registers the passkey the browser created for the registration challenge
 // (raw bytes in, as the browser returned them), using up the allowance.

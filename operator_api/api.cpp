@@ -564,7 +564,7 @@ class Api {
   // One approval of `key` from the fields of `body`: the amount, currency
   // and fingerprint shown, and an edit_reason with a lower amount.
   Response approve_one(const std::string& key, const json::object& body, const Principal& p,
-                       const std::optional<operations::PasskeySite>& site) {
+                       const Result<operations::PasskeySite>& site) {
     auto* amount = body.if_contains("amount_minor");
     auto currency = string_field(body, "currency", 8);
     auto fp = string_field(body, "fingerprint", 128);
@@ -615,17 +615,19 @@ class Api {
     return after_decision(s, key, p);
   }
 
-  std::optional<operations::PasskeySite> site_of(const Request& req) const {
-    if (!d_.passkey_site) return std::nullopt;
+  // Where passkeys are registered and used for this request: the console.
+  Result<operations::PasskeySite> site_of(const Request& req) const {
+    if (!d_.passkey_site)
+      return make_error(errc::step_up_failed,
+                        "Passkeys are registered and used through the console, which is not "
+                        "served here.");
     return d_.passkey_site(req);
   }
 
   // An approval's "step_up": the passkey's assertion, its fields base64url.
-  Result<operations::StepUpProof> parse_step_up(
-      const json::value& v, const std::optional<operations::PasskeySite>& site) {
-    if (!site)
-      return make_error(errc::step_up_failed,
-                        "Passkeys are used through the console, which is not served here.");
+  Result<operations::StepUpProof> parse_step_up(const json::value& v,
+                                                const Result<operations::PasskeySite>& site) {
+    if (!site) return site.error();
     if (!v.is_object()) return make_error(errc::bad_request, "step_up must be an object.");
     operations::StepUpProof proof;
     proof.site = *site;
@@ -655,9 +657,7 @@ class Api {
     auto fp = string_field(*body, "fingerprint", 128);
     if (!fp) return error_response(errc::bad_request, "fingerprint (as shown) is required.");
     auto site = site_of(req);
-    if (!site)
-      return error_response(errc::step_up_failed,
-                            "Passkeys are used through the console, which is not served here.");
+    if (!site) return from_error(site.error());
     const std::string key = params.at("key");
     std::string challenge;
     std::vector<pb::Passkey> passkeys;
@@ -702,19 +702,11 @@ class Api {
   // site, the principal, and the passkeys it holds already (not again).
   Response passkey_challenge(const Request& req, const Principal& p) {
     auto site = site_of(req);
-    if (!site)
-      return error_response(errc::step_up_failed,
-                            "Passkeys are registered in the console, which is not served here.");
+    if (!site) return from_error(site.error());
     std::string challenge;
     std::vector<pb::Passkey> held;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(bool allowed,
-                              operations::passkey_enrolment_allowed(txn, p.name, txn.now_ms()));
-      if (!allowed)
-        return make_error(errc::step_up_required,
-                          "Registering a passkey needs an administrator's allowance first: "
-                          "opgate passkeys allow --principal " +
-                              p.name);
+      OPGATE_TRY(operations::require_passkey_enrolment(txn, p.name));
       OPGATE_ASSIGN_OR_RETURN(held, operations::passkeys_of(txn, p.name));
       OPGATE_ASSIGN_OR_RETURN(challenge,
                               operations::issue_passkey_challenge(txn, p.name, "register"));
@@ -737,9 +729,7 @@ class Api {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto site = site_of(req);
-    if (!site)
-      return error_response(errc::step_up_failed,
-                            "Passkeys are registered in the console, which is not served here.");
+    if (!site) return from_error(site.error());
     auto label = string_field(*body, "label", 64);
     if (!label) return error_response(errc::bad_request, "label is required (1-64 characters).");
     std::string fields[3];

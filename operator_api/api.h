@@ -77,7 +77,7 @@ struct ApiDeps {
   // Where the console is, for a request (its origin and relying party id):
   // passkeys are registered and step-up approvals signed there. Unset: no
   // console, so no passkeys.
-  std::function<std::optional<operations::PasskeySite>(const http::Request&)> passkey_site = {};
+  std::function<operations::PasskeySite(const http::Request&)> passkey_site = {};
 };
 
 http::Router make_router(ApiDeps& deps);
