@@ -505,23 +505,35 @@ int policy_show(const Context& c) {
 
 namespace {
 
-// "30d", "12h", "90m" as milliseconds; nothing for anything else.
-std::optional<int64_t> window_ms(const std::string& text) {
-  if (text.size() < 2 || text.size() > 8) return std::nullopt;
-  const std::string digits = text.substr(0, text.size() - 1);
-  if (!std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+// "90m", "2h", "1d", "30s": milliseconds; a bare number is seconds, and
+// `bare_is_absolute` makes it a point in time (Unix seconds) instead.
+std::optional<std::pair<int64_t, bool>> duration_ms(const std::string& text) {
+  try {
+    size_t used = 0;
+    const int64_t n = std::stoll(text, &used);
+    const std::string unit = text.substr(used);
+    const int64_t scale = unit.empty()  ? 1000
+                          : unit == "s" ? 1000
+                          : unit == "m" ? 60'000
+                          : unit == "h" ? 3'600'000
+                          : unit == "d" ? 86'400'000
+                                        : -1;
+    if (n < 0 || scale < 0) return std::nullopt;
+    return std::pair<int64_t, bool>{n * scale, unit.empty()};
+  } catch (...) {
     return std::nullopt;
-  const int64_t count = std::stoll(digits);
-  switch (text.back()) {
-    case 'd':
-      return count * 86'400'000;
-    case 'h':
-      return count * 3'600'000;
-    case 'm':
-      return count * 60'000;
-    default:
-      return std::nullopt;
   }
+}
+
+// A window of minutes, hours or days ("90m", "12h", "30d") as milliseconds;
+// nothing for anything else (a bare number, seconds, a sign, over 8 characters).
+std::optional<int64_t> window_ms(const std::string& text) {
+  if (text.size() < 2 || text.size() > 8 ||
+      std::string_view("mhd").find(text.back()) == std::string_view::npos ||
+      !std::all_of(text.begin(), text.end() - 1, [](char ch) { return ch >= '0' && ch <= '9'; }))
+    return std::nullopt;
+  auto d = duration_ms(text);
+  return d ? std::optional<int64_t>(d->first) : std::nullopt;
 }
 
 // The proposal as recorded, from the operation's JSON.
@@ -802,30 +814,6 @@ int notify_release_held(const Context& c, const std::string& from, const std::st
                                s(r->body, "replayed"), from, to);
   });
 }
-
-namespace {
-
-// "90m", "2h", "1d", "30s": milliseconds; a bare number is seconds, and
-// `bare_is_absolute` makes it a point in time (Unix seconds) instead.
-std::optional<std::pair<int64_t, bool>> duration_ms(const std::string& text) {
-  try {
-    size_t used = 0;
-    const int64_t n = std::stoll(text, &used);
-    const std::string unit = text.substr(used);
-    const int64_t scale = unit.empty()  ? 1000
-                          : unit == "s" ? 1000
-                          : unit == "m" ? 60'000
-                          : unit == "h" ? 3'600'000
-                          : unit == "d" ? 86'400'000
-                                        : -1;
-    if (n < 0 || scale < 0) return std::nullopt;
-    return std::pair<int64_t, bool>{n * scale, unit.empty()};
-  } catch (...) {
-    return std::nullopt;
-  }
-}
-
-}  // namespace
 
 int notify_replay(const Context& c, const std::string& endpoint, const std::string& since) {
   auto d = duration_ms(since);
