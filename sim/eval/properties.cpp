@@ -112,7 +112,9 @@ std::string describe(const Call& c) {
   return fmt::format("{} {}({})", c.session, c.name, c.arguments);
 }
 
-std::string answer_of(const Call& c) {
+// A session's call or an MCP agent's.
+template <typename AnyCall>
+std::string answer_of(const AnyCall& c) {
   if (!c.answered) return "no result";
   if (!c.success) return "refused: " + c.error;
   return "answered";
@@ -580,6 +582,29 @@ void expect_field(Checker& c, const std::string& what, const json::object& expec
           fmt::format("{} {}: {} (expected {})", what, field, got_text, want_text));
 }
 
+// The expected results of one session's or agent's calls (`who`: "session
+// s1", "agent a1"), in order: each a success or a refusal, containing a text.
+template <typename AnyCall>
+void check_results(Checker& c, const std::string& who, const json::array& list,
+                   const std::vector<AnyCall>& calls) {
+  c.check(list.size() == calls.size(),
+          fmt::format("{}: {} call(s) (expected {})", who, calls.size(), list.size()));
+  for (size_t i = 0; i < std::min(list.size(), calls.size()); ++i) {
+    const auto& w = list[i];
+    const auto& call = calls[i];
+    const bool want_success = w.is_object() && w.as_object().contains("success") &&
+                              w.at("success").is_bool() && w.at("success").as_bool();
+    const auto contains = str(w, "contains");
+    const auto text = call.success ? call.output : call.error;
+    const bool ok =
+        call.answered && call.success == want_success && text.find(contains) != std::string::npos;
+    c.check(ok, fmt::format("{} call {} {}: {}{} (expected {}{})", who, i + 1, call.name,
+                            answer_of(call), call.success ? " " + call.output.substr(0, 120) : "",
+                            want_success ? "success" : "refusal",
+                            contains.empty() ? "" : " containing \"" + contains + "\""));
+  }
+}
+
 }  // namespace
 
 const std::map<std::string, ToolShape>& permitted_tools() {
@@ -671,26 +696,8 @@ PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& tra
                 fmt::format("session {}: last turn {} (expected {})", name, last,
                             json::serialize(*turn)));
       }
-      if (auto* results = want.if_contains("results"); results && results->is_array()) {
-        const auto& list = results->as_array();
-        c.check(list.size() == calls.size(), fmt::format("session {}: {} call(s) (expected {})",
-                                                         name, calls.size(), list.size()));
-        for (size_t i = 0; i < std::min(list.size(), calls.size()); ++i) {
-          const auto& w = list[i];
-          const auto& call = calls[i];
-          const bool want_success = w.is_object() && w.as_object().contains("success") &&
-                                    w.at("success").is_bool() && w.at("success").as_bool();
-          const auto contains = str(w, "contains");
-          const auto text = call.success ? call.output : call.error;
-          const bool ok = call.answered && call.success == want_success &&
-                          text.find(contains) != std::string::npos;
-          c.check(ok,
-                  fmt::format("session {} call {} {}: {}{} (expected {}{})", name, i + 1, call.name,
-                              answer_of(call), call.success ? " " + call.output.substr(0, 120) : "",
-                              want_success ? "success" : "refusal",
-                              contains.empty() ? "" : " containing \"" + contains + "\""));
-        }
-      }
+      if (auto* results = want.if_contains("results"); results && results->is_array())
+        check_results(c, "session " + name, results->as_array(), calls);
     }
   }
   if (auto* agents = expect.if_contains("agents"); agents && agents->is_object()) {
@@ -703,27 +710,7 @@ PropertyResult check_expected_outcome(const Scenario& scenario, const Trace& tra
       }
       const auto* results = kv.value().as_object().if_contains("results");
       if (!results || !results->is_array()) continue;
-      const auto& list = results->as_array();
-      const auto& calls = it->second.calls;
-      c.check(list.size() == calls.size(),
-              fmt::format("agent {}: {} call(s) (expected {})", name, calls.size(), list.size()));
-      for (size_t i = 0; i < std::min(list.size(), calls.size()); ++i) {
-        const auto& w = list[i];
-        const auto& call = calls[i];
-        const bool want_success = w.is_object() && w.as_object().contains("success") &&
-                                  w.at("success").is_bool() && w.at("success").as_bool();
-        const auto contains = str(w, "contains");
-        const auto text = call.success ? call.output : call.error;
-        const bool ok = call.answered && call.success == want_success &&
-                        text.find(contains) != std::string::npos;
-        c.check(ok, fmt::format("agent {} call {} {}: {}{} (expected {}{})", name, i + 1, call.name,
-                                !call.answered ? std::string("no result")
-                                : call.success ? std::string("answered")
-                                               : "refused: " + call.error,
-                                call.success ? " " + call.output.substr(0, 120) : "",
-                                want_success ? "success" : "refusal",
-                                contains.empty() ? "" : " containing \"" + contains + "\""));
-      }
+      check_results(c, "agent " + name, results->as_array(), it->second.calls);
     }
   }
   return c.done("the scenario expects nothing further");
