@@ -225,7 +225,7 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
       operations::answer_call(txn, {ref, action.name, action.arguments_json, session.owner()},
                               policy, fetched));
   metrics_.inc("opgate_tool_calls_total",
-               {{"tool", operations::known_tool(action.name) ? action.name : "unknown"},
+               {{"tool", policy.offers(action.name) ? action.name : "unknown"},
                 {"result", answered.outcome}});
   return Status::Ok();
 }

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <cctype>
 #include <cstdlib>
@@ -360,6 +361,51 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
   if (p.has("escalation")) parse_escalation(p.table("escalation"), pol);
 }
 
+// A TOML value as JSON, for the pure core's parsers. Dates and times have
+// no place in a declaration: they are refused where they stand.
+boost::json::value to_json(const toml::value& v, const std::string& path) {
+  if (v.is_boolean()) return v.as_boolean();
+  if (v.is_integer()) return static_cast<int64_t>(v.as_integer());
+  if (v.is_floating()) return static_cast<double>(v.as_floating());
+  if (v.is_string()) return boost::json::string(v.as_string().str);
+  if (v.is_array()) {
+    boost::json::array out;
+    size_t i = 0;
+    for (const auto& item : v.as_array())
+      out.push_back(to_json(item, fmt::format("{}[{}]", path, i++)));
+    return out;
+  }
+  if (v.is_table()) {
+    boost::json::object out;
+    for (const auto& [k, item] : v.as_table()) out[k] = to_json(item, path + "." + k);
+    return out;
+  }
+  throw ConfigError(fmt::format("key '{}' must not be a date or time", path));
+}
+
+// [[operations]]: tools declared without code (operations/declared.h). The
+// executor's token is read from its environment variable now, so a missing
+// one stops the start, not the first approval.
+void parse_operations(const toml::value& list, operations::PolicyConfig& pol) {
+  if (!list.is_array())
+    throw ConfigError("'operations' must be an array of tables: write [[operations]]");
+  size_t i = 0;
+  for (const auto& table : list.as_array()) {
+    const std::string path = fmt::format("operations[{}]", i++);
+    auto op = operations::parse_declared_operation(to_json(table, path), path);
+    if (!op) throw ConfigError(op.error().message);
+    if (pol.declared_operation(op->name))
+      throw ConfigError(fmt::format("key '{}.name': '{}' is declared twice", path, op->name));
+    op->executor.token = env_or_empty(op->executor.token_env);
+    if (op->executor.token.empty())
+      throw ConfigError(
+          fmt::format("key '{}.executor.token_env': the environment variable {} is "
+                      "not set (the executor's bearer token)",
+                      path, op->executor.token_env));
+    pol.declared.push_back(std::move(*op));
+  }
+}
+
 void parse_store(const Section& st, Config::Store& s, const std::filesystem::path& base_dir) {
   st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms",
            "sslmode", "sslrootcert", "sslcert", "sslkey", "block_cache_bytes",
@@ -561,7 +607,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   Config c;
   const Section root(file, "");
   root.only({"data_dir", "log", "store", "ingress", "operator", "mcp", "agent", "payments",
-             "orders", "policy", "outbox", "notify", "console"});
+             "orders", "policy", "outbox", "notify", "console", "operations"});
   c.data_dir = root.string("data_dir", c.data_dir);
   if (root.has("log")) {
     const Section log = root.table("log");
@@ -626,6 +672,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
     if (http) c.orders.secret = env_or_empty(o.string("token_env", "OPGATE_ORDERS_TOKEN"));
   }
   if (root.has("policy")) parse_policy(root.table("policy"), c.policy);
+  if (root.has("operations")) parse_operations(file.at("operations"), c.policy);
   if (root.has("notify")) parse_notify(root.table("notify"), c.notify);
   if (root.has("outbox")) {
     const Section o = root.table("outbox");

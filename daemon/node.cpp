@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "adapters/agents/agents_http_client.h"
+#include "adapters/executors/http_executor.h"
 #include "adapters/orders/http_order_service.h"
 #include "adapters/payments/stripe_provider.h"
 #include "common/files.h"
@@ -143,6 +144,14 @@ Status Node::open_store() {
   return Status::Ok();
 }
 
+int64_t Node::execution_budget_ms() const {
+  // A cancellation at the order service and then the refund, or a declared
+  // operation's executor (whose later timeouts are held to this).
+  int64_t budget = config_.payments.timeout_ms + (order_service_ ? config_.orders.timeout_ms : 0);
+  for (const auto& op : config_.policy.declared) budget = std::max(budget, op.executor.timeout_ms);
+  return budget;
+}
+
 Status Node::build_adapters() {
   for (const auto& p : config_.principals)
     if (p.owners.empty())
@@ -163,6 +172,9 @@ Status Node::build_adapters() {
     cancelling_ = adapters::make_cancelling_provider(*payments_, *order_service_);
     provider_ = cancelling_.get();
   }
+  // Declared operations go to their executors; the rest to the provider.
+  declared_ = adapters::make_declared_executors(*provider_, policy_, execution_budget_ms());
+  provider_ = declared_.get();
   return Status::Ok();
 }
 
@@ -176,8 +188,7 @@ Status Node::build_work() {
   outbox::DrainerOptions drainer_options;
   // Longer than an execution can take: a cancellation at the order service
   // and then the refund.
-  drainer_options.claim_lease_ms =
-      config_.payments.timeout_ms + (order_service_ ? config_.orders.timeout_ms : 0) + 10'000;
+  drainer_options.claim_lease_ms = execution_budget_ms() + 10'000;
   drainer_options.shared_store = shared_store_;
   drainer_ =
       std::make_unique<outbox::Drainer>(storage, *lanes_, *provider_, *agents_, policy_, metrics_,

@@ -63,6 +63,8 @@ class Node {
   explicit Node(const Config& config);
   Status open_store();
   Status build_adapters();
+  // How long one execution may take: its claim lease is sized for it.
+  int64_t execution_budget_ms() const;
   Status build_work();
   Status build_notifications();
   Status build_listeners();
@@ -84,6 +86,7 @@ class Node {
   std::unique_ptr<operations::PaymentProvider> payments_;
   std::unique_ptr<operations::OrderService> order_service_;
   std::unique_ptr<operations::PaymentProvider> cancelling_;
+  std::unique_ptr<operations::PaymentProvider> declared_;
   operations::PaymentProvider* provider_ = nullptr;
 
   Random random_;

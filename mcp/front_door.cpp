@@ -287,9 +287,9 @@ void FrontDoor::call_tool(const Caller& caller, const json::object& params, Tool
       return done(make_error(errc::method_not_allowed, "get_operation does not run as a task."));
     return done(get_operation(caller, arguments));
   }
-  if (!operations::known_tool(*name) || !policy->enabled(*name))
+  if (!policy->offers(*name))
     return done(make_error(errc::bad_request, fmt::format("Unknown tool {}.", *name)));
-  if (task && !operations::proposing_tool(*name))
+  if (task && !policy->proposes(*name))
     return done(
         make_error(errc::method_not_allowed, fmt::format("{} does not run as a task.", *name)));
   operations::AgentCall request;

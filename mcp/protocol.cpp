@@ -125,7 +125,7 @@ json::array tools(const operations::PolicyConfig& policy) {
   for (const auto& def : operations::tool_definitions(policy)) {
     const auto& d = def.as_object();
     const std::string name(d.at("name").as_string());
-    const bool proposes = operations::proposing_tool(name);
+    const bool proposes = policy.proposes(name);
     const bool reads = name == "lookup_order";
     out.push_back(json::object{
         {"name", name},

@@ -56,6 +56,12 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
     return make_error(errc::widening_refused,
                       "A cancellation refunds what remains of the order; its amount cannot be "
                       "lowered. Deny it instead.");
+  const DeclaredOperation* declared =
+      p.arguments_json().empty() ? nullptr : policy.declared_operation(p.kind());
+  if (!p.arguments_json().empty() && (!declared || declared->money == Money::none))
+    return make_error(errc::widening_refused,
+                      "This operation's amount cannot be lowered; approve or deny it as "
+                      "proposed.");
   if (request.edit_reason.empty())
     return make_error(errc::bad_request,
                       "edit_reason is required to approve a lower amount (what the agent is told "
@@ -67,6 +73,20 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
   p.set_edit_reason(request.edit_reason);
   p.set_tier(tier_of(op, policy));
   p.set_effect(effect_text(p));
+  if (declared) {
+    // The executor is told the lowered amount: it is the amount argument.
+    json::error_code ec;
+    auto arguments = json::parse(p.arguments_json(), ec);
+    if (ec || !arguments.is_object())
+      return make_error(errc::corrupt_record, "the proposal's arguments are not a JSON object");
+    arguments.as_object()[declared->amount_argument] = request.amount_minor;
+    p.set_arguments_json(json::serialize(arguments));
+    p.set_effect(fmt::format("{} (lowered by the approver from {})",
+                             render_effect(*declared, arguments.as_object(),
+                                           format_money(p.amount_minor(), p.currency()),
+                                           p.order_id(), p.customer(), p.payment_method()),
+                             format_money(from, p.currency())));
+  }
   const std::string discarded = proposal_changed(op);
   request.fingerprint = op.fingerprint();
   return details({{"from_amount_minor", std::to_string(from)},

@@ -20,16 +20,22 @@ void enqueue_reconcile(store::Transaction& txn, const std::string& key, int64_t 
 PaymentRequest payment_request(const pb::Operation& op) {
   const auto& p = op.proposal();
   using Kind = PaymentRequest::Kind;
-  return {p.kind() == kAccountCredit ? Kind::customer_credit : Kind::refund,
-          op.key(),
-          op.idempotency_key(),
-          p.payment_intent(),
-          p.customer(),
-          p.amount_minor(),
-          p.currency(),
-          p.reason(),
-          p.kind() == kCancelOrder,
-          p.order_id()};
+  const bool declared = !p.arguments_json().empty();
+  return {.kind = declared                     ? Kind::declared
+                  : p.kind() == kAccountCredit ? Kind::customer_credit
+                                               : Kind::refund,
+          .operation_key = op.key(),
+          .idempotency_key = op.idempotency_key(),
+          .payment_intent = p.payment_intent(),
+          .customer = p.customer(),
+          .amount_minor = p.amount_minor(),
+          .currency = p.currency(),
+          .reason = p.reason(),
+          .cancel_order = p.kind() == kCancelOrder,
+          .order_id = p.order_id(),
+          .operation = declared ? p.kind() : std::string(),
+          .owner = p.owner(),
+          .arguments_json = p.arguments_json()};
 }
 
 Status recover_executing(store::Transaction& txn, pb::Operation& op, const std::string& reason,

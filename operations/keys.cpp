@@ -39,6 +39,12 @@ std::string fingerprint(const pb::Proposal& p) {
   add("payment_method", p.payment_method());
   add("reason", p.reason());
   add("tier", p.tier());
+  // Declared operations only, so that every built-in fingerprint stays what
+  // it always was: the exact arguments are part of what is approved.
+  if (!p.arguments_json().empty()) {
+    add("money", p.money());
+    add("arguments", p.arguments_json());
+  }
   // Only once lowered by an approver, so that every other fingerprint stays
   // what it always was.
   if (p.original_amount_minor() != 0) {

@@ -12,8 +12,10 @@
 namespace opgate::operations {
 
 struct PaymentRequest {
-  enum class Kind { refund, customer_credit };
-  Kind kind = Kind::refund;  // a refund of a payment, or a credit to a customer's balance
+  // A refund of a payment, a credit to a customer's balance, or a declared
+  // operation carried out by its executor.
+  enum class Kind { refund, customer_credit, declared };
+  Kind kind = Kind::refund;
   std::string operation_key;
   std::string idempotency_key;
   std::string payment_intent;  // refunds
@@ -25,6 +27,11 @@ struct PaymentRequest {
   // (order_service.h); the order it names.
   bool cancel_order = false;
   std::string order_id;
+  // Declared operations: the declaration's name, the owner and the checked
+  // arguments (JSON).
+  std::string operation;
+  std::string owner;
+  std::string arguments_json;
 };
 
 enum class Verdict {

@@ -38,7 +38,22 @@ bool PolicyConfig::enabled(std::string_view tool) const {
   return it != tools.end() && it->second.enabled;
 }
 
+const DeclaredOperation* PolicyConfig::declared_operation(std::string_view name) const {
+  for (const auto& op : declared)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+bool PolicyConfig::offers(std::string_view tool) const {
+  return enabled(tool) || declared_operation(tool) != nullptr;
+}
+
+bool PolicyConfig::proposes(std::string_view tool) const {
+  return proposing_tool(tool) || declared_operation(tool) != nullptr;
+}
+
 std::string PolicyConfig::tier(std::string_view tool) const {
+  if (const auto* op = declared_operation(tool)) return op->tier;
   auto it = tools.find(tool);
   if (it != tools.end() && !it->second.tier.empty()) return it->second.tier;
   auto tiers = tiers_of_tool(tool);
@@ -72,7 +87,26 @@ std::string tier_in_force(const pb::Proposal& p, const PolicyConfig& policy) {
   if (p.kind() == kAccountCredit) return credit_tier(p.amount_minor(), p.currency(), policy);
   if (p.kind() == kCancelOrder) return policy.tier("cancel_order");
   if (p.kind() == kFullRefund) return policy.tier("request_refund");
+  if (const auto* op = policy.declared_operation(p.kind()))
+    return declared_tier(*op, p.amount_minor(), p.currency());
   return "supervisor";  // a kind the policy does not know: the highest tier
+}
+
+std::optional<std::string> money_refusal(const pb::Order& order, const pb::OrderFunds& funds,
+                                         int64_t amount_minor) {
+  if (order.status() != pb::ORDER_PAID)
+    return fmt::format("The order is {}, so no money can move against it.",
+                       order_status_text(order.status()));
+  const int64_t remaining = remaining_minor(order, funds);
+  if (amount_minor > remaining)
+    return fmt::format(
+        "The amount exceeds what remains of the order's value ({}) after refunds and credits.",
+        format_money(remaining, order.currency()));
+  return std::nullopt;
+}
+
+bool counts_as_credit(const pb::Proposal& p) {
+  return p.kind() == kAccountCredit || p.money() == "credit";
 }
 
 int64_t remaining_minor(const pb::Order& order, const pb::OrderFunds& funds) {
@@ -232,6 +266,14 @@ std::optional<std::string> recheck(const pb::Proposal& p, const pb::Order& order
                          format_money(p.amount_minor(), p.currency()));
     return std::nullopt;
   }
+  if (const auto* op = policy.declared_operation(p.kind())) {
+    if (p.money() != to_string(op->money))
+      return fmt::format("The declaration of {} changed how it moves money.", op->name);
+    if (op->money != Money::none) return money_refusal(order, funds, p.amount_minor());
+    return std::nullopt;
+  }
+  if (!p.money().empty())
+    return fmt::format("{} is no longer declared in the configuration.", p.kind());
   return "The policy does not know this kind of operation.";
 }
 

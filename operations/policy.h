@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "operations/declared.h"
 #include "opgate.pb.h"
 
 namespace opgate::operations {
@@ -64,6 +65,15 @@ struct PolicyConfig {
   static std::map<std::string, ToolPolicy, std::less<>> default_tools();
   bool enabled(std::string_view tool) const;
   std::string tier(std::string_view tool) const;
+
+  // [[operations]]: the tools a team declared (operations/declared.h),
+  // offered after the built-in ones, in the file's order.
+  std::vector<DeclaredOperation> declared;
+  const DeclaredOperation* declared_operation(std::string_view name) const;
+  // Whether the model is offered the tool (built-in and enabled, or
+  // declared), and whether calling it may propose an operation.
+  bool offers(std::string_view tool) const;
+  bool proposes(std::string_view tool) const;
 
   // add_internal_note: at most this many pieces of evidence per note.
   int64_t note_max_evidence = 10;
@@ -122,8 +132,18 @@ struct CancelDecision {
 CancelDecision decide_cancel(const pb::Order& order, const pb::OrderFunds& funds,
                              const PolicyConfig& policy, int64_t now_s);
 
+// Why the order cannot give `amount_minor` to a declared operation that
+// moves money (not paid, or more than remains), or nothing.
+std::optional<std::string> money_refusal(const pb::Order& order, const pb::OrderFunds& funds,
+                                         int64_t amount_minor);
+
+// Whether a settled proposal adds to what was credited (a credit, built in
+// or declared) rather than to what was refunded.
+bool counts_as_credit(const pb::Proposal& proposal);
+
 // The approval tier the policy gives a proposal now: the tool's tier for a
-// refund or a cancellation, by amount for a credit. A pending proposal is
+// refund or a cancellation, by amount for a credit or a declared operation
+// (a kind no longer declared: supervisor). A pending proposal is
 // decided under the tier in force at the decision (decisions.h).
 std::string tier_in_force(const pb::Proposal& proposal, const PolicyConfig& policy);
 

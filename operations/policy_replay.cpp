@@ -21,6 +21,13 @@ std::string_view tool_of(std::string_view kind) {
 
 // Why `policy` would refuse the proposal outright, from what was recorded.
 std::string refusal(const pb::Proposal& p, const PolicyConfig& policy) {
+  if (!p.money().empty()) {
+    const auto* op = policy.declared_operation(p.kind());
+    if (!op) return fmt::format("{} is not declared", p.kind());
+    if (to_string(op->money) != p.money())
+      return fmt::format("{} moves money as \"{}\"", p.kind(), to_string(op->money));
+    return "";
+  }
   const auto tool = tool_of(p.kind());
   if (!tool.empty() && !policy.enabled(tool)) return fmt::format("{} is disabled", tool);
   if (p.kind() == kAccountCredit) {
@@ -93,6 +100,7 @@ Result<PolicyConfig> policy_from_json(const boost::json::object& shown) {
   for (const auto& t : tools->as_array()) {
     if (!t.is_object()) return bad("tools");
     const auto& o = t.as_object();
+    if (const auto* d = o.if_contains("declared"); d && d->is_bool() && d->as_bool()) continue;
     const auto* name = o.if_contains("name");
     const auto* enabled = o.if_contains("enabled");
     const auto* tier = o.if_contains("tier");
@@ -121,6 +129,33 @@ Result<PolicyConfig> policy_from_json(const boost::json::object& shown) {
           !amounts(l.if_contains("support_limit_minor"), p.credit_support_limit_minor) ||
           !integer(l, "delivery_delay_after_days", p.delivery_delay_after_days))
         return bad("credit limits");
+    }
+  }
+  // Declared operations: what tiers and refuses them (their schemas and
+  // executors play no part in a replay).
+  if (const auto* declared = shown.if_contains("declared")) {
+    if (!declared->is_array()) return bad("declared operations");
+    for (const auto& d : declared->as_array()) {
+      if (!d.is_object()) return bad("declared operation");
+      const auto& o = d.as_object();
+      DeclaredOperation op;
+      std::string money;
+      for (auto [key, out] : {std::pair{"name", &op.name},
+                              {"money", &money},
+                              {"amount_argument", &op.amount_argument},
+                              {"tier", &op.tier}}) {
+        const auto* v = o.if_contains(key);
+        if (!v || !v->is_string()) return bad("declared operation");
+        *out = std::string(v->as_string());
+      }
+      op.money = money == "refund"   ? Money::refund
+                 : money == "credit" ? Money::credit
+                                     : Money::none;
+      const auto* above = o.if_contains("tier_above_minor");
+      if (!above || !above->is_object()) return bad("declared tiers");
+      for (const auto& [tier, m] : above->as_object())
+        if (!amounts(&m, op.tier_above_minor[std::string(tier)])) return bad("declared tiers");
+      p.declared.push_back(std::move(op));
     }
   }
   if (!integer(shown, "approval_ttl_s", p.approval_ttl_s)) return bad("approval_ttl_s");

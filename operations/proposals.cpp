@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <boost/json.hpp>
 #include <charconv>
 
 #include "operations/keys.h"
@@ -9,6 +10,8 @@
 #include "operations/transitions.h"
 
 namespace opgate::operations {
+
+namespace json = boost::json;
 
 namespace {
 
@@ -58,7 +61,8 @@ Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Pro
 // The fingerprint of what the agent proposed: an operation whose amount an
 // approver lowered, or whose tier was escalated, still answers the same call
 // made again.
-std::string proposed_fingerprint(const pb::Operation& op, const pb::Proposal& incoming) {
+std::string proposed_fingerprint(const pb::Operation& op, const pb::Proposal& incoming,
+                                 const PolicyConfig& policy) {
   if (op.proposal().original_amount_minor() == 0 && op.escalated_to_tier().empty())
     return op.fingerprint();
   pb::Proposal as_proposed = op.proposal();
@@ -68,6 +72,16 @@ std::string proposed_fingerprint(const pb::Operation& op, const pb::Proposal& in
   as_proposed.clear_edited_by();
   as_proposed.clear_edit_reason();
   as_proposed.set_tier(incoming.tier());
+  // A declared operation carries its amount among the arguments as well.
+  const auto* declared = policy.declared_operation(as_proposed.kind());
+  if (declared && declared->money != Money::none && op.proposal().original_amount_minor() != 0) {
+    json::error_code ec;
+    auto arguments = json::parse(as_proposed.arguments_json(), ec);
+    if (!ec && arguments.is_object()) {
+      arguments.as_object()[declared->amount_argument] = op.proposal().original_amount_minor();
+      as_proposed.set_arguments_json(json::serialize(arguments));
+    }
+  }
   return fingerprint(as_proposed);
 }
 
@@ -119,7 +133,8 @@ Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& 
   OPGATE_ASSIGN_OR_RETURN(
       auto latest, latest_operation(txn, proposal.owner(), proposal.order_id(), proposal.kind()));
   if (!latest) return create_version(txn, call, proposal, fp, 1, policy, principal);
-  if (proposed_fingerprint(*latest, proposal) == fp) return link(txn, *latest, call, principal);
+  if (proposed_fingerprint(*latest, proposal, policy) == fp)
+    return link(txn, *latest, call, principal);
   if (!is(*latest, State::settled)) {
     stage_result(txn, call,
                  failure_result(fmt::format("A different proposal for this order ({}) is already "

@@ -4,6 +4,7 @@
 
 #include "operations/keys.h"
 #include "operations/orders.h"
+#include "operations/policy.h"
 #include "operations/transitions.h"
 
 namespace opgate::operations {
@@ -24,6 +25,11 @@ pb::ToolResult settled_result(const pb::Operation& op) {
                    {"order_id", op.proposal().order_id()},
                    {"amount_minor", op.proposal().amount_minor()},
                    {"currency", op.proposal().currency()}};
+  if (!op.proposal().arguments_json().empty()) {
+    json::error_code ec;
+    auto arguments = json::parse(op.proposal().arguments_json(), ec);
+    if (!ec) out["arguments"] = std::move(arguments);
+  }
   if (op.proposal().original_amount_minor() != 0) {
     // The approver lowered it: the agent hears both amounts and why.
     out["original_amount_minor"] = op.proposal().original_amount_minor();
@@ -67,7 +73,7 @@ Status update_funds(store::Transaction& txn, const pb::Operation& op, bool succe
   if (op.reserved_funds())
     funds.set_reserved_minor(std::max<int64_t>(0, funds.reserved_minor() - p.amount_minor()));
   if (succeeded) {
-    if (p.kind() == kAccountCredit)
+    if (counts_as_credit(p))
       funds.set_credited_minor(funds.credited_minor() + p.amount_minor());
     else
       funds.set_refunded_minor(funds.refunded_minor() + p.amount_minor());

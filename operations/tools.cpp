@@ -104,6 +104,7 @@ json::array tool_definitions(const PolicyConfig& policy) {
   json::array tools;
   for (auto name : operations::kToolNames)
     if (policy.enabled(name)) tools.push_back(all.at(name));
+  for (const auto& op : policy.declared) tools.push_back(declared_tool_definition(op));
   return tools;
 }
 
@@ -317,6 +318,31 @@ Result<ToolOutcome> cancel_order(std::string_view args_text, const std::string& 
   return ToolOutcome{{}, p, order_id, {}, {}};
 }
 
+// A declared operation: the arguments checked against its schema, the
+// subject order the owner's, and when it moves money, an amount the order
+// still has (invariant 10). The proposal carries the checked arguments.
+Result<ToolOutcome> declared_operation(const DeclaredOperation& op, std::string_view args_text,
+                                       const std::string& owner, const OrderLookup& lookup) {
+  auto checked = check_declared_arguments(op, args_text);
+  if (auto* refusal = std::get_if<std::string>(&checked)) return refuse(*refusal);
+  const auto& args = std::get<json::object>(checked);
+  const std::string order_id(args.at("order_id").as_string());
+  OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, order_id, owner));
+  if (!view) return refuse(std::string(kNotFound));
+  pb::Proposal p = base_proposal(view->order, op.name);
+  p.set_money(std::string(to_string(op.money)));
+  p.set_arguments_json(json::serialize(args));
+  if (op.money != Money::none) {
+    const int64_t amount = args.at(op.amount_argument).as_int64();
+    if (auto refusal = money_refusal(view->order, view->funds, amount)) return refuse(*refusal);
+    p.set_amount_minor(amount);
+  }
+  p.set_tier(declared_tier(op, p.amount_minor(), p.currency()));
+  p.set_effect(render_effect(op, args, format_money(p.amount_minor(), p.currency()), order_id,
+                             p.customer(), p.payment_method()));
+  return ToolOutcome{{}, p, order_id, {}, {}};
+}
+
 // The evidence rule: every reference is a call of this session that showed
 // or acted on this same order (lookup_order answered it, or a proposal was
 // made for it). Anything else refuses the note as a whole.
@@ -419,14 +445,17 @@ Result<ToolOutcome> dispatch_tool(std::string_view name, std::string_view argume
                                   const std::string& owner, const OrderLookup& lookup,
                                   const PolicyConfig& policy, int64_t now_s,
                                   const CallsLookup& session_calls) {
-  if (!policy.enabled(name)) {
+  if (!policy.offers(name)) {
     std::vector<std::string_view> offered;
     for (auto tool : operations::kToolNames)
       if (policy.enabled(tool)) offered.push_back(tool);
+    for (const auto& op : policy.declared) offered.push_back(op.name);
     return refuse(
         fmt::format("Unknown tool; the available tools are {}.", fmt::join(offered, ", ")));
   }
   auto outcome = [&]() -> Result<ToolOutcome> {
+    if (const auto* op = policy.declared_operation(name))
+      return declared_operation(*op, arguments_json, owner, lookup);
     if (name == "lookup_order") return lookup_order(arguments_json, owner, lookup, policy, now_s);
     if (name == "add_internal_note")
       return add_internal_note(arguments_json, owner, lookup, policy, session_calls);

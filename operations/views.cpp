@@ -66,6 +66,14 @@ json::object operation_json(const pb::Operation& op, bool attention) {
                  {"updated_at_ms", op.updated_at_ms()},
                  {"expires_at_ms", op.expires_at_ms()}};
   if (!is(op, Outcome::none)) o["outcome"] = outcome_text(op);
+  if (!p.arguments_json().empty()) {
+    // A declared operation: what it moves, and the arguments as approved.
+    auto& proposal = o["proposal"].as_object();
+    proposal["money"] = p.money();
+    json::error_code ec;
+    auto arguments = json::parse(p.arguments_json(), ec);
+    proposal["arguments"] = ec ? json::value(p.arguments_json()) : std::move(arguments);
+  }
   if (is(op, State::outcome_unknown)) o["unknown_since_ms"] = op.unknown_since_ms();
   if (op.reminded_at_ms() != 0) o["reminded_at_ms"] = op.reminded_at_ms();
   if (op.escalated_at_ms() != 0) {
@@ -174,10 +182,28 @@ json::object policy_json(const PolicyConfig& policy) {
                                  {"proposes", proposing_tool(name)},
                                  {"limits", std::move(limits)}});
   }
+  json::array declared;
+  for (const auto& op : policy.declared) {
+    // Shown with the built-in tools (always enabled: declaring it offers
+    // it), and in full under "declared".
+    json::object limits{{"money", to_string(op.money)}};
+    json::object above;
+    for (const auto& [tier, m] : op.tier_above_minor) above[tier] = amounts(m);
+    limits["tier_above_minor"] = std::move(above);
+    tools.push_back(json::object{{"name", op.name},
+                                 {"enabled", true},
+                                 {"tier", op.tier},
+                                 {"tiers_allowed", json::array{"refund", "support", "supervisor"}},
+                                 {"proposes", true},
+                                 {"declared", true},
+                                 {"limits", std::move(limits)}});
+    declared.push_back(declared_to_json(op));
+  }
   json::array step_up_tiers;
   for (const auto& t : policy.step_up.tiers) step_up_tiers.push_back(json::string(t));
   return json::object{
       {"tools", std::move(tools)},
+      {"declared", std::move(declared)},
       {"approval_ttl_s", policy.approval_ttl_s},
       {"two_person_threshold_minor", amounts(policy.two_person_threshold_minor)},
       {"escalation", json::object{{"remind_after_s", policy.escalation.remind_after_s},

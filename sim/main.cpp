@@ -5,6 +5,7 @@
 //   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet]
 //   opgate-sim load --port P --secret whsec_... [--connections N] [--seconds S]
 //   opgate-sim receiver --listen 127.0.0.1:0 --port-file FILE --secret whsec_...
+//   opgate-sim executor --listen 127.0.0.1:0 --port-file FILE [--token T]
 //   opgate-sim history --data-dir DIR [--settled N] [--outcome-unknown M]
 // Each writes its bound port to --port-file (atomically), logs JSON lines on
 // stderr, and exits 0 on SIGTERM or SIGINT. Admin endpoints (no auth):
@@ -14,6 +15,7 @@
 //   agent:    POST /_sim/sessions, GET /_sim/sessions/{id},
 //             POST /_sim/sessions/{id}/messages, POST /_sim/sessions/{id}/notify,
 //             POST|GET /_sim/webhook_target
+//   executor: GET /_sim/executions
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -36,6 +38,7 @@
 #include "sim/agent_sim.h"
 #include "sim/approver.h"
 #include "sim/eval/runner.h"
+#include "sim/executor_sim.h"
 #include "sim/history.h"
 #include "sim/load_generator.h"
 #include "sim/log.h"
@@ -180,6 +183,13 @@ int main(int argc, char** argv) {
   orders->add_option("--orders", orders_seed, "NDJSON orders to serve (the seed-file format)")
       ->check(CLI::ExistingFile);
   orders->add_option("--token", orders_token, "the only accepted bearer token (default: any)");
+
+  CommonFlags executor_flags;
+  std::string executor_token;
+  auto* executor = app.add_subcommand(
+      "executor", "a declared operation's executor ([[operations]] executor), with faults");
+  add_common(executor, executor_flags);
+  executor->add_option("--token", executor_token, "the only accepted bearer token (default: any)");
 
   CommonFlags receiver_flags;
   std::string receiver_secret;
@@ -337,6 +347,12 @@ int main(int argc, char** argv) {
     return serve(
         receiver_flags, signals,
         [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "receiver");
+  }
+  if (executor->parsed()) {
+    opgate::sim::ExecutorSim sim(executor_token);
+    return serve(
+        executor_flags, signals,
+        [&sim](opgate::http::Request&& r) { return sim.handle(std::move(r)); }, "executor");
   }
   if (orders->parsed()) {
     opgate::sim::OrdersSim sim(orders_token, clock);

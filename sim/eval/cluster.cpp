@@ -221,6 +221,18 @@ Status Cluster::start_processes() {
     if (!orders_port) return orders_port.error();
     orders_port_ = static_cast<uint16_t>(std::stoi(*orders_port));
   }
+  if (options_.declared_operations) {
+    auto executor_child =
+        start_child("opgate-sim executor", sim, "executor", "--listen", "127.0.0.1:0",
+                    "--port-file", (dir_ / "executor.port").string(), "--token",
+                    "tok-executor-eval", bp::std_out > (dir_ / "executor.out").string(),
+                    bp::std_err > (dir_ / "executor.log").string());
+    if (!executor_child) return executor_child.error();
+    executor_ = std::move(*executor_child);
+    auto executor_port = wait_port_file(dir_ / "executor.port", executor_);
+    if (!executor_port) return executor_port.error();
+    executor_port_ = static_cast<uint16_t>(std::stoi(*executor_port));
+  }
   if (options_.notifications) {
     auto receiver_child =
         start_child("opgate-sim receiver", sim, "receiver", "--listen", "127.0.0.1:0",
@@ -247,6 +259,60 @@ Result<Reply> Cluster::mcp(const std::string& method, const std::string& path,
                            const std::string& body, http::Headers headers) {
   return send_request(method, fmt::format("http://127.0.0.1:{}{}", mcp_port_, path), body,
                       std::move(headers));
+}
+
+Result<Reply> Cluster::executor_admin(const std::string& method, const std::string& path,
+                                      const std::string& body) {
+  if (!options_.declared_operations) return failed("this cluster has no declared operations");
+  return send_request(method, fmt::format("http://127.0.0.1:{}{}", executor_port_, path), body, {});
+}
+
+std::string Cluster::declared_config() const {
+  if (!options_.declared_operations) return "";
+  return fmt::format(R"(
+[[operations]]
+name = "reship_order"
+description = "Ship an order's items again when the carrier lost them. A person approves it."
+money = "none"
+tier = "support"
+effect = "Order {{order_id}} is shipped again to the customer ({{carrier}}; {{note}})."
+[operations.parameters]
+required = ["order_id", "carrier"]
+[operations.parameters.properties.carrier]
+type = "string"
+enum = ["standard", "express"]
+[operations.parameters.properties.note]
+type = "string"
+maxLength = 200
+[operations.executor]
+url = "http://127.0.0.1:{0}/reship"
+token_env = "OPGATE_EVAL_EXECUTOR_TOKEN"
+timeout_ms = {1}
+
+[[operations]]
+name = "waive_fee"
+description = "Waive a fee charged on an order, as a credit to the customer's account."
+money = "credit"
+amount_argument = "amount_minor"
+tier = "support"
+effect = "{{amount}} of the {{fee}} on order {{order_id}} is credited to the customer's account."
+[operations.tier_above_minor]
+supervisor = {{ USD = 2000, GBP = 2000 }}
+[operations.parameters]
+required = ["order_id", "fee", "amount_minor"]
+[operations.parameters.properties.fee]
+type = "string"
+enum = ["late_fee", "restocking_fee"]
+[operations.parameters.properties.amount_minor]
+type = "integer"
+minimum = 1
+maximum = 5000
+[operations.executor]
+url = "http://127.0.0.1:{0}/waive"
+token_env = "OPGATE_EVAL_EXECUTOR_TOKEN"
+timeout_ms = {1}
+)",
+                     executor_port_, options_.settings.payments_timeout_ms);
 }
 
 Result<Reply> Cluster::orders_admin(const std::string& method, const std::string& path,
@@ -280,7 +346,7 @@ timeout_ms = 2000
 }
 
 Cluster::~Cluster() {
-  for (auto* c : {&daemon_, &agent_, &payments_, &receiver_, &orders_}) stop_child(*c);
+  for (auto* c : {&daemon_, &agent_, &payments_, &receiver_, &orders_, &executor_}) stop_child(*c);
   drop_database();
   if (!options_.keep_dir && !dir_.empty()) {
     std::error_code ec;
@@ -385,7 +451,7 @@ credit_hard_cap_minor = {{ USD = 10000, GBP = 10000 }}
                                                 "escalate_to_tier = \"supervisor\"\n",
                                                 s.escalate_after_s)
                                   : std::string()),
-      notify_config() + options_.extra_config);
+      notify_config() + declared_config() + options_.extra_config);
   if (options_.store == "postgres")
     out << R"(
 [store]
@@ -405,6 +471,7 @@ Status Cluster::start_daemon() {
   env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
   env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
   env["OPGATE_EVAL_ORDERS_TOKEN"] = "tok-orders-eval";
+  env["OPGATE_EVAL_EXECUTOR_TOKEN"] = "tok-executor-eval";
   if (!database_url_.empty()) env["OPGATE_EVAL_DB_URL"] = database_url_;
   ++daemon_starts_;
   const rlim_t open_files = static_cast<rlim_t>(options_.daemon_open_files);

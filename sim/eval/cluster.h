@@ -49,6 +49,10 @@ struct ClusterOptions {
   // timeout.
   bool order_service = false;
   int orders_timeout_ms = 2000;
+  // Two declared operations ([[operations]]), reship_order (money none,
+  // tier support) and waive_fee (a credit of at most 5000, supervisor above
+  // 2000), carried out by opgate-sim executor.
+  bool declared_operations = false;
 };
 
 struct Reply {
@@ -84,6 +88,9 @@ class Cluster {
   // A request to the MCP front door: `path` is "/mcp" or "/mcp/{token}".
   Result<Reply> mcp(const std::string& method, const std::string& path, const std::string& body,
                     http::Headers headers = {});
+  // opgate-sim executor's admin routes (declared_operations clusters only).
+  Result<Reply> executor_admin(const std::string& method, const std::string& path,
+                               const std::string& body = "");
   // opgate-sim orders' admin routes (order_service clusters only).
   Result<Reply> orders_admin(const std::string& method, const std::string& path,
                              const std::string& body = "");
@@ -131,9 +138,10 @@ class Cluster {
   std::filesystem::path dir_;
   std::string database_url_;  // postgres: the cluster's own database
   std::string notify_config() const;
-  boost::process::child payments_, agent_, daemon_, receiver_, orders_;
+  std::string declared_config() const;
+  boost::process::child payments_, agent_, daemon_, receiver_, orders_, executor_;
   uint16_t payments_port_ = 0, agent_port_ = 0, ingress_port_ = 0, operator_port_ = 0,
-           receiver_port_ = 0, orders_port_ = 0, mcp_port_ = 0;
+           receiver_port_ = 0, orders_port_ = 0, mcp_port_ = 0, executor_port_ = 0;
   int daemon_starts_ = 0;
 };
 

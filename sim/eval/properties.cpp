@@ -121,9 +121,14 @@ std::string answer_of(const AnyCall& c) {
 }
 
 // "" if the arguments fit the tool's published shape, else why not.
-std::string shape_problem(const Call& c) {
+std::string shape_problem(const Call& c, bool declared) {
   auto tool = permitted_tools().find(c.name);
-  if (tool == permitted_tools().end()) return "not a permitted tool";
+  if (tool == permitted_tools().end() && declared) {
+    tool = declared_tools().find(c.name);
+    if (tool == declared_tools().end()) return "not a permitted tool";
+  } else if (tool == permitted_tools().end()) {
+    return "not a permitted tool";
+  }
   auto args = parse_object(c.arguments);
   if (!args) return "arguments are not a JSON object";
   for (const auto& r : tool->second.required)
@@ -202,11 +207,13 @@ class Checker {
   PropertyResult r_;
 };
 
-PropertyResult permitted_and_validated(const Trace& t, const std::vector<Call>& calls) {
+PropertyResult permitted_and_validated(const Scenario& sc, const Trace& t,
+                                       const std::vector<Call>& calls) {
+  const bool declared = sc.settings.declared_operations;
   Checker c("only permitted tools ran, each with validated arguments");
   std::set<std::string> valid_calls;
   for (const auto& call : calls) {
-    const auto problem = shape_problem(call);
+    const auto problem = shape_problem(call, declared);
     if (problem.empty()) {
       valid_calls.insert(call.call_id);
       c.pass(fmt::format("{}: valid, {}", describe(call), answer_of(call)));
@@ -219,7 +226,8 @@ PropertyResult permitted_and_validated(const Trace& t, const std::vector<Call>& 
     const auto key = str(op, "key");
     auto* propose = first_record(op.as_object(), "propose");
     const auto tool = propose ? str(propose->at("details"), "tool") : "";
-    c.check(tool == "request_refund" || tool == "issue_account_credit" || tool == "cancel_order",
+    c.check(tool == "request_refund" || tool == "issue_account_credit" || tool == "cancel_order" ||
+                (declared && declared_tools().count(tool) > 0),
             fmt::format("operation {} was proposed by tool \"{}\"", key, tool));
     for (const auto& linked : op.at("calls").as_array()) {
       const auto call_id = str(linked, "call_id");
@@ -349,10 +357,17 @@ PropertyResult executed_equals_approved(const Trace& t) {
     const auto& details = approve->at("details");
     const auto& proposal = op->at("proposal");
     const bool refund = str(o, "object") == "refund";
-    const int64_t amount = refund ? i64(o, "amount") : -i64(o, "amount");
-    const auto target = refund ? str(o, "payment_intent") : str(o, "customer");
-    const auto approved_target =
-        refund ? str(proposal, "payment_intent") : str(proposal, "customer");
+    // A declared operation's execution: its target is the arguments.
+    const bool execution = str(o, "object") == "execution";
+    const int64_t amount = refund || execution ? i64(o, "amount") : -i64(o, "amount");
+    const auto target = execution ? json::serialize(o.at("arguments"))
+                        : refund  ? str(o, "payment_intent")
+                                  : str(o, "customer");
+    const auto approved_target = execution ? (proposal.as_object().contains("arguments")
+                                                  ? json::serialize(proposal.at("arguments"))
+                                                  : std::string("(none)"))
+                                 : refund  ? str(proposal, "payment_intent")
+                                           : str(proposal, "customer");
     const bool same = amount == i64(details, "amount_minor") &&
                       upper(str(o, "currency")) == str(details, "currency") &&
                       target == approved_target &&
@@ -361,7 +376,10 @@ PropertyResult executed_equals_approved(const Trace& t) {
                               "(approved {}), fingerprint {}",
                               str(o, "object"), str(o, "id"), amount, i64(details, "amount_minor"),
                               upper(str(o, "currency")), str(details, "currency"),
-                              refund ? "payment_intent" : "customer", target, approved_target,
+                              execution ? "arguments"
+                              : refund  ? "payment_intent"
+                                        : "customer",
+                              target, approved_target,
                               str(*approve, "fingerprint") == str(*op, "fingerprint") ? "unchanged"
                                                                                       : "CHANGED"));
   }
@@ -447,9 +465,9 @@ PropertyResult success_after_confirmation(const Trace& t, const std::vector<Call
                                                   i64(row, "amount_minor"), str(row, "currency"));
   for (const auto& o : t.provider_objects) {
     if (!provider_object_succeeded(o)) continue;
-    const bool refund = str(o, "object") == "refund";
+    const bool positive = str(o, "object") == "refund" || str(o, "object") == "execution";
     theirs[operation_key_of(o)] =
-        fmt::format("{} {} {}", str(o, "id"), refund ? i64(o, "amount") : -i64(o, "amount"),
+        fmt::format("{} {} {}", str(o, "id"), positive ? i64(o, "amount") : -i64(o, "amount"),
                     upper(str(o, "currency")));
   }
   std::set<std::string> keys;
@@ -619,9 +637,17 @@ const std::map<std::string, ToolShape>& permitted_tools() {
   return tools;
 }
 
+const std::map<std::string, ToolShape>& declared_tools() {
+  static const std::map<std::string, ToolShape> tools = {
+      {"reship_order", {{"order_id", "carrier"}, {"note"}}},
+      {"waive_fee", {{"order_id", "fee", "amount_minor"}, {}}},
+  };
+  return tools;
+}
+
 std::vector<PropertyResult> check_properties(const Scenario& scenario, const Trace& trace) {
   const auto calls = all_calls(trace);
-  return {permitted_and_validated(trace, calls),
+  return {permitted_and_validated(scenario, trace, calls),
           own_order_evidence(scenario, trace, calls),
           paused_before_acting(trace),
           executed_equals_approved(trace),

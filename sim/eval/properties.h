@@ -94,5 +94,8 @@ struct ToolShape {
   std::vector<std::string> optional;
 };
 const std::map<std::string, ToolShape>& permitted_tools();
+// The gate's declared operations (settings.declared_operations):
+// reship_order and waive_fee.
+const std::map<std::string, ToolShape>& declared_tools();
 
 }  // namespace opgate::eval

@@ -121,6 +121,7 @@ class Run {
     auto stats = c_.payments_admin("GET", "/_sim/stats");
     if (!stats) return stats.error();
     trace_.provider_by_key = stats->body.at("by_operation_key").as_object();
+    if (sc_.settings.declared_operations) OPGATE_TRY(collect_executions());
     auto agent = c_.agent_admin("GET", "/_sim/stats");
     if (!agent) return agent.error();
     trace_.agent_stats = agent->body.as_object();
@@ -128,6 +129,30 @@ class Run {
     OPGATE_TRY(collect_notifications());
     OPGATE_TRY(collect_agent_results());
     return trace_;
+  }
+
+  // Each execution of a declared operation, shaped as a provider object
+  // ("object": "execution") so that every money property covers it.
+  Status collect_executions() {
+    auto list = c_.executor_admin("GET", "/_sim/executions");
+    if (!list) return list.error();
+    for (const auto& e : list->body.at("executions").as_array()) {
+      const auto& request = e.at("request").as_object();
+      const auto& answer = e.at("answer").as_object();
+      trace_.provider_objects.push_back(
+          json::object{{"object", "execution"},
+                       {"id", answer.at("id")},
+                       {"status", answer.at("status")},
+                       {"amount", request.at("amount_minor")},
+                       {"currency", request.at("currency")},
+                       {"arguments", request.at("arguments")},
+                       {"metadata", json::object{{"operation_key", e.at("operation_key")}}}});
+    }
+    auto stats = c_.executor_admin("GET", "/_sim/stats");
+    if (!stats) return stats.error();
+    for (const auto& [key, v] : stats->body.at("by_operation_key").as_object())
+      trace_.provider_by_key[key] = v;
+    return Status::Ok();
   }
 
   // --- MCP agents
@@ -630,11 +655,13 @@ class Run {
     // No rules: the service's faults are cleared.
     const bool clear = a.at("rules").is_array() && a.at("rules").as_array().empty();
     const char* method = clear ? "DELETE" : "POST";
-    Result<Reply> r = service == "payments" ? c_.payments_admin(method, "/_sim/faults", body)
-                      : service == "agent"  ? c_.agent_admin(method, "/_sim/faults", body)
-                      : service == "orders"
-                          ? c_.orders_admin(method, "/_sim/faults", body)
-                          : Result<Reply>(fail("service must be payments, agent or orders"));
+    Result<Reply> r =
+        service == "payments" ? c_.payments_admin(method, "/_sim/faults", body)
+        : service == "agent"  ? c_.agent_admin(method, "/_sim/faults", body)
+        : service == "orders" ? c_.orders_admin(method, "/_sim/faults", body)
+        : service == "executor"
+            ? c_.executor_admin(method, "/_sim/faults", body)
+            : Result<Reply>(fail("service must be payments, agent, orders or executor"));
     if (!r) return r.error();
     if (r->status != 200) return fail("the simulator refused the faults: " + r->raw);
     std::vector<std::string> actions;
@@ -818,6 +845,7 @@ ScenarioReport run_scenario(const Scenario& scenario, const RunOptions& options)
   cluster_options.orders = scenario.orders;
   cluster_options.settings = scenario.settings;
   cluster_options.order_service = scenario.settings.order_service;
+  cluster_options.declared_operations = scenario.settings.declared_operations;
   cluster_options.keep_dir = options.keep_dirs;
   auto cluster = Cluster::start(cluster_options);
   if (!cluster) {

@@ -190,12 +190,16 @@ Result<Settings> parse_settings(const json::value& v) {
       {"two_person_threshold_minor", &s.two_person_threshold_minor},
       {"delivery_delay_after_days", &s.delivery_delay_after_days},
       {"escalate_after_s", &s.escalate_after_s}};
-  std::set<std::string> known{"order_service"};
+  std::set<std::string> known{"order_service", "declared_operations"};
   for (const auto& [key, _] : fields) known.insert(key);
   if (auto st = check_keys(in, {}, known, "settings"); !st) return st.error();
   if (auto* o = in.if_contains("order_service")) {
     if (!o->is_bool()) return bad("settings: \"order_service\" must be true or false");
     s.order_service = o->as_bool();
+  }
+  if (auto* o = in.if_contains("declared_operations")) {
+    if (!o->is_bool()) return bad("settings: \"declared_operations\" must be true or false");
+    s.declared_operations = o->as_bool();
   }
   for (const auto& [key, target] : fields) {
     if (!in.contains(key)) continue;

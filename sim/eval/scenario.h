@@ -36,6 +36,9 @@ struct Settings {
   // Orders come from the order service simulator (orders.source = "http");
   // update_order then changes them there.
   bool order_service = false;
+  // The gate's two declared operations (reship_order, waive_fee) and
+  // opgate-sim executor behind them.
+  bool declared_operations = false;
 };
 
 // An agent runtime reaching opgate over MCP with an agent token bound to

@@ -135,7 +135,7 @@ TEST_CASE("every key the parser accepts is in opgate.example.toml, set or commen
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto file = toml::parse(path);
   // Present: set in the file (in any table of an array of tables), or a
-  // commented-out line "# name = ..." documenting it.
+  // commented-out line "# name = ..." (or "# [[name]]") documenting it.
   std::function<bool(const toml::value&, const std::string&)> set_in =
       [&](const toml::value& v, const std::string& rest) {
         if (v.is_array()) {
@@ -151,7 +151,8 @@ TEST_CASE("every key the parser accepts is in opgate.example.toml, set or commen
   auto present = [&](const std::string& dotted) {
     const std::string name = dotted.substr(dotted.rfind('.') + 1);
     return set_in(file, dotted) ||
-           std::regex_search(text, std::regex("(^|\n)#\\s*" + name + "\\s*="));
+           std::regex_search(text,
+                             std::regex("(^|\n)#\\s*(" + name + "\\s*=|\\[\\[" + name + "\\]\\])"));
   };
   for (const auto& key : *keys) CHECK_MESSAGE(present(key), key);
 }
@@ -477,4 +478,44 @@ TEST_CASE("notification endpoints: URLs checked at load and never quoted; Slack 
       "\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\ninclude_evidence = true\n");
   REQUIRE_MESSAGE(evidence.ok(), evidence.error().message);
   CHECK(evidence->notify.endpoints.at(0).include_evidence);
+}
+
+namespace {
+constexpr const char* kDeclared = R"(
+[[operations]]
+name = "reship_order"
+description = "Ship an order again."
+tier = "support"
+effect = "Order {order_id} is shipped again."
+[operations.parameters]
+required = ["order_id"]
+[operations.executor]
+url = "http://127.0.0.1:9/reship"
+token_env = "OPGATE_TEST_EXECUTOR_TOKEN"
+)";
+}  // namespace
+
+TEST_CASE("[[operations]]: a declared tool loads, with its executor's token from the environment") {
+  setenv("OPGATE_TEST_EXECUTOR_TOKEN", "tok-executor", 1);
+  ConfigFile ok(std::string(kDeclared) + kSource);
+  auto c = daemon::load_config(ok.path.string());
+  REQUIRE_MESSAGE(c.ok(), c.error().message);
+  REQUIRE(c->policy.declared.size() == 1);
+  CHECK(c->policy.declared[0].executor.token == "tok-executor");
+  CHECK(c->policy.offers("reship_order"));
+
+  // Bad declarations refuse to start, naming the key.
+  unsetenv("OPGATE_TEST_EXECUTOR_TOKEN");
+  CHECK(error_of(kDeclared).find("operations[0].executor.token_env") != std::string::npos);
+  setenv("OPGATE_TEST_EXECUTOR_TOKEN", "tok-executor", 1);
+  CHECK(error_of(std::string(kDeclared) + kDeclared).find("declared twice") != std::string::npos);
+  CHECK(error_of("operations = 3\n").find("[[operations]]") != std::string::npos);
+  std::string bad_type(kDeclared);
+  bad_type.replace(bad_type.find("[operations.executor]"), 0,
+                   "[operations.parameters.properties.when]\ntype = \"date\"\n");
+  CHECK(error_of(bad_type).find("operations[0].parameters.properties.when.type") !=
+        std::string::npos);
+  std::string bad_tier(kDeclared);
+  bad_tier.replace(bad_tier.find("\"support\""), 9, "\"boss\"");
+  CHECK(error_of(bad_tier).find("operations[0].tier") != std::string::npos);
 }

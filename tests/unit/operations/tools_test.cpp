@@ -10,6 +10,7 @@
 
 #include "operations/keys.h"
 #include "operations/orders.h"
+#include "operations/paid_order.h"
 #include "operations/policy.h"
 #include "operations/settlement.h"
 
@@ -17,21 +18,11 @@ using namespace opgate;
 namespace json = boost::json;
 
 namespace {
-constexpr int64_t kNow = 1'800'000'000;
+using testing::kNow;
 
 pb::Order order(std::string id, std::string owner, int64_t amount = 2500,
                 pb::OrderStatus status = pb::ORDER_PAID, int64_t placed_at = kNow - 86400) {
-  pb::Order o;
-  o.set_order_id(id);
-  o.set_owner(owner);
-  o.set_amount_minor(amount);
-  o.set_currency("USD");
-  o.set_payment_intent("pi_" + id);
-  o.set_customer("cus_" + owner);
-  o.set_payment_method("visa ending 4242");
-  o.set_status(status);
-  o.set_placed_at(placed_at);
-  return o;
+  return testing::paid_order(std::move(id), std::move(owner), amount, status, placed_at);
 }
 
 struct Fixture {

@@ -1,0 +1,157 @@
+#include "adapters/executors/http_executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/rfc/pchars.hpp>
+
+#include "http/client.h"
+
+namespace opgate::adapters {
+
+namespace {
+
+namespace json = boost::json;
+using operations::LookupResult;
+using operations::PaymentRequest;
+using operations::PaymentResult;
+using operations::Verdict;
+
+std::string str_field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+// An executor's body: succeeded, failed (a definite refusal) or anything
+// else (it may have happened: indeterminate).
+PaymentResult classify(const std::string& body) {
+  PaymentResult out;
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  if (ec || !v.is_object()) {
+    out.error = "the executor's answer is not a JSON object";
+    return out;
+  }
+  const auto& o = v.as_object();
+  out.object_id = str_field(o, "id");
+  out.provider_status = str_field(o, "status");
+  const std::string detail = str_field(o, "detail");
+  if (out.provider_status == "succeeded") {
+    out.verdict = Verdict::succeeded;
+  } else if (out.provider_status == "failed") {
+    out.verdict = Verdict::refused;
+    out.error = detail.empty() ? "the executor reports it failed" : detail.substr(0, 500);
+  } else {
+    out.error = fmt::format("the executor answered status '{}'", out.provider_status.substr(0, 64));
+  }
+  return out;
+}
+
+class DeclaredExecutors final : public operations::PaymentProvider {
+ public:
+  DeclaredExecutors(operations::PaymentProvider& provider,
+                    const Live<operations::PolicyConfig>& policy, int64_t max_timeout_ms)
+      : provider_(provider), policy_(policy), max_timeout_ms_(max_timeout_ms) {}
+
+  PaymentResult execute(const PaymentRequest& req) override {
+    if (req.kind != PaymentRequest::Kind::declared) return provider_.execute(req);
+    auto policy = policy_.get();
+    const auto* op = policy->declared_operation(req.operation);
+    if (!op) {
+      PaymentResult out;
+      out.verdict = Verdict::refused;
+      out.error = fmt::format("{} is no longer declared; nothing was sent", req.operation);
+      return out;
+    }
+    json::error_code ec;
+    auto arguments = json::parse(req.arguments_json, ec);
+    if (ec) arguments = json::object();
+    http::ClientRequest http_req = base(*op, "POST", op->executor.url);
+    http_req.headers["Content-Type"] = "application/json";
+    http_req.headers["Idempotency-Key"] = req.operation_key;
+    http_req.body = json::serialize(json::object{{"operation_key", req.operation_key},
+                                                 {"owner", req.owner},
+                                                 {"order_id", req.order_id},
+                                                 {"arguments", std::move(arguments)},
+                                                 {"amount_minor", req.amount_minor},
+                                                 {"currency", req.currency}});
+    auto res = http::send(http_req);
+    PaymentResult out;
+    if (!res) {
+      // Whether it reached the executor or not, only its answer settles it.
+      out.error = res.error().message;
+      return out;
+    }
+    if (res->status >= 200 && res->status < 300) return classify(res->body);
+    if (res->status == 400 || res->status == 404 || res->status == 422) {
+      out.verdict = Verdict::refused;
+      out.error = fmt::format("the executor refused it ({})", res->status);
+      return out;
+    }
+    out.error = fmt::format("the executor answered {}", res->status);
+    return out;
+  }
+
+  LookupResult find(const PaymentRequest& req) override {
+    if (req.kind != PaymentRequest::Kind::declared) return provider_.find(req);
+    LookupResult out;
+    auto policy = policy_.get();
+    const auto* op = policy->declared_operation(req.operation);
+    if (!op) {
+      out.error = fmt::format(
+          "{} is no longer declared; restore its declaration so that it can be reconciled",
+          req.operation);
+      return out;
+    }
+    const std::string url = fmt::format(
+        "{}/{}", op->executor.url, boost::urls::encode(req.operation_key, boost::urls::pchars));
+    auto res = http::send(base(*op, "GET", url));
+    if (!res) {
+      out.error = res.error().message;
+      return out;
+    }
+    if (res->status == 404) {
+      out.lookup = operations::Lookup::absent;
+      return out;
+    }
+    if (res->status != 200) {
+      out.error = fmt::format("the executor's lookup answered {}", res->status);
+      return out;
+    }
+    out.object = classify(res->body);
+    if (out.object.verdict == Verdict::indeterminate) {
+      out.error = out.object.error;
+      return out;
+    }
+    out.lookup = operations::Lookup::found;
+    return out;
+  }
+
+ private:
+  http::ClientRequest base(const operations::DeclaredOperation& op, const char* method,
+                           std::string url) const {
+    http::ClientRequest r;
+    r.method = method;
+    r.url = std::move(url);
+    r.headers["Authorization"] = "Bearer " + op.executor.token;
+    r.headers["Accept"] = "application/json";
+    r.timeout = std::chrono::milliseconds(std::min(op.executor.timeout_ms, max_timeout_ms_));
+    return r;
+  }
+
+  operations::PaymentProvider& provider_;
+  const Live<operations::PolicyConfig>& policy_;
+  int64_t max_timeout_ms_;
+};
+
+}  // namespace
+
+std::unique_ptr<operations::PaymentProvider> make_declared_executors(
+    operations::PaymentProvider& provider, const Live<operations::PolicyConfig>& policy,
+    int64_t max_timeout_ms) {
+  return std::make_unique<DeclaredExecutors>(provider, policy, max_timeout_ms);
+}
+
+}  // namespace opgate::adapters
