@@ -102,7 +102,8 @@ struct Commands {
     report->callback([this] { rc = cli::report(ctx, window.empty() ? "7d" : window); });
     auto* tools = app.add_subcommand("tools", "print the tool definitions for session creation");
     tools->add_option("--config", tools_config,
-                      "TOML configuration file: only the tools its [policy.tools] enable");
+                      "TOML configuration file: the tools its [policy.tools] enable and its "
+                      "[[operations]] declare");
     tools->callback([this] {
       operations::PolicyConfig policy;
       if (!tools_config.empty()) {

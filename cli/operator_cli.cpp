@@ -469,6 +469,20 @@ int print_policy(const Context& c, const json::object& policy) {
                              t.at("enabled").as_bool() ? "yes" : "no", s(t, "tier"), allowed,
                              limits);
   }
+  if (const auto* declared = policy.if_contains("declared");
+      declared && !declared->as_array().empty()) {
+    std::cout << "\ndeclared operations:\n";
+    for (const auto& d : declared->as_array()) {
+      std::string above;
+      for (const auto& [tier, m] : d.at("tier_above_minor").as_object())
+        above += fmt::format("; {} above {}", std::string(tier), amounts(m));
+      std::cout << fmt::format(
+          "  {}: money {}{}, tier {}{}, executor {}\n    effect: {}\n", s(d, "name"), s(d, "money"),
+          s(d, "amount_argument").empty() ? std::string()
+                                          : fmt::format(" (argument {})", s(d, "amount_argument")),
+          s(d, "tier"), above, s(d.at("executor"), "url"), printable(s(d, "effect")));
+    }
+  }
   const auto& esc = policy.at("escalation").as_object();
   const auto& step_up = policy.at("step_up").as_object();
   std::string step_tiers;

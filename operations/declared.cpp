@@ -178,8 +178,8 @@ Status parse_parameters(const Fields& top, DeclaredOperation& op) {
   for (const auto& name : names) {
     const std::string path = fmt::format("{}.{}", f.key("properties"), name);
     if (!name_like(name, 64))
-      return bad(fmt::format("property '{}': names are a-z, 0-9 and '_', starting with a letter",
-                             path));
+      return bad(
+          fmt::format("property '{}': names are a-z, 0-9 and '_', starting with a letter", path));
     OPGATE_ASSIGN_OR_RETURN(auto p, parse_parameter(name, properties->at(name), path));
     op.parameters.push_back(std::move(p));
   }
@@ -232,14 +232,15 @@ Status parse_money(const Fields& f, DeclaredOperation& op) {
   OPGATE_ASSIGN_OR_RETURN(op.amount_argument, f.string("amount_argument", std::string()));
   if (op.money == Money::none) {
     if (!op.amount_argument.empty())
-      return bad(fmt::format("key '{}' needs money = \"refund\" or \"credit\"",
-                             f.key("amount_argument")));
+      return bad(
+          fmt::format("key '{}' needs money = \"refund\" or \"credit\"", f.key("amount_argument")));
     return Status::Ok();
   }
   if (op.amount_argument.empty())
-    return bad(fmt::format("key '{}' is required when money is \"{}\": the integer argument that "
-                           "carries the amount in minor units",
-                           f.key("amount_argument"), money));
+    return bad(
+        fmt::format("key '{}' is required when money is \"{}\": the integer argument that "
+                    "carries the amount in minor units",
+                    f.key("amount_argument"), money));
   auto amount = std::find_if(op.parameters.begin(), op.parameters.end(),
                              [&](const auto& p) { return p.name == op.amount_argument; });
   if (amount == op.parameters.end() || amount->type != DeclaredParameter::Type::integer ||
@@ -261,13 +262,13 @@ Status parse_tiers(const Fields& f, DeclaredOperation& op) {
   OPGATE_ASSIGN_OR_RETURN(const json::object* above, f.table("tier_above_minor", false));
   if (!above) return Status::Ok();
   if (op.money == Money::none)
-    return bad(fmt::format("key '{}' needs money = \"refund\" or \"credit\"",
-                           f.key("tier_above_minor")));
+    return bad(
+        fmt::format("key '{}' needs money = \"refund\" or \"credit\"", f.key("tier_above_minor")));
   for (const auto& [tier, amounts] : *above) {
     const std::string path = fmt::format("{}.{}", f.key("tier_above_minor"), std::string(tier));
     if (tier_rank(tier) <= tier_rank(op.tier))
-      return bad(fmt::format("key '{}': a threshold must raise the tier above '{}'", path,
-                             op.tier));
+      return bad(
+          fmt::format("key '{}': a threshold must raise the tier above '{}'", path, op.tier));
     if (!amounts.is_object() || amounts.as_object().empty())
       return bad(fmt::format("key '{}' must be a table of amounts such as {{ USD = 2000 }}", path));
     auto& out = op.tier_above_minor[std::string(tier)];
@@ -302,11 +303,10 @@ Status parse_effect(const Fields& f, DeclaredOperation& op) {
     if (end == std::string::npos)
       return bad(fmt::format("key '{}': a '{{' is never closed", f.key("effect")));
     const std::string field = op.effect.substr(i + 1, end - i - 1);
-    const bool known =
-        field == "order_id" || field == "customer" || field == "payment_method" ||
-        (field == "amount" && op.money != Money::none) ||
-        std::any_of(op.parameters.begin(), op.parameters.end(),
-                    [&](const auto& p) { return p.name == field; });
+    const bool known = field == "order_id" || field == "customer" || field == "payment_method" ||
+                       (field == "amount" && op.money != Money::none) ||
+                       std::any_of(op.parameters.begin(), op.parameters.end(),
+                                   [&](const auto& p) { return p.name == field; });
     if (!known)
       return bad(fmt::format(
           "key '{}': unknown field '{{{}}}' (amount when money moves, order_id, customer, "
@@ -327,8 +327,9 @@ Status parse_executor(const Fields& top, DeclaredOperation& op) {
   auto url = boost::urls::parse_absolute_uri(e.url);
   if (!url || (url->scheme() != "http" && url->scheme() != "https") || url->host().empty() ||
       url->has_query() || url->has_fragment() || url->has_userinfo())
-    return bad(fmt::format(
-        "key '{}' must be an http:// or https:// URL without query, fragment or user", f.key("url")));
+    return bad(
+        fmt::format("key '{}' must be an http:// or https:// URL without query, fragment or user",
+                    f.key("url")));
   OPGATE_ASSIGN_OR_RETURN(e.token_env, f.string("token_env", std::nullopt));
   if (!env_name(e.token_env))
     return bad(fmt::format("key '{}' must name an environment variable (A-Z, 0-9, '_')",
@@ -336,8 +337,8 @@ Status parse_executor(const Fields& top, DeclaredOperation& op) {
   OPGATE_ASSIGN_OR_RETURN(auto timeout, f.integer("timeout_ms"));
   e.timeout_ms = timeout.value_or(e.timeout_ms);
   if (e.timeout_ms < 1 || e.timeout_ms > kExecutorMaxTimeoutMs)
-    return bad(fmt::format("key '{}' must be 1 to {} ms", f.key("timeout_ms"),
-                           kExecutorMaxTimeoutMs));
+    return bad(
+        fmt::format("key '{}' must be 1 to {} ms", f.key("timeout_ms"), kExecutorMaxTimeoutMs));
   return Status::Ok();
 }
 
@@ -395,8 +396,8 @@ Result<DeclaredOperation> parse_declared_operation(const json::value& table,
     return bad(fmt::format("key '{}' must be 1 to 2000 characters", f.key("description")));
   OPGATE_ASSIGN_OR_RETURN(const std::string subject, f.string("subject", std::string("order")));
   if (subject != "order")
-    return bad(fmt::format("key '{}' must be \"order\" (the only subject today)",
-                           f.key("subject")));
+    return bad(
+        fmt::format("key '{}' must be \"order\" (the only subject today)", f.key("subject")));
   OPGATE_TRY(parse_parameters(f, op));
   OPGATE_TRY(parse_money(f, op));
   OPGATE_TRY(parse_tiers(f, op));
@@ -452,8 +453,7 @@ std::variant<json::object, std::string> check_declared_arguments(const DeclaredO
             return fmt::format("{} must be one of: {}.", p.name, fmt::join(p.values, ", "));
         } else if (static_cast<int64_t>(s.size()) < p.min_length ||
                    static_cast<int64_t>(s.size()) > p.max_length) {
-          return fmt::format("{} must be {} to {} characters.", p.name, p.min_length,
-                             p.max_length);
+          return fmt::format("{} must be {} to {} characters.", p.name, p.min_length, p.max_length);
         }
         break;
       }

@@ -186,10 +186,8 @@ json::object policy_json(const PolicyConfig& policy) {
   for (const auto& op : policy.declared) {
     // Shown with the built-in tools (always enabled: declaring it offers
     // it), and in full under "declared".
+    // Its thresholds by amount are under "declared".
     json::object limits{{"money", to_string(op.money)}};
-    json::object above;
-    for (const auto& [tier, m] : op.tier_above_minor) above[tier] = amounts(m);
-    limits["tier_above_minor"] = std::move(above);
     tools.push_back(json::object{{"name", op.name},
                                  {"enabled", true},
                                  {"tier", op.tier},

@@ -17,9 +17,7 @@ http::Response error_reply(int status, std::string_view code, std::string_view m
   return json_reply(status,
                     json::object{{"error", json::object{{"code", code}, {"message", message}}}});
 }
-http::Response server_error() {
-  return error_reply(500, "server_error", "The executor failed.");
-}
+http::Response server_error() { return error_reply(500, "server_error", "The executor failed."); }
 http::Response rate_limited() { return error_reply(429, "rate_limited", "Too many requests."); }
 constexpr FaultReplies kReplies{server_error, rate_limited};
 constexpr FaultActionSet kAllowed = kTransportFaults | fault_bit(FaultAction::kDecline);
@@ -49,8 +47,7 @@ ExecutorSim::ExecutorSim(std::string token) : token_(std::move(token)) {
     for (const auto& [_, e] : executions_) succeeded += e.answer.at("status") == "succeeded";
     json::object by_key;
     for (const auto& [key, n] : posts_)
-      by_key[key] = json::object{{"posts", n},
-                                 {"executed", executions_.count(key) > 0}};
+      by_key[key] = json::object{{"posts", n}, {"executed", executions_.count(key) > 0}};
     return json_reply(200, json::object{{"requests", requests_},
                                         {"executions", static_cast<int64_t>(executions_.size())},
                                         {"succeeded", succeeded},

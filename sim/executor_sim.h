@@ -33,8 +33,7 @@ class ExecutorSim {
   http::Response handle(http::Request&& request) EXCLUDES(mu_);
 
  private:
-  http::Response execute(const http::Request& request, const std::string& operation)
-      EXCLUDES(mu_);
+  http::Response execute(const http::Request& request, const std::string& operation) EXCLUDES(mu_);
   http::Response lookup(const http::Request& request, const std::string& key) EXCLUDES(mu_);
 
   struct Execution {

@@ -602,6 +602,20 @@
         el("td", {}, el("span", { className: "tier tier-" + t.tier }, t.tier)),
         el("td", {}, t.tiers_allowed.join(", ")), el("td", {}, limits || "—")));
     }
+    const declared = $("policy-declared");
+    clear(declared);
+    $("declared-card").hidden = !(policy.declared || []).length;
+    for (const d of policy.declared || []) {
+      const above = Object.entries(d.tier_above_minor).map(([tier, m]) =>
+        `${tier} above ${amounts(m)}`).join("; ");
+      declared.appendChild(el("tr", { "data-test": "declared-operation", "data-name": d.name },
+        el("td", {}, el("code", {}, d.name)),
+        el("td", {}, d.money + (d.amount_argument ? ` (${d.amount_argument})` : "")),
+        el("td", {}, el("span", { className: "tier tier-" + d.tier }, d.tier),
+          above ? "; " + above : ""),
+        el("td", {}, Object.keys(d.parameters.properties).join(", ")),
+        el("td", {}, d.effect), el("td", {}, el("code", {}, d.executor.url))));
+    }
     const esc = policy.escalation;
     dl($("policy-rules"), [
       ["Two approvers above", amounts(policy.two_person_threshold_minor)],
@@ -658,6 +672,10 @@
           kindText(op.kind) === "credit" ? op.proposal.customer : op.proposal.payment_method,
           "payment_method"],
         ["Customer-visible effect", op.proposal.effect, "effect"],
+        ...(op.proposal.arguments ? [
+          // A declared operation: exactly what its executor will be sent.
+          ["Arguments", el("code", {}, JSON.stringify(op.proposal.arguments)), "arguments"],
+          ["Moves money", op.proposal.money, "money"]] : []),
         ["Tier", op.proposal.tier, "tier"],
         ...escalated,
         ["Fingerprint", el("code", {}, op.fingerprint), "fingerprint"],

@@ -44,6 +44,7 @@ Cluster::Cluster(ClusterOptions options) {
   o.extra_config = options.extra_config;
   o.operator_ca_file = options.operator_ca_file;
   o.order_service = options.order_service;
+  o.declared_operations = options.declared_operations;
   o.orders_timeout_ms = options.orders_timeout_ms;
   ca_file_ = options.operator_ca_file;
   o.keep_dir = std::getenv("OPGATE_KEEP_TEST_DIRS") != nullptr;
@@ -105,6 +106,11 @@ Reply Cluster::payments_admin(const std::string& method, const std::string& path
 Reply Cluster::receiver_admin(const std::string& method, const std::string& path,
                               const std::string& body) {
   return required(c_->receiver_admin(method, path, body), method + " " + path);
+}
+
+Reply Cluster::executor_admin(const std::string& method, const std::string& path,
+                              const std::string& body) {
+  return required(c_->executor_admin(method, path, body), method + " " + path);
 }
 
 Reply Cluster::orders_admin(const std::string& method, const std::string& path,

@@ -34,6 +34,9 @@ struct ClusterOptions {
   // the embedded store, read with this timeout.
   bool order_service = false;
   int orders_timeout_ms = 2000;
+  // The gate's declared operations (reship_order, waive_fee) and their
+  // executor (opgate-sim executor).
+  bool declared_operations = false;
 };
 
 // Tokens configured for every cluster; their principals in the comments.
@@ -62,6 +65,9 @@ class Cluster {
                        const std::string& body = "");
   // The notification receiver (opgate-sim receiver): endpoints "ops" and "chat".
   Reply receiver_admin(const std::string& method, const std::string& path,
+                       const std::string& body = "");
+  // The executor's admin routes (declared_operations clusters).
+  Reply executor_admin(const std::string& method, const std::string& path,
                        const std::string& body = "");
   // The order service's admin routes (order_service clusters).
   Reply orders_admin(const std::string& method, const std::string& path,

@@ -341,3 +341,68 @@ TEST_CASE("tasks/cancel withdraws a pending proposal; a task survives a kill -9 
   CHECK_FALSE(done.at("isError").as_bool());
   CHECK(str(structured(done), "status") == "succeeded");
 }
+
+TEST_CASE("a declared operation over MCP: published with its schema, a task until settled") {
+  ClusterOptions o;
+  o.declared_operations = true;
+  Cluster c(o);
+  Agent a(c, str(mint(c, "demo-user"), "token"));
+  a.initialize();
+  std::map<std::string, json::object> by_name;
+  const auto listed = a.call("tools/list");
+  for (const auto& t : listed.at("tools").as_array()) by_name[str(t, "name")] = t.as_object();
+  REQUIRE(by_name.count("waive_fee"));
+  const auto& waive = by_name["waive_fee"];
+  CHECK(str(waive.at("execution"), "taskSupport") == "optional");
+  CHECK(waive.at("annotations").at("destructiveHint").as_bool());
+  CHECK(waive.at("inputSchema").at("properties").at("amount_minor").at("maximum").as_int64() ==
+        5000);
+  CHECK_FALSE(waive.at("inputSchema").at("additionalProperties").as_bool());
+  // An owner smuggled into the arguments is refused; nothing is created.
+  auto smuggled = a.tool("waive_fee", json::object{{"order_id", "ORDER-100"},
+                                                   {"fee", "late_fee"},
+                                                   {"amount_minor", 500},
+                                                   {"owner", "other-user"}});
+  CHECK(smuggled.at("isError").as_bool());
+  CHECK(c.op("GET", "/v1/operations").body.at("operations").as_array().empty());
+
+  const std::string key = "demo-user:ORDER-100:waive_fee:v1";
+  auto created = a.tool(
+      "waive_fee",
+      json::object{{"order_id", "ORDER-100"}, {"fee", "late_fee"}, {"amount_minor", 500}}, true);
+  const std::string task_id = str(created.at("task"), "taskId");
+  auto op = c.wait_operation(key, [](auto& o) { return str(o, "state") == "pending"; });
+  CHECK(str(op.at("proposal"), "money") == "credit");
+  CHECK(str(op.at("proposal"), "effect") ==
+        "5.00 USD of the late_fee on order ORDER-100 is credited to the customer's account.");
+  CHECK(str(op.at("proposal").at("arguments"), "fee") == "late_fee");
+  c.approve(key, kSupportToken);
+  auto result = a.call("tasks/result", json::object{{"taskId", task_id}});
+  CHECK_FALSE(result.at("isError").as_bool());
+  auto verified = structured(result);
+  CHECK(str(verified, "status") == "succeeded");
+  CHECK(verified.at("amount_minor").as_int64() == 500);
+  // Carried out once, by the executor, with the approved arguments and key.
+  const auto executions =
+      c.executor_admin("GET", "/_sim/executions").body.at("executions").as_array();
+  REQUIRE(executions.size() == 1);
+  CHECK(str(executions[0], "operation_key") == key);
+  CHECK(str(executions[0].at("request"), "owner") == "demo-user");
+  CHECK(executions[0].at("request").at("arguments") == op.at("proposal").at("arguments"));
+  CHECK(str(verified, "provider_object_id") == str(executions[0].at("answer"), "id"));
+  // The credit counts against the order: a full refund is now 2000.
+  auto refund = a.tool("request_refund", json::object{{"order_id", "ORDER-100"}});
+  CHECK(structured(refund).at("amount_minor").as_int64() == 2000);
+
+  // The CLI shows the declared tools: the definitions and the policy.
+  setenv("OPGATE_EVAL_EXECUTOR_TOKEN", "tok-executor-eval", 1);
+  auto [trc, definitions] = c.cli({"tools", "--config", c.config_file().string()});
+  CHECK(trc == 0);
+  CHECK(definitions.find(R"("name":"reship_order")") != std::string::npos);
+  CHECK(definitions.find("tok-executor-eval") == std::string::npos);
+  auto [rc, out] = c.cli({"policy", "show"}, kReaderToken);
+  CHECK(rc == 0);
+  CHECK(out.find("waive_fee              yes      support") != std::string::npos);
+  CHECK(out.find("executor http://127.0.0.1:") != std::string::npos);
+  CHECK(out.find("tok-executor-eval") == std::string::npos);
+}

@@ -140,14 +140,16 @@ TEST_CASE("bad declarations are refused, naming the key") {
         std::string::npos);
   CHECK(refusal_of(w, [](auto& o) { o["money"] = "cash"; }).find("operations[0].money") !=
         std::string::npos);
-  CHECK(refusal_of(w, [](auto& o) { o.erase("amount_argument"); })
-            .find("operations[0].amount_argument") != std::string::npos);
-  CHECK(refusal_of(w, [](auto& o) { o["amount_argument"] = "fee"; })
-            .find("required integer") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) {
+          o.erase("amount_argument");
+        }).find("operations[0].amount_argument") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) { o["amount_argument"] = "fee"; }).find("required integer") !=
+        std::string::npos);
   CHECK(refusal_of(w, [](auto& o) { o["tier"] = "auto"; }).find("operations[0].tier") !=
         std::string::npos);
-  CHECK(refusal_of(w, [](auto& o) { o["tier_above_minor"] = json::object{{"refund", 1}}; })
-            .find("above 'support'") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) {
+          o["tier_above_minor"] = json::object{{"refund", 1}};
+        }).find("above 'support'") != std::string::npos);
   CHECK(refusal_of(w, [](auto& o) { o["effect"] = "Credit {bogus} now."; }).find("{bogus}") !=
         std::string::npos);
   CHECK(refusal_of(w, [](auto& o) { o["effect"] = "Credit {amount"; }).find("never closed") !=
@@ -161,8 +163,9 @@ TEST_CASE("bad declarations are refused, naming the key") {
           o["parameters"].as_object()["properties"].as_object()["price"] =
               json::object{{"type", "number"}};
         }).find("operations[0].parameters.properties.price.type") != std::string::npos);
-  CHECK(refusal_of(w, [](auto& o) { o["parameters"].as_object()["additionalProperties"] = true; })
-            .find("additionalProperties") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) {
+          o["parameters"].as_object()["additionalProperties"] = true;
+        }).find("additionalProperties") != std::string::npos);
   CHECK(refusal_of(w, [](auto& o) {
           o["parameters"].as_object()["required"] = json::array{"order_id", "ghost"};
         }).find("'ghost'") != std::string::npos);
@@ -171,18 +174,22 @@ TEST_CASE("bad declarations are refused, naming the key") {
               json::object{{"type", "integer"}};
         }).find("order_id") != std::string::npos);
   // The executor.
-  CHECK(refusal_of(w, [](auto& o) { o["executor"].as_object()["url"] = "ftp://x/y"; })
-            .find("operations[0].executor.url") != std::string::npos);
-  CHECK(refusal_of(w, [](auto& o) { o["executor"].as_object()["token_env"] = "lower case"; })
-            .find("operations[0].executor.token_env") != std::string::npos);
-  CHECK(refusal_of(w, [](auto& o) { o["executor"].as_object()["timeout_ms"] = 60000; })
-            .find("operations[0].executor.timeout_ms") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) {
+          o["executor"].as_object()["url"] = "ftp://x/y";
+        }).find("operations[0].executor.url") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) {
+          o["executor"].as_object()["token_env"] = "lower case";
+        }).find("operations[0].executor.token_env") != std::string::npos);
+  CHECK(refusal_of(w, [](auto& o) {
+          o["executor"].as_object()["timeout_ms"] = 60000;
+        }).find("operations[0].executor.timeout_ms") != std::string::npos);
   CHECK(refusal_of(w, [](auto& o) { o.erase("executor"); }).find("operations[0].executor") !=
         std::string::npos);
   // A declaration that moves no money has no amount and no thresholds.
   const auto r = reship_json();
-  CHECK(refusal_of(r, [](auto& o) { o["amount_argument"] = "carrier"; })
-            .find("operations[0].amount_argument") != std::string::npos);
+  CHECK(refusal_of(r, [](auto& o) {
+          o["amount_argument"] = "carrier";
+        }).find("operations[0].amount_argument") != std::string::npos);
   CHECK(refusal_of(r, [](auto& o) { o["effect"] = "Reship {amount}."; }).find("{amount}") !=
         std::string::npos);
 }
@@ -196,9 +203,12 @@ TEST_CASE("a declared tool's arguments are checked outside the model") {
   CHECK(refusal(f.run("reship_order",
                       R"({"order_id":"ORDER-1","carrier":"express","owner":"other-user"})"))
             .find("Unknown argument 'owner'") != std::string::npos);
-  CHECK(refusal(f.run("reship_order",
-                      R"({"order_id":"ORDER-1","carrier":"express","note":"a note far longer than twenty"})"))
-            .find("note must be 0 to 20 characters") != std::string::npos);
+  CHECK(
+      refusal(
+          f.run(
+              "reship_order",
+              R"({"order_id":"ORDER-1","carrier":"express","note":"a note far longer than twenty"})"))
+          .find("note must be 0 to 20 characters") != std::string::npos);
   CHECK(refusal(f.run("reship_order", R"({"order_id":"../etc","carrier":"express"})"))
             .find("order_id must be") != std::string::npos);
   CHECK(refusal(f.run("waive_fee", R"({"order_id":"ORDER-1","fee":"late_fee","amount_minor":"9"})"))
