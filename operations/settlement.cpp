@@ -25,15 +25,16 @@ pb::ToolResult settled_result(const pb::Operation& op) {
                    {"order_id", op.proposal().order_id()},
                    {"amount_minor", op.proposal().amount_minor()},
                    {"currency", op.proposal().currency()}};
-  if (!op.proposal().arguments_json().empty()) {
-    json::error_code ec;
-    auto arguments = json::parse(op.proposal().arguments_json(), ec);
-    if (!ec) out["arguments"] = std::move(arguments);
-  }
   if (op.proposal().original_amount_minor() != 0) {
     // The approver lowered it: the agent hears both amounts and why.
     out["original_amount_minor"] = op.proposal().original_amount_minor();
     out["edit_reason"] = op.proposal().edit_reason();
+  }
+  if (!op.proposal().arguments_json().empty()) {
+    // A declared operation: the arguments as approved (and executed).
+    json::error_code ec;
+    auto arguments = json::parse(op.proposal().arguments_json(), ec);
+    if (!ec) out["arguments"] = std::move(arguments);
   }
   if (is(op, Outcome::succeeded)) out["provider_object_id"] = op.provider_object_id();
   if (!op.decision_reason().empty()) out["reason"] = op.decision_reason();
