@@ -203,6 +203,18 @@ struct Commands {
       rc = data_dir.empty() ? cli::audit_verify_online(ctx, expect_head)
                             : cli::audit_verify_offline(data_dir, ctx.json, expect_head);
     });
+    auto* export_pack = audit->add_subcommand(
+        "export", "write one operation's evidence pack, provable offline (the export is audited)");
+    export_pack->add_option("--operation", key, "the operation key")->required();
+    export_pack->add_option("--out", file, "the file to write")->required();
+    export_pack->callback([this] { rc = cli::audit_export(ctx, key, file); });
+    auto* verify_pack = audit->add_subcommand(
+        "verify-evidence", "verify an evidence pack with nothing but the file (exit 1 if not)");
+    verify_pack->add_option("file", file, "the pack")->required();
+    verify_pack->add_option("--head", expect_head,
+                            "SEQ:HASH a witness saw (a notification's audit_head): the proof "
+                            "must pass through it");
+    verify_pack->callback([this] { rc = cli::verify_evidence_file(file, ctx.json, expect_head); });
     auto* drafts = app.add_subcommand("drafts", "replies to customers the agent drafted");
     drafts->require_subcommand(1);
     auto* list_drafts =

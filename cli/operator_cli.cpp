@@ -13,9 +13,11 @@
 #include <iostream>
 
 #include "common/crypto.h"
+#include "common/files.h"
 #include "common/text.h"
 #include "http/client.h"
 #include "operations/audit.h"
+#include "operations/evidence.h"
 #include "operations/orders.h"
 #include "operations/policy.h"
 #include "operations/policy_replay.h"
@@ -34,6 +36,7 @@ std::string seg(const std::string& s) {
 struct Reply {
   int status = 0;
   json::value body;
+  std::string raw;  // the body as it came
 };
 
 // Sends one request; prints a helpful error and returns nullopt on failure.
@@ -62,7 +65,7 @@ std::optional<Reply> call(const Context& c, const std::string& method, const std
     return std::nullopt;
   }
   json::error_code ec;
-  Reply r{res->status, json::parse(res->body, ec)};
+  Reply r{res->status, json::parse(res->body, ec), res->body};
   if (ec) r.body = json::object{{"raw", res->body}};
   if (res->status >= 300) {
     std::string code = "error", message = res->body;
@@ -735,6 +738,59 @@ int audit_verify_online(const Context& c, const std::string& expect_head) {
                                s(r->body, "problem"));
   });
   return ok ? 0 : 3;
+}
+
+int audit_export(const Context& c, const std::string& key, const std::string& out_file) {
+  auto r = call(c, "GET", "/v1/operations/" + seg(key) + "/evidence");
+  if (!r) return 1;
+  // Written whole or not at all: a pack cut short would not verify.
+  if (auto written = write_file_atomically(out_file, r->raw); !written) {
+    std::cerr << fmt::format("error: cannot write {}: {}\n", out_file, written.error().message);
+    return 1;
+  }
+  auto check = operations::verify_evidence(r->raw);
+  return print_json_or(c, *r, [&] {
+    std::cout << fmt::format("{}: evidence for {} ({} audit records, proven to head #{})\n",
+                             out_file, printable(check.operation_key), check.records,
+                             check.head.seq);
+  });
+}
+
+int verify_evidence_file(const std::string& file, bool as_json, const std::string& witnessed_head) {
+  std::optional<operations::WitnessedHead> witness;
+  if (!witnessed_head.empty()) {
+    auto parsed = operations::parse_head(witnessed_head);
+    if (!parsed) {
+      std::cerr << "error: " << parsed.error().message << "\n";
+      return 2;
+    }
+    witness = *parsed;
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    std::cerr << fmt::format("error: cannot read {}\n", file);
+    return 2;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto check = operations::verify_evidence(text, witness);
+  if (as_json) {
+    json::object o{
+        {"ok", check.ok},
+        {"operation_key", check.operation_key},
+        {"records", check.records},
+        {"head", json::object{{"seq", check.head.seq}, {"hash", crypto::to_hex(check.head.hash)}}},
+        {"witness_checked", check.witness_checked}};
+    if (!check.ok) o["problem"] = check.problem;
+    std::cout << json::serialize(o) << "\n";
+  } else if (check.ok) {
+    std::cout << fmt::format("evidence verifies: {}, {} audit records, proven to head #{} {}{}\n",
+                             printable(check.operation_key), check.records, check.head.seq,
+                             crypto::to_hex(check.head.hash),
+                             check.witness_checked ? "; it passes through the witnessed head" : "");
+  } else {
+    std::cout << "EVIDENCE DOES NOT VERIFY: " << printable(check.problem) << "\n";
+  }
+  return check.ok ? 0 : 1;
 }
 
 int audit_verify_offline(const std::string& data_dir, bool as_json,

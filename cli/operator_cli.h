@@ -55,6 +55,11 @@ int ledger(const Context& c, const std::string& session, const std::string& owne
 // expect_head "SEQ:HASH" (a witness's record of the chain) or "".
 int audit_verify_online(const Context& c, const std::string& expect_head);
 int audit_verify_offline(const std::string& data_dir, bool json, const std::string& expect_head);
+// opgate audit export --operation KEY --out FILE: the pack, byte for byte.
+int audit_export(const Context& c, const std::string& key, const std::string& out_file);
+// opgate audit verify-evidence FILE [--head SEQ:HASH]: 0 if it verifies,
+// 1 if not, 2 if it cannot be read.
+int verify_evidence_file(const std::string& file, bool json, const std::string& witnessed_head);
 int import_orders(const Context& c, const std::string& file);
 // Online: the daemon writes the copy on its host. Offline: a stopped
 // daemon's new data directory from a copy.

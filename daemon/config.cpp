@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/webhook_signature.h"
 #include "operations/notifications.h"
+#include "operations/views.h"
 
 namespace opgate::daemon {
 
@@ -695,6 +696,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   for (const auto& p : c.principals)
     if (!names.insert(p.name).second)
       throw ConfigError(fmt::format("operator token principal '{}' appears twice", p.name));
+  c.policy.sha256 = operations::policy_sha256(c.policy);
   return c;
 }
 

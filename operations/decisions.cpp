@@ -11,6 +11,7 @@
 #include "operations/settlement.h"
 #include "operations/step_up.h"
 #include "operations/transitions.h"
+#include "operations/views.h"
 
 namespace opgate::operations {
 
@@ -168,7 +169,13 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   auto* approval = op.add_approvals();
   approval->set_principal(principal.name);
   approval->set_at_ms(txn.now_ms());
-  json::object shown{{"amount_minor", asked.amount_minor}, {"currency", asked.currency}};
+  // What was approved, and the policy it was approved under.
+  json::object shown{{"amount_minor", asked.amount_minor},
+                     {"currency", asked.currency},
+                     {"tier", p.tier()},
+                     {"approvals_needed", approvals_needed(p, policy)},
+                     {"step_up", step_up},
+                     {"policy_sha256", policy_sha256(policy)}};
   if (p.original_amount_minor() != 0) shown["original_amount_minor"] = p.original_amount_minor();
   const std::string d = json::serialize(shown);
   if (step == ApprovalStep::recorded) {

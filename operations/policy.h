@@ -96,6 +96,9 @@ struct PolicyConfig {
   std::map<std::string, int64_t> credit_support_limit_minor{{"USD", 2000}, {"GBP", 2000}};
   EscalationPolicy escalation;
   StepUpPolicy step_up;
+  // operations::policy_sha256 of this policy, set once it is loaded (empty:
+  // computed when asked).
+  std::string sha256;
 };
 
 // What refunds and credits may still take from the order: what was paid,

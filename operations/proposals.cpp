@@ -8,6 +8,7 @@
 #include "operations/keys.h"
 #include "operations/settlement.h"
 #include "operations/transitions.h"
+#include "operations/views.h"
 
 namespace opgate::operations {
 
@@ -50,10 +51,15 @@ Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Pro
   op.set_idempotency_key(provider_idempotency_key(op.key()));
   op.set_expires_at_ms(txn.now_ms() + policy.approval_ttl_s * 1000);
   call.set_operation_key(op.key());
-  OPGATE_TRY(create(txn, op, principal,
-                    details({{"session_id", call.session_id()},
-                             {"call_id", call.call_id()},
-                             {"tool", call.name()}})));
+  // The policy it was proposed under, for the evidence pack.
+  OPGATE_TRY(
+      create(txn, op, principal,
+             details({{"session_id", call.session_id()},
+                      {"call_id", call.call_id()},
+                      {"tool", call.name()},
+                      {"tier", proposal.tier()},
+                      {"approvals_needed", std::to_string(approvals_needed(proposal, policy))},
+                      {"policy_sha256", policy_sha256(policy)}})));
   txn.put_call(call);
   return Status::Ok();
 }

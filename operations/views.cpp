@@ -211,4 +211,9 @@ json::object policy_json(const PolicyConfig& policy) {
                                {"above_minor", amounts(policy.step_up.above_minor)}}}};
 }
 
+std::string policy_sha256(const PolicyConfig& policy) {
+  if (!policy.sha256.empty()) return policy.sha256;
+  return crypto::sha256_hex(json::serialize(policy_json(policy)));
+}
+
 }  // namespace opgate::operations

@@ -24,6 +24,10 @@ boost::json::object funds_json(const pb::Order& order, const pb::OrderFunds& fun
 // the tiers it may have, its limits), the two-person thresholds, the
 // approval time, escalation and step-up.
 boost::json::object policy_json(const PolicyConfig& policy);
+// The SHA-256 (hex) of policy_json: what the audit records of proposals and
+// decisions name as the policy they were made under. Cached on the policy
+// when the configuration is loaded.
+std::string policy_sha256(const PolicyConfig& policy);
 std::string_view delivery_text(pb::Delivery delivery);
 
 }  // namespace opgate::operations

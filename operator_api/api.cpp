@@ -14,6 +14,7 @@
 #include "operations/audit.h"
 #include "operations/decisions.h"
 #include "operations/drafts.h"
+#include "operations/evidence.h"
 #include "operations/keys.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
@@ -347,6 +348,16 @@ class Api {
     for (const auto& r : *history) rows.push_back(operations::audit_json(r));
     o["history"] = std::move(rows);
     return ok_json(o);
+  }
+
+  // The operation's evidence pack (operations/evidence.h), exactly as it is
+  // to be handed over; the export is audited.
+  Response evidence(const std::string& key, const Principal& p) {
+    auto pack = operations::export_evidence(d_.storage, key, p, *d_.policy.get());
+    if (!pack) return from_error(pack.error());
+    Response r = json_response(200, std::move(*pack));
+    r.headers["Content-Disposition"] = "attachment; filename=\"evidence.json\"";
+    return r;
   }
 
   // What an approver needs beside the proposal: the order and what opgate
@@ -1175,6 +1186,8 @@ http::Router make_router(ApiDeps& deps) {
         [api](auto& q, auto& p, auto& who) { return api->list_operations(q, p, who); });
   route("GET", "/v1/operations/{key}", scope::read,
         [api](auto&, auto& p, auto& who) { return api->get_operation(p.at("key"), who); });
+  route("GET", "/v1/operations/{key}/evidence", scope::read,
+        [api](auto&, auto& p, auto& who) { return api->evidence(p.at("key"), who); });
   route("GET", "/v1/operations/{key}/context", scope::read,
         [api](auto&, auto& p, auto& who) { return api->context(p.at("key"), who); });
   route("POST", "/v1/operations/{key}/step-up", scope::approve,

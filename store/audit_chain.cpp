@@ -6,24 +6,49 @@
 
 namespace opgate::store {
 
-std::string audit_hash(const pb::AuditRecord& r, const std::string& prev_hash) {
+namespace {
+
+// "length:value\n" for each value: no value can forge a boundary.
+void add_field(std::string& canonical, std::string_view value) {
+  canonical += std::to_string(value.size());
+  canonical += ':';
+  canonical += value;
+  canonical += '\n';
+}
+
+void add_fields(std::string& canonical, const pb::AuditRecord& r) {
+  add_field(canonical, std::to_string(r.seq()));
+  add_field(canonical, std::to_string(r.at_ms()));
+  add_field(canonical, r.principal());
+  add_field(canonical, r.operation_key());
+  add_field(canonical, r.action());
+  add_field(canonical, r.from_state());
+  add_field(canonical, r.to_state());
+  add_field(canonical, r.fingerprint());
+  add_field(canonical, r.details_json());
+}
+
+}  // namespace
+
+std::string audit_fields_digest(const pb::AuditRecord& r) {
   std::string canonical;
-  auto add = [&](std::string_view value) {
-    canonical += std::to_string(value.size());
-    canonical += ':';
-    canonical += value;
-    canonical += '\n';
-  };
-  add(prev_hash);
-  add(std::to_string(r.seq()));
-  add(std::to_string(r.at_ms()));
-  add(r.principal());
-  add(r.operation_key());
-  add(r.action());
-  add(r.from_state());
-  add(r.to_state());
-  add(r.fingerprint());
-  add(r.details_json());
+  add_fields(canonical, r);
+  return crypto::sha256(canonical);
+}
+
+std::string audit_link(const std::string& prev_hash, const std::string& fields_digest) {
+  std::string canonical;
+  add_field(canonical, kAuditHashV2);
+  add_field(canonical, prev_hash);
+  add_field(canonical, fields_digest);
+  return crypto::sha256(canonical);
+}
+
+std::string audit_hash(const pb::AuditRecord& r, const std::string& prev_hash) {
+  if (r.hash_version() == 2) return audit_link(prev_hash, audit_fields_digest(r));
+  std::string canonical;
+  add_field(canonical, prev_hash);
+  add_fields(canonical, r);
   return crypto::sha256(canonical);
 }
 
@@ -31,6 +56,7 @@ void chain_audit(pb::AuditRecord& record, int64_t at_ms, AuditHead& head) {
   record.set_seq(head.seq + 1);
   record.set_at_ms(at_ms);
   record.set_prev_hash(head.hash);
+  record.set_hash_version(2);
   record.set_hash(audit_hash(record, head.hash));
   head.seq = record.seq();
   head.hash = record.hash();

@@ -12,8 +12,17 @@
 
 namespace opgate::store {
 
-// The chain hash of a record given its predecessor's hash (raw bytes).
+// The chain hash of a record given its predecessor's hash (raw bytes), by
+// the record's hash_version.
 std::string audit_hash(const pb::AuditRecord& record, const std::string& prev_hash);
+
+// Version 2 (every record written now): hash = SHA-256 over the tag, the
+// predecessor's hash and the digest of the record's own fields, so that a
+// proof of inclusion can pass over a record by its digest alone, revealing
+// nothing of it (operations/evidence.h).
+inline constexpr std::string_view kAuditHashV2 = "opgate-audit-v2";
+std::string audit_fields_digest(const pb::AuditRecord& record);
+std::string audit_link(const std::string& prev_hash, const std::string& fields_digest);
 
 // Fills seq, at_ms, prev_hash and hash so `record` follows `head`, and
 // advances `head` to it.
