@@ -96,32 +96,30 @@ json::value details_of(const pb::AuditRecord& r) {
 // provider's (or executor's) side, each pointing at its record.
 void summarise(const std::vector<pb::AuditRecord>& records, json::object& body) {
   static const std::set<std::string_view> kDecisions = {
-      "approve", "approval_recorded", "deny",     "narrow",           "expire",
-      "reject",  "retier",            "escalate", "resolve_succeeded", "resolve_failed"};
+      "approve",  "approval_recorded", "deny",          "narrow", "expire", "reject", "retier",
+      "escalate", "resolve_succeeded", "resolve_failed"};
   static const std::set<std::string_view> kProvider = {
-      "claim",   "provider_succeeded",  "provider_refused", "provider_indeterminate",
-      "restart", "reconcile_succeeded", "reconcile_failed", "reconcile_absent",
+      "claim",      "provider_succeeded",  "provider_refused", "provider_indeterminate",
+      "restart",    "reconcile_succeeded", "reconcile_failed", "reconcile_absent",
       "late_answer"};
   json::array decisions, provider, policy;
   for (const auto& r : records) {
-    json::object row{{"seq", r.seq()},
-                     {"at_ms", r.at_ms()},
-                     {"principal", r.principal()},
-                     {"action", r.action()},
-                     {"from", r.from_state()},
-                     {"to", r.to_state()},
-                     {"details", details_of(r)}};
+    json::object row{
+        {"seq", r.seq()},          {"at_ms", r.at_ms()},     {"principal", r.principal()},
+        {"action", r.action()},    {"from", r.from_state()}, {"to", r.to_state()},
+        {"details", details_of(r)}};
     const auto details = details_of(r);
     if (const auto* sha = field(details, "policy_sha256"))
-      policy.push_back(json::object{{"seq", r.seq()},
-                                    {"action", r.action()},
-                                    {"tier", field(details, "tier") ? *field(details, "tier") : nullptr},
-                                    {"approvals_needed", field(details, "approvals_needed")
-                                                             ? *field(details, "approvals_needed")
-                                                             : nullptr},
-                                    {"policy_sha256", *sha}});
+      policy.push_back(json::object{
+          {"seq", r.seq()},
+          {"action", r.action()},
+          {"tier", field(details, "tier") ? *field(details, "tier") : nullptr},
+          {"approvals_needed",
+           field(details, "approvals_needed") ? *field(details, "approvals_needed") : nullptr},
+          {"policy_sha256", *sha}});
     if (kDecisions.count(r.action())) {
-      row["narrowed"] = r.action() == "narrow" || field(details, "original_amount_minor") != nullptr;
+      row["narrowed"] =
+          r.action() == "narrow" || field(details, "original_amount_minor") != nullptr;
       decisions.push_back(std::move(row));
     } else if (kProvider.count(r.action())) {
       provider.push_back(std::move(row));
@@ -227,8 +225,8 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
       if (own.count(r.seq())) {
         links.push_back(json::object{{"seq", r.seq()}});
       } else if (r.hash_version() == 2) {
-        links.push_back(json::object{
-            {"seq", r.seq()}, {"digest", crypto::to_hex(store::audit_fields_digest(r))}});
+        links.push_back(json::object{{"seq", r.seq()},
+                                     {"digest", crypto::to_hex(store::audit_fields_digest(r))}});
       } else if (principal.sees_every_owner() ||
                  (!r.operation_key().empty() &&
                   principal.may_act_for(owner_of_key(r.operation_key())))) {
@@ -259,14 +257,16 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
   return json::serialize(pack) + "\n";
 }
 
-EvidenceCheck verify_evidence(std::string_view text_in, const std::optional<WitnessedHead>& witness) {
+EvidenceCheck verify_evidence(std::string_view text_in,
+                              const std::optional<WitnessedHead>& witness) {
   EvidenceCheck out;
   auto fail = [&](std::string problem) {
     out.ok = false;
     out.problem = std::move(problem);
     return out;
   };
-  if (text_in.empty() || text_in.back() != '\n') return fail("the file does not end as a pack does");
+  if (text_in.empty() || text_in.back() != '\n')
+    return fail("the file does not end as a pack does");
   const std::string_view doc = text_in.substr(0, text_in.size() - 1);
   json::error_code ec;
   const json::value pack = json::parse(doc, ec);
@@ -314,9 +314,11 @@ EvidenceCheck verify_evidence(std::string_view text_in, const std::optional<Witn
   std::optional<std::string> witnessed_hash;
   for (const auto& link : links->as_array()) {
     const auto seq = number(link, "seq");
-    if (!seq || *seq != expect) return fail(fmt::format("record {} is missing from the proof", expect));
+    if (!seq || *seq != expect)
+      return fail(fmt::format("record {} is missing from the proof", expect));
     if (auto it = own.find(*seq); it != own.end()) {
-      if (it->second.prev_hash() != hash || store::audit_hash(it->second, hash) != it->second.hash())
+      if (it->second.prev_hash() != hash ||
+          store::audit_hash(it->second, hash) != it->second.hash())
         return fail(fmt::format("audit record {} was altered: its hash does not match", *seq));
       hash = it->second.hash();
     } else if (auto digest = raw_hex(link, "digest")) {

@@ -35,10 +35,10 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
 
 struct EvidenceCheck {
   bool ok = false;
-  std::string problem;         // when not ok: the first problem found
-  std::string operation_key;   // when the pack parsed
-  size_t records = 0;          // the key's audit records in the pack
-  store::AuditHead head;       // the head the proof reaches
+  std::string problem;        // when not ok: the first problem found
+  std::string operation_key;  // when the pack parsed
+  size_t records = 0;         // the key's audit records in the pack
+  store::AuditHead head;      // the head the proof reaches
   bool witness_checked = false;
 };
 

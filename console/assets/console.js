@@ -690,6 +690,10 @@
     if (op.session_id) $("session-link").setAttribute("href",
       "/console/sessions/" + encodeURIComponent(op.session_id));
     else show($("session-link"), false);
+    // The pack proves this operation offline (opgate audit verify-evidence);
+    // downloading it is audited.
+    $("evidence-link").setAttribute("href",
+      "/console/api/v1/operations/" + encodeURIComponent(key) + "/evidence");
 
     let mode = null;  // "approve" | "lower" | "deny" while the confirmation shows
     let lower = null;  // {amount_minor, edit_reason} while a lower amount is reviewed

@@ -387,6 +387,11 @@ def queue_and_approve(run):
     a.wait_text("transcript", "request_refund")
     a.wait_text("history", "propose")
     a.wait_text("audit-verify", "verified")
+    # The evidence pack downloads with the session's cookie.
+    href = a.find("evidence-link").get_attribute("href")
+    pack = a.d.execute_async_script(FETCH_TEXT, href)
+    check(pack["status"] == 200 and '"format":"opgate-evidence/1"' in pack["body"],
+          f"the evidence pack downloads: {pack['status']}")
     run.proposal_shot = a.shot("console-proposal", height=1500)
 
     a.find("approve").click()
@@ -710,6 +715,13 @@ const api = async (method, path, body) => {
     authenticator_data: b64(a.response.authenticatorData),
     signature: b64(a.response.signature)}});
 })().catch((e) => done({error: String(e)}));
+"""
+
+FETCH_TEXT = """
+const [url, done] = arguments;
+fetch(url, {credentials: "same-origin"})
+  .then(async (r) => done({status: r.status, body: await r.text()}))
+  .catch((e) => done({status: 0, body: String(e)}));
 """
 
 APPROVE_WITH = """

@@ -2,13 +2,14 @@
 // and the CLI, verified offline with nothing but the file, a changed byte
 // anywhere refused, an earlier pack still verifying after more records
 // were appended, a notification's audit head as a witness, owner patterns.
+#include "operations/evidence.h"
+
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include <fstream>
 #include <iterator>
 
-#include "operations/evidence.h"
 #include "tests/integration/cluster.h"
 
 using namespace opgate;
