@@ -90,10 +90,21 @@ struct Commands {
         "test", "replay the recorded proposals against a new policy: what would differ");
     test->add_option("--config", tools_config, "the new policy's TOML configuration")->required();
     test->add_option("--since", window, "only proposals of this window: 30d (default), 12h, 90m");
+    test->add_option("--data-dir", data_dir,
+                     "replay a stopped daemon's data directory, read-only, instead of asking it");
+    test->add_option("--backup", dir, "replay a backup (opgate backup create), left untouched");
+    test->add_option("--current", config_path,
+                     "offline: the configuration the recorded proposals were made under");
     test->callback([this] {
       auto config = daemon::load_config(tools_config);
       if (!config) return fail(2, config.error());
-      rc = cli::policy_test(ctx, config->policy, window.empty() ? "30d" : window);
+      cli::ReplaySource source{data_dir, dir, std::nullopt};
+      if (!config_path.empty()) {
+        auto current = daemon::load_config(config_path);
+        if (!current) return fail(2, current.error());
+        source.current = current->policy;
+      }
+      rc = cli::policy_test(ctx, config->policy, window.empty() ? "30d" : window, source);
     });
     auto* report = app.add_subcommand("report",
                                       "how approvals are going: decisions, times, "

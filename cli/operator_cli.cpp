@@ -21,6 +21,7 @@
 #include "operations/orders.h"
 #include "operations/policy.h"
 #include "operations/policy_replay.h"
+#include "operations/views.h"
 #include "store/rocksdb/rocks_storage.h"
 
 namespace opgate::cli {
@@ -564,25 +565,87 @@ pb::Proposal proposal_of(const json::value& op) {
   p.set_currency(s(op, "currency"));
   p.set_tier(s(detail, "tier"));
   p.set_reason(s(detail, "reason"));
+  p.set_money(s(detail, "money"));  // declared operations
   return p;
+}
+
+// Every operation of a store directory opened read-only, as the API shows
+// them.
+std::optional<json::array> stored_operations(const std::string& data_dir) {
+  store::rocks::OpenOptions o;
+  o.read_only = true;
+  o.create_if_missing = false;
+  SystemClock clock;
+  auto st = store::rocks::RocksStorage::open(data_dir, o, clock);
+  if (!st) {
+    std::cerr << "error: " << st.error().message << "\n";
+    return std::nullopt;
+  }
+  json::array out;
+  store::OperationQuery q;
+  q.limit = 1000;
+  for (;;) {
+    auto page = (*st)->reader().operations(q);
+    if (!page) {
+      std::cerr << "error: " << page.error().message << "\n";
+      return std::nullopt;
+    }
+    for (const auto& op : page->operations) out.push_back(operations::operation_json(op, false));
+    if (page->next_after.empty()) return out;
+    q.after = page->next_after;
+  }
+}
+
+// The recorded operations from where the source says: the daemon (its API),
+// a stopped daemon's data directory, or a backup restored into a scratch
+// directory that is removed afterwards.
+std::optional<json::array> recorded_operations(const Context& c, const ReplaySource& source) {
+  if (!source.data_dir.empty()) return stored_operations(source.data_dir);
+  if (source.backup_dir.empty()) return all_operations(c, "");
+  char scratch[] = "/tmp/opgate-replay-XXXXXX";
+  if (!::mkdtemp(scratch)) {
+    std::cerr << "error: cannot make a scratch directory for the backup\n";
+    return std::nullopt;
+  }
+  const std::string dir = std::string(scratch) + "/data";
+  SystemClock clock;
+  std::optional<json::array> out;
+  if (auto info = store::rocks::RocksStorage::restore(source.backup_dir, dir, clock); !info)
+    std::cerr << "error: " << info.error().message << "\n";
+  else
+    out = stored_operations(dir);
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+  return out;
 }
 
 }  // namespace
 
-int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since) {
+int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since,
+                const ReplaySource& source) {
   const auto window = window_ms(since);
   if (!window) {
     std::cerr << "error: --since must be a number and d, h or m: 30d, 12h, 90m\n";
     return 2;
   }
-  auto shown = call(c, "GET", "/v1/policy");
-  if (!shown) return 1;
-  auto current = operations::policy_from_json(shown->body.as_object());
+  const bool offline = !source.data_dir.empty() || !source.backup_dir.empty();
+  if (offline && !source.current) {
+    std::cerr << "error: --data-dir and --backup need --current FILE, the configuration the "
+                 "recorded proposals were made under\n";
+    return 2;
+  }
+  Result<operations::PolicyConfig> current =
+      source.current ? *source.current : operations::PolicyConfig();
+  if (!offline) {
+    auto shown = call(c, "GET", "/v1/policy");
+    if (!shown) return 1;
+    current = operations::policy_from_json(shown->body.as_object());
+  }
   if (!current) {
     std::cerr << "error: " << current.error().message << "\n";
     return 1;
   }
-  auto all = all_operations(c, "");
+  auto all = recorded_operations(c, source);
   if (!all) return 1;
   const int64_t from = now_ms() - *window;
   json::array differing;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,7 +43,16 @@ int print_policy(const Context& c, const boost::json::object& policy);
 // Replays the proposals recorded within `since` ("30d", "12h", "90m")
 // against `next`: what would differ from the daemon's policy in force.
 // Reads only; changes nothing.
-int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since);
+// Where `opgate policy test` reads the recorded proposals: the daemon (the
+// default; the baseline is the policy it shows), or offline a stopped
+// daemon's data directory or a backup, against `current`.
+struct ReplaySource {
+  std::string data_dir;
+  std::string backup_dir;
+  std::optional<operations::PolicyConfig> current;
+};
+int policy_test(const Context& c, const operations::PolicyConfig& next, const std::string& since,
+                const ReplaySource& source = {});
 // How approvals went for the proposals of the window ("7d", "12h").
 int report(const Context& c, const std::string& since);
 // Replies the agent drafted (of one order, or every order the token sees).

@@ -558,4 +558,19 @@ tier = "supervisor"
   auto [arc, minted] = c.cli({"--json", "agent-tokens", "create", "--owner", "demo-user"});
   REQUIRE(arc == 0);
   CHECK(str(json::parse(minted), "label").empty());
+  // On a backup, against the configuration in force: the same answer, and
+  // the backup is left as it was. (A PostgreSQL store is copied by the
+  // database's own tools; policy test reads it live.)
+  if (c.store() == "postgres") return;
+  const auto backup = c.dir() / "backup";
+  REQUIRE(c.cli({"backup", "create", "--to", backup.string()}).first == 0);
+  auto [brc, offline] = c.cli({"--json", "policy", "test", "--config", file.string(), "--backup",
+                               backup.string(), "--current", c.config_file().string()});
+  REQUIRE(brc == 0);
+  auto replayed = json::parse(offline).as_object();
+  CHECK(replayed.at("replayed").as_int64() == 1);
+  CHECK(replayed.at("differing").as_int64() == 1);
+  CHECK(json::serialize(replayed.at("totals")) == json::serialize(report.at("totals")));
+  CHECK(c.cli({"policy", "test", "--config", file.string(), "--backup", backup.string()}).first ==
+        2);  // offline needs the baseline
 }
