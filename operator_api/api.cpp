@@ -463,17 +463,12 @@ class Api {
       }
     }
     operations::DecisionReport report(from_ms);
-    store::OperationQuery q;
-    q.limit = 1000;
-    q.accept = [&](const pb::Operation& op) {
-      return op.created_at_ms() >= from_ms && p.may_act_for(op.proposal().owner());
-    };
-    for (;;) {
-      OPGATE_ASSIGN_OR_RETURN(auto page, d_.storage.reader().operations(q));
-      for (const auto& op : page.operations) report.add(op);
-      if (page.next_after.empty()) break;
-      q.after = page.next_after;
-    }
+    const bool every_owner = p.sees_every_owner();
+    OPGATE_TRY(d_.storage.reader().visit_operations([&](const pb::Operation& op) {
+      if (op.created_at_ms() >= from_ms && (every_owner || p.may_act_for(op.proposal().owner())))
+        report.add(op);
+      return true;
+    }));
     return report.json();
   }
 

@@ -140,6 +140,20 @@ class Reader {
   virtual Result<OperationPage> operations(const OperationQuery& query) = 0;
   // Every operation on an order (any owner, kind and version).
   virtual Result<std::vector<pb::Operation>> operations_of_order(const std::string& order_id) = 0;
+  // Every operation in key order to `visit`, until it returns false: for
+  // reading a long history in one pass (a report). The message is valid only
+  // during the call; a backend may reuse it. By default, page by page.
+  virtual Status visit_operations(const std::function<bool(const pb::Operation&)>& visit) {
+    OperationQuery q;
+    q.limit = 1000;
+    for (;;) {
+      OPGATE_ASSIGN_OR_RETURN(auto page, operations(q));
+      for (const auto& op : page.operations)
+        if (!visit(op)) return Status::Ok();
+      if (page.next_after.empty()) return Status::Ok();
+      q.after = page.next_after;
+    }
+  }
   // Keys of pending operations whose expiry is at or before now_ms, oldest
   // expiry first, at most `limit`.
   virtual Result<std::vector<std::string>> expired_by(int64_t now_ms, size_t limit) = 0;

@@ -146,6 +146,23 @@ class KvReader : public virtual Reader {
     return load<pb::Operation>(view_, Cf::operations, keys::operation(key));
   }
 
+  Status visit_operations(const std::function<bool(const pb::Operation&)>& visit) override {
+    // One message parsed into again and again: its strings and repeated
+    // fields keep their storage, so a million operations cost no million
+    // allocations.
+    pb::Operation op;
+    std::optional<Error> failed;
+    OPGATE_TRY(view_.scan(Cf::operations, "o/", [&](std::string_view, std::string_view v) {
+      if (!op.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+        failed = corrupt("operation");
+        return false;
+      }
+      return visit(op);
+    }));
+    if (failed) return *failed;
+    return Status::Ok();
+  }
+
   Result<OperationPage> operations(const OperationQuery& q) override {
     OperationPage page;
     std::optional<Error> failed;

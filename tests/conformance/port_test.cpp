@@ -2,7 +2,9 @@
 // the port only: what passes here against RocksDB must pass against every
 // other backend.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -264,6 +266,32 @@ TEST_CASE("operations are listed by state, paged, filtered, and counted in step"
   CHECK(r.counts()->operations.at(pb::STATE_PENDING) == 3);
   CHECK(r.counts()->operations.at(pb::STATE_APPROVED) == 1);
   CHECK(r.operations({pb::STATE_PENDING, "", 10, {}})->operations.size() == 3);
+}
+
+TEST_CASE("every operation is visited once, in key order, until the visitor stops") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    for (int i = 0; i < 1205; ++i) {  // more than a page of the default visit
+      auto o = op(fmt::format("k{:04}", i), i % 2 ? pb::STATE_PENDING : pb::STATE_SETTLED);
+      if (i % 2 == 0) o.mutable_proposal()->set_amount_minor(i);
+      REQUIRE(t.put_operation(o).ok());
+    }
+  });
+  auto& r = f.s->reader();
+  std::vector<std::string> keys;
+  int64_t amounts = 0;
+  REQUIRE(r.visit_operations([&](const pb::Operation& o) {
+             keys.push_back(o.key());
+             amounts += o.proposal().amount_minor();
+             return true;
+           }).ok());
+  REQUIRE(keys.size() == 1205);
+  CHECK(std::is_sorted(keys.begin(), keys.end()));
+  CHECK(keys.front() == "k0000");
+  CHECK(amounts == 602 * 603);  // the even ones: none left over from the message before
+  size_t seen = 0;
+  REQUIRE(r.visit_operations([&](const pb::Operation&) { return ++seen < 3; }).ok());
+  CHECK(seen == 3);
 }
 
 TEST_CASE("pending operations are found by expiry, earliest first, and only while pending") {
