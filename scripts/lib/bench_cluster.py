@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from bench_outbox import approve_all
+from bench_outbox import approve_all, graphile_jobs
 from cluster import WEBHOOK_SECRET, orders
 from nodes import Nodes
 from pgbench import BODY_BYTES, pgbench
@@ -55,10 +55,25 @@ def settle(c, bin_dir, nodes, names):
     return done / max((last - first) / 1000, 0.001), done
 
 
+def statements(pg_url, database, limit=6):
+    """The statements of the database that took the most time since the last
+    reset (pg_stat_statements), as lines to print."""
+    from nodes import psql
+    rows = psql(f"{pg_url} dbname={database}",
+                "SELECT calls, round(total_exec_time::numeric), round(mean_exec_time::numeric, 3), "
+                "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                f"ORDER BY total_exec_time DESC LIMIT {limit}")
+    return [f"  {r}" for r in rows.strip().splitlines()]
+
+
 def main():
     bin_dir, pg_url, seconds, conns, n = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
                                           int(sys.argv[4]), int(sys.argv[5]))
-    c = Nodes(bin_dir, orders(2 * n, prefix="S"), pg_url, count=3, pool_size=16)
+    graphile_dir = sys.argv[6] if len(sys.argv) > 6 else ""
+    c = Nodes(bin_dir, orders(2 * n, prefix="S") + orders(n, prefix="G"), pg_url, count=3,
+              pool_size=16)
+    from nodes import psql
     try:
         base, _, _ = pgbench(pg_url, conns, seconds)
         print(f"pgbench: {base:.0f} committed 1-row inserts/s at {conns} clients "
@@ -67,11 +82,31 @@ def main():
             acks = ingest(c, bin_dir, nodes, conns, seconds)
             print(f"ingest, {nodes} node(s), {conns} connections: {acks:.0f} acks/s = "
                   f"{acks / base:.2f} x pgbench", flush=True)
+        try:  # the server was started with pg_stat_statements loaded
+            psql(c.db_url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            profiled = True
+        except subprocess.CalledProcessError:
+            profiled = False
+        rates = {}
         for nodes, names in ((1, [f"S{i}" for i in range(n)]),
                              (3, [f"S{i}" for i in range(n, 2 * n)])):
+            if profiled:
+                psql(c.db_url, "SELECT pg_stat_statements_reset()")
             rate, done = settle(c, bin_dir, nodes, names)
+            rates[nodes] = rate
             print(f"settle, approvals on {nodes} node(s): {rate:.0f} ops/s "
                   f"({done} of {n} succeeded)", flush=True)
+            if profiled and nodes == 1:
+                print("  where the time went (proposals and settles; calls, total ms, mean ms):")
+                for line in statements(pg_url, c.database):
+                    print(line)
+        if graphile_dir:
+            done, jobs_rate, jp50, jp99 = graphile_jobs(pg_url, graphile_dir, c.payments_port, n,
+                                                        "G", 32)
+            print(f"graphile-worker, same PostgreSQL: {done} jobs, {jobs_rate:.0f}/s "
+                  f"(p50 {jp50:.0f} ms, p99 {jp99:.0f} ms, 32 at a time)", flush=True)
+            for nodes, rate in rates.items():
+                print(f"settle on {nodes} node(s) / graphile-worker: {rate / jobs_rate:.2f}x")
     finally:
         c.close()
 

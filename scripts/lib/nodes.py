@@ -15,8 +15,9 @@ from cluster import ADMIN_TOKEN, WEBHOOK_SECRET, Cluster, _wait_file, http
 
 
 def psql(url, sql):
-    subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], check=True,
-                   stdout=subprocess.PIPE)
+    """Runs sql; returns what it printed (unaligned, tuples only)."""
+    return subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout
 
 
 class Nodes(Cluster):
