@@ -69,7 +69,7 @@ Status save(store::Transaction& txn, pb::Operation& op) {
 // operation, which is then saved: verification checks one against the other.
 static Status save_audited(store::Transaction& txn, pb::Operation& op, pb::AuditRecord record) {
   txn.append_audit(std::move(record));
-  OPGATE_ASSIGN_OR_RETURN(auto head, txn.audit_head());
+  OPGATE_ASSIGN_OR_RETURN(auto head, txn.head_to_record());
   op.set_audit_seq(head.seq);
   op.set_audit_hash(head.hash);
   return save(txn, op);

@@ -251,6 +251,12 @@ class Transaction : public virtual Reader {
   // --- Audit chain: seq, at_ms, prev_hash and hash are assigned here, in
   // the order of the calls, chained to the head this transaction sees.
   virtual void append_audit(pb::AuditRecord record) = 0;
+  // The head the appends so far reach, as an operation and its notification
+  // events are to record it (put_operation, keep_notification, enqueue).
+  // A backend may answer with a provisional head and put the real one into
+  // what recorded it as the transaction commits, so that the chain is
+  // locked for the commit alone; by default it is audit_head().
+  virtual Result<AuditHead> head_to_record() { return audit_head(); }
 
   // --- Outbox
   virtual void enqueue(pb::OutboxItem item) = 0;

@@ -490,6 +490,9 @@ class DurableReader final : public PgReads {
 };
 
 class PgTransaction final : public Transaction, public PgReads {
+  // Provisional heads count up from here: far above any real sequence.
+  static constexpr uint64_t kProvisional = uint64_t{1} << 62;
+
  public:
   PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms)
       : conn_(conn), locking_(isolation == Isolation::read_committed), now_ms_(now_ms) {
@@ -521,6 +524,18 @@ class PgTransaction final : public Transaction, public PgReads {
     return ops;
   }
 
+  // Before the head row is locked, what records the head learns a
+  // provisional one (the record's place among this transaction's appends):
+  // the row is locked only as the transaction commits, so that audited
+  // transactions, which all take it, hold it for no more than their commit.
+  // What recorded the provisional head (the operation, its notification
+  // events) is written again then with the real one.
+  Result<AuditHead> head_to_record() override {
+    if (head_) return *head_;
+    if (!unchained_.empty()) return AuditHead{kProvisional + unchained_.size(), std::string()};
+    OPGATE_TRY(lock_head());
+    return *head_;
+  }
   Result<AuditHead> audit_head() override {
     OPGATE_TRY(lock_head());
     return *head_;
@@ -590,11 +605,11 @@ class PgTransaction final : public Transaction, public PgReads {
     std::vector<std::string> locks = {lock_name('o', {key})};
     // A new member of the order's set: under the set's lock.
     if (old == pb::STATE_UNSPECIFIED) locks.push_back(lock_name('R', {op.proposal().order_id()}));
-    write(std::move(locks),
-          {"o_put",
-           {text(key), int8(op.state()), int8(op.expires_at_ms()), text(op.proposal().order_id()),
-            text(op.session_id()), text(op.proposal().owner()), bytea(op.SerializeAsString()),
-            int8(op.outcome())}});
+    write(std::move(locks), put_statement(op));
+    if (op.audit_seq() >= kProvisional)
+      repatch_[key] = op;
+    else
+      repatch_.erase(key);
     if (old != op.state()) {
       if (old != pb::STATE_UNSPECIFIED) counts_[old] -= 1;
       counts_[op.state()] += 1;
@@ -637,6 +652,10 @@ class PgTransaction final : public Transaction, public PgReads {
   void enqueue(pb::OutboxItem item) override {
     item.set_created_at_ms(now_ms_);
     notify_ = true;
+    if (item.kind() == pb::OUTBOX_NOTIFY_EVENT && item.notification().audit_seq() >= kProvisional) {
+      unresolved_items_.push_back(std::move(item));  // written at commit
+      return;
+    }
     write({}, {"ob_ins",
                {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
                 int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}});
@@ -661,6 +680,10 @@ class PgTransaction final : public Transaction, public PgReads {
   }
 
   void keep_notification(const pb::Notification& event) override {
+    if (event.audit_seq() >= kProvisional) {
+      unresolved_notifications_.push_back(event);  // written at commit
+      return;
+    }
     write({}, {"n_keep",
                {int8(event.created_at_ms()), text(event.event_id()),
                 bytea(event.SerializeAsString())}});
@@ -680,6 +703,7 @@ class PgTransaction final : public Transaction, public PgReads {
   Status commit() {
     if (failed_) return *failed_;
     if (!unchained_.empty()) OPGATE_TRY(lock_head());
+    OPGATE_TRY(resolve_provisional());
     if (head_ && appended_)
       write({}, {"a_head_set", {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash)}});
     for (const auto& [state, delta] : counts_)
@@ -738,6 +762,56 @@ class PgTransaction final : public Transaction, public PgReads {
     return r;
   }
 
+  Stmt put_statement(const pb::Operation& op) const {
+    return {"o_put",
+            {text(op.key()), int8(op.state()), int8(op.expires_at_ms()),
+             text(op.proposal().order_id()), text(op.session_id()), text(op.proposal().owner()),
+             bytea(op.SerializeAsString()), int8(op.outcome())}};
+  }
+
+  // The real head for a provisional one, once the records are chained.
+  Result<AuditHead> real_head(uint64_t provisional) const {
+    const uint64_t index = provisional - kProvisional;
+    if (index == 0 || index > chained_.size())
+      return make_error(errc::internal, "a provisional audit head has no record");
+    return chained_[index - 1];
+  }
+
+  Status resolve_notification(pb::Notification& n) const {
+    OPGATE_ASSIGN_OR_RETURN(const AuditHead real, real_head(n.audit_seq()));
+    // The event id names the change by its sequence number ("evt_{seq}_...").
+    const std::string was = "evt_" + std::to_string(n.audit_seq()) + "_";
+    if (n.event_id().starts_with(was))
+      n.set_event_id("evt_" + std::to_string(real.seq) + "_" + n.event_id().substr(was.size()));
+    n.set_audit_seq(real.seq);
+    n.set_audit_hash(real.hash);
+    return Status::Ok();
+  }
+
+  Status resolve_provisional() {
+    for (auto& [key, op] : repatch_) {
+      OPGATE_ASSIGN_OR_RETURN(const AuditHead real, real_head(op.audit_seq()));
+      op.set_audit_seq(real.seq);
+      op.set_audit_hash(real.hash);
+      write({}, put_statement(op));  // its locks are held since its first write
+    }
+    repatch_.clear();
+    for (auto& n : unresolved_notifications_) {
+      OPGATE_TRY(resolve_notification(n));
+      write({}, {"n_keep",
+                 {int8(n.created_at_ms()), text(n.event_id()), bytea(n.SerializeAsString())}});
+    }
+    unresolved_notifications_.clear();
+    for (auto& item : unresolved_items_) {
+      OPGATE_TRY(resolve_notification(*item.mutable_notification()));
+      write({}, {"ob_ins",
+                 {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
+                  int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}});
+    }
+    unresolved_items_.clear();
+    return Status::Ok();
+  }
+
   Status lock_head() {
     if (head_) return Status::Ok();
     OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"a_head_lock", {}}));
@@ -755,6 +829,7 @@ class PgTransaction final : public Transaction, public PgReads {
   void chain(pb::AuditRecord record) {
     chain_audit(record, now_ms_, *head_);
     appended_ = true;
+    chained_.push_back(*head_);
     write({}, {"a_ins",
                {int8(static_cast<int64_t>(record.seq())), text(record.operation_key()),
                 bytea(record.SerializeAsString())}});
@@ -786,6 +861,11 @@ class PgTransaction final : public Transaction, public PgReads {
   std::map<int64_t, int64_t> counts_;          // state -> change, written at commit
   std::map<int64_t, int64_t> outcome_counts_;  // settled outcome -> change, likewise
   std::optional<AuditHead> head_;              // locked and advanced by this transaction
+  std::vector<AuditHead> chained_;             // the head after each record this one chained
+  // Written with a provisional head, written again at commit (audit_head()).
+  std::map<std::string, pb::Operation> repatch_;
+  std::vector<pb::Notification> unresolved_notifications_;
+  std::vector<pb::OutboxItem> unresolved_items_;
   bool appended_ = false;
   bool notify_ = false;  // work for the dispatchers: wake every process at commit
   std::vector<pb::AuditRecord> unchained_;  // appended before the head was locked

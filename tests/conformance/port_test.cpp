@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "backend.h"
@@ -349,6 +350,68 @@ TEST_CASE("ledger rows are found by key and filtered by session, owner and order
   CHECK(r.ledger({"s2", "u1", ""})->size() == 1);
   CHECK(r.ledger({"", "", "O3"})->size() == 1);
   CHECK((*r.ledger_entry("k2"))->owner() == "u1");
+}
+
+TEST_CASE("what records the head (an operation, its notification) holds the real one") {
+  Fixture f;
+  f.write([&](Transaction& t) {
+    pb::AuditRecord first;
+    first.set_operation_key("k0");
+    first.set_action("propose");
+    t.append_audit(first);
+  });
+  f.write([&](Transaction& t) {
+    for (const std::string key : {"k1", "k2"}) {
+      pb::AuditRecord a;
+      a.set_operation_key(key);
+      a.set_action("propose");
+      t.append_audit(a);
+      auto head = t.head_to_record();
+      REQUIRE(head.ok());
+      auto o = op(key, pb::STATE_PENDING);
+      o.set_audit_seq(head->seq);
+      o.set_audit_hash(head->hash);
+      REQUIRE(t.put_operation(o).ok());
+      pb::OutboxItem item;
+      item.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+      item.set_operation_key(key);
+      auto& n = *item.mutable_notification();
+      n.set_type("operation.proposed");
+      n.set_event_id("evt_" + std::to_string(head->seq) + "_proposed");
+      n.set_created_at_ms(t.now_ms());
+      n.set_audit_seq(head->seq);
+      n.set_audit_hash(head->hash);
+      t.keep_notification(n);
+      t.enqueue(item);
+    }
+  });
+  auto& r = f.s->reader();
+  for (const auto& [key, seq] : {std::pair{"k1", 2}, {"k2", 3}}) {
+    auto o = r.operation(key);
+    REQUIRE(o->has_value());
+    auto records = r.audit_of(key);
+    REQUIRE(records->size() == 1);
+    CHECK((*o)->audit_seq() == static_cast<uint64_t>(seq));
+    CHECK((*o)->audit_hash() == records->at(0).hash());
+  }
+  auto kept = r.notifications_since(0, 10);
+  REQUIRE(kept->size() == 2);
+  std::set<std::string> ids;
+  for (const auto& n : *kept) {
+    ids.insert(n.event_id());
+    auto records = r.audit(n.audit_seq() - 1, 1);
+    REQUIRE(records->size() == 1);
+    CHECK(records->at(0).hash() == n.audit_hash());
+  }
+  CHECK(ids == std::set<std::string>{"evt_2_proposed", "evt_3_proposed"});
+  auto queued = r.due(store::Queue::notifications, INT64_MAX, 10, {});
+  REQUIRE(queued->size() == 2);
+  for (const auto& e : *queued) {
+    const auto& n = e.item.notification();
+    CHECK(n.event_id() == "evt_" + std::to_string(n.audit_seq()) + "_proposed");
+    CHECK(n.audit_seq() <= 3);
+  }
+  CHECK(f.s->verify_audit()->ok);
 }
 
 TEST_CASE("the audit chain links every record, across transactions and restarts") {
