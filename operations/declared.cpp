@@ -429,11 +429,13 @@ std::variant<json::object, std::string> check_declared_arguments(const DeclaredO
   auto value = json::parse(arguments_json, ec);
   if (ec || !value.is_object()) return std::string("The arguments must be a JSON object.");
   const auto& args = value.as_object();
-  for (const auto& [k, _] : args)
+  for (const auto& kv : args) {
+    const std::string_view k = kv.key();
     if (std::none_of(op.parameters.begin(), op.parameters.end(),
                      [&](const auto& p) { return p.name == k; }))
       return fmt::format("Unknown argument '{}'; this tool does not accept it.",
                          std::string(k.substr(0, 64)));
+  }
   json::object out;
   for (const auto& p : op.parameters) {
     const auto* v = args.if_contains(p.name);
