@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "common/crypto.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "operations/agent_tokens.h"
 #include "operations/audit.h"
 #include "operations/decisions.h"
@@ -424,7 +426,7 @@ class Api {
 
   // One chart of the report, as SVG: "outcomes", "kinds" or "approvers".
   Response report_chart(const Request& req, const http::PathParams& params, const Principal& p) {
-    auto built = build_report(req, p);
+    auto built = report_for_charts(req, p);
     if (!built) return from_error(built.error());
     const std::string& name = params.at("name");
     std::vector<std::pair<std::string, int64_t>> bars;
@@ -453,7 +455,7 @@ class Api {
     return r;
   }
 
-  Result<json::object> build_report(const Request& req, const Principal& p) {
+  static Result<int64_t> from_ms_of(const Request& req) {
     int64_t from_ms = 0;
     if (auto f = req.query_param("from_ms")) {
       try {
@@ -462,6 +464,25 @@ class Api {
         return make_error(errc::bad_request, "from_ms must be Unix milliseconds.");
       }
     }
+    return from_ms;
+  }
+
+  // The report a chart is drawn from: the one just built for the same
+  // principal and window, or a new one.
+  Result<json::object> report_for_charts(const Request& req, const Principal& p) {
+    OPGATE_ASSIGN_OR_RETURN(const int64_t from_ms, from_ms_of(req));
+    {
+      MutexLock lock(reports_mu_);
+      for (const auto& r : reports_)
+        if (r.principal == p.name && r.from_ms == from_ms &&
+            d_.clock.now_ms() - r.built_at_ms < kChartsReuseMs)
+          return r.report;
+    }
+    return build_report(req, p);
+  }
+
+  Result<json::object> build_report(const Request& req, const Principal& p) {
+    OPGATE_ASSIGN_OR_RETURN(const int64_t from_ms, from_ms_of(req));
     operations::DecisionReport report(from_ms);
     const bool every_owner = p.sees_every_owner();
     OPGATE_TRY(d_.storage.reader().visit_operations([&](const pb::Operation& op) {
@@ -469,7 +490,11 @@ class Api {
         report.add(op);
       return true;
     }));
-    return report.json();
+    json::object built = report.json();
+    MutexLock lock(reports_mu_);
+    reports_.push_back({p.name, from_ms, d_.clock.now_ms(), built});
+    if (reports_.size() > kReportsKept) reports_.pop_front();
+    return built;
   }
 
   // How approvals are going for the proposals made since from_ms (of the
@@ -1140,6 +1165,20 @@ class Api {
   }
 
   ApiDeps& d_;
+  // The reports built last, which the charts that accompany one (the same
+  // principal, the same window, within kChartsReuseMs) are drawn from: a
+  // page of figures and charts reads the history once, and its charts show
+  // its figures.
+  struct BuiltReport {
+    std::string principal;
+    int64_t from_ms = 0;
+    int64_t built_at_ms = 0;
+    json::object report;
+  };
+  static constexpr int64_t kChartsReuseMs = 10'000;
+  static constexpr size_t kReportsKept = 16;
+  Mutex reports_mu_;
+  std::deque<BuiltReport> reports_ GUARDED_BY(reports_mu_);
 };
 
 }  // namespace

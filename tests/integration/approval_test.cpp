@@ -148,6 +148,23 @@ TEST_CASE("opgate approve --amount lowers the amount; a higher one is refused be
   // An outsider's report sees none of it.
   auto outsider = c.op("GET", "/v1/report", "", kOutsiderToken);
   CHECK(outsider.body.at("proposals").as_int64() == 0);
+  // A page's charts are drawn from the report it showed (same principal and
+  // window): a proposal made in between is in the next report, not in them.
+  auto page = c.op("GET", "/v1/report?from_ms=1", "", kAliceToken);
+  REQUIRE(page.status == 200);
+  c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-300"}}])");
+  c.wait_operation("demo-user:ORDER-300:full-refund:v1",
+                   [](auto& x) { return str(x, "state") == "pending"; });
+  const auto chart = c.op("GET", "/v1/report/charts/outcomes.svg?from_ms=1", "", kAliceToken).raw;
+  CHECK(chart.find("approved") != std::string::npos);
+  CHECK(chart.find("pending") == std::string::npos);
+  const auto fresh = c.op("GET", "/v1/report/charts/outcomes.svg?from_ms=2", "", kAliceToken).raw;
+  CHECK(fresh.find("pending") != std::string::npos);
+  CHECK(c.op("GET", "/v1/report?from_ms=1", "", kAliceToken).body.at("proposals").as_int64() == 2);
+  // Another principal's charts are its own.
+  const auto theirs =
+      c.op("GET", "/v1/report/charts/outcomes.svg?from_ms=1", "", kOutsiderToken).raw;
+  CHECK(theirs.find("approved") == std::string::npos);
 }
 
 TEST_CASE("POST /v1/approvals answers per item: a stale or unknown item fails alone and says why") {
