@@ -569,23 +569,43 @@ pb::Proposal proposal_of(const json::value& op) {
   return p;
 }
 
-// Every operation of a store directory opened read-only, as the API shows
-// them.
-std::optional<json::array> stored_operations(const std::string& data_dir) {
+// A stopped daemon's store, opened read-only; nullptr (the error printed)
+// if it cannot be.
+std::unique_ptr<store::rocks::RocksStorage> open_offline(const std::string& data_dir) {
+  static const SystemClock clock;
   store::rocks::OpenOptions o;
   o.read_only = true;
   o.create_if_missing = false;
-  SystemClock clock;
   auto st = store::rocks::RocksStorage::open(data_dir, o, clock);
   if (!st) {
     std::cerr << "error: " << st.error().message << "\n";
-    return std::nullopt;
+    return nullptr;
   }
+  return std::move(*st);
+}
+
+// --head / --expect-head SEQ:HASH: false (the error printed) if malformed.
+bool witnessed_head_option(const std::string& text, std::optional<operations::WitnessedHead>& out) {
+  if (text.empty()) return true;
+  auto parsed = operations::parse_head(text);
+  if (!parsed) {
+    std::cerr << "error: " << parsed.error().message << "\n";
+    return false;
+  }
+  out = *parsed;
+  return true;
+}
+
+// Every operation of a store directory opened read-only, as the API shows
+// them.
+std::optional<json::array> stored_operations(const std::string& data_dir) {
+  auto st = open_offline(data_dir);
+  if (!st) return std::nullopt;
   json::array out;
   store::OperationQuery q;
   q.limit = 1000;
   for (;;) {
-    auto page = (*st)->reader().operations(q);
+    auto page = st->reader().operations(q);
     if (!page) {
       std::cerr << "error: " << page.error().message << "\n";
       return std::nullopt;
@@ -821,14 +841,7 @@ int audit_export(const Context& c, const std::string& key, const std::string& ou
 
 int verify_evidence_file(const std::string& file, bool as_json, const std::string& witnessed_head) {
   std::optional<operations::WitnessedHead> witness;
-  if (!witnessed_head.empty()) {
-    auto parsed = operations::parse_head(witnessed_head);
-    if (!parsed) {
-      std::cerr << "error: " << parsed.error().message << "\n";
-      return 2;
-    }
-    witness = *parsed;
-  }
+  if (!witnessed_head_option(witnessed_head, witness)) return 2;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     std::cerr << fmt::format("error: cannot read {}\n", file);
@@ -859,24 +872,10 @@ int verify_evidence_file(const std::string& file, bool as_json, const std::strin
 int audit_verify_offline(const std::string& data_dir, bool as_json,
                          const std::string& expect_head) {
   std::optional<operations::WitnessedHead> expect;
-  if (!expect_head.empty()) {
-    auto parsed = operations::parse_head(expect_head);
-    if (!parsed) {
-      std::cerr << "error: " << parsed.error().message << "\n";
-      return 2;
-    }
-    expect = *parsed;
-  }
-  store::rocks::OpenOptions o;
-  o.read_only = true;
-  o.create_if_missing = false;
-  SystemClock clock;
-  auto st = store::rocks::RocksStorage::open(data_dir, o, clock);
-  if (!st) {
-    std::cerr << "error: " << st.error().message << "\n";
-    return 1;
-  }
-  auto report = operations::verify_audit(**st, expect);
+  if (!witnessed_head_option(expect_head, expect)) return 2;
+  auto st = open_offline(data_dir);
+  if (!st) return 1;
+  auto report = operations::verify_audit(*st, expect);
   if (!report) {
     std::cerr << "error: " << report.error().message << "\n";
     return 1;

@@ -73,20 +73,18 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
   p.set_edited_by(principal.name);
   p.set_edit_reason(request.edit_reason);
   p.set_tier(tier_of(op, policy));
-  p.set_effect(effect_text(p));
-  if (declared) {
+  if (!declared) {
+    p.set_effect(effect_text(p));
+  } else {
     // The executor is told the lowered amount: it is the amount argument.
-    json::error_code ec;
-    auto arguments = json::parse(p.arguments_json(), ec);
-    if (ec || !arguments.is_object())
-      return make_error(errc::corrupt_record, "the proposal's arguments are not a JSON object");
-    arguments.as_object()[declared->amount_argument] = request.amount_minor;
+    OPGATE_ASSIGN_OR_RETURN(auto arguments,
+                            with_amount(*declared, p.arguments_json(), request.amount_minor));
     p.set_arguments_json(json::serialize(arguments));
-    p.set_effect(fmt::format("{} (lowered by the approver from {})",
-                             render_effect(*declared, arguments.as_object(),
-                                           format_money(p.amount_minor(), p.currency()),
-                                           p.order_id(), p.customer(), p.payment_method()),
-                             format_money(from, p.currency())));
+    p.set_effect(fmt::format(
+        "{} (lowered by the approver from {})",
+        render_effect(*declared, arguments, format_money(p.amount_minor(), p.currency()),
+                      p.order_id(), p.customer(), p.payment_method()),
+        format_money(p.original_amount_minor(), p.currency())));
   }
   const std::string discarded = proposal_changed(op);
   request.fingerprint = op.fingerprint();

@@ -479,6 +479,16 @@ std::variant<json::object, std::string> check_declared_arguments(const DeclaredO
   return out;
 }
 
+Result<json::object> with_amount(const DeclaredOperation& op, std::string_view arguments_json,
+                                 int64_t amount_minor) {
+  json::error_code ec;
+  auto arguments = json::parse(arguments_json, ec);
+  if (ec || !arguments.is_object())
+    return make_error(errc::corrupt_record, "the proposal's arguments are not a JSON object");
+  arguments.as_object()[op.amount_argument] = amount_minor;
+  return std::move(arguments.as_object());
+}
+
 std::string declared_tier(const DeclaredOperation& op, int64_t amount_minor,
                           const std::string& currency) {
   std::string tier = op.tier;

@@ -85,6 +85,11 @@ boost::json::object declared_tool_definition(const DeclaredOperation& op);
 std::variant<boost::json::object, std::string> check_declared_arguments(
     const DeclaredOperation& op, std::string_view arguments_json);
 
+// The checked arguments with the amount argument set to `amount_minor`
+// (an approver lowered it), keys in the same order.
+Result<boost::json::object> with_amount(const DeclaredOperation& op,
+                                        std::string_view arguments_json, int64_t amount_minor);
+
 // The tier a proposal of `amount_minor` in `currency` needs.
 std::string declared_tier(const DeclaredOperation& op, int64_t amount_minor,
                           const std::string& currency);

@@ -104,11 +104,8 @@ void summarise(const std::vector<pb::AuditRecord>& records, json::object& body) 
       "late_answer"};
   json::array decisions, provider, policy;
   for (const auto& r : records) {
-    json::object row{
-        {"seq", r.seq()},          {"at_ms", r.at_ms()},     {"principal", r.principal()},
-        {"action", r.action()},    {"from", r.from_state()}, {"to", r.to_state()},
-        {"details", details_of(r)}};
-    const auto details = details_of(r);
+    json::object row = audit_json(r);
+    const json::value details = row.at("details");
     if (const auto* sha = field(details, "policy_sha256"))
       policy.push_back(json::object{
           {"seq", r.seq()},

@@ -81,12 +81,9 @@ std::string proposed_fingerprint(const pb::Operation& op, const pb::Proposal& in
   // A declared operation carries its amount among the arguments as well.
   const auto* declared = policy.declared_operation(as_proposed.kind());
   if (declared && declared->money != Money::none && op.proposal().original_amount_minor() != 0) {
-    json::error_code ec;
-    auto arguments = json::parse(as_proposed.arguments_json(), ec);
-    if (!ec && arguments.is_object()) {
-      arguments.as_object()[declared->amount_argument] = op.proposal().original_amount_minor();
-      as_proposed.set_arguments_json(json::serialize(arguments));
-    }
+    auto arguments =
+        with_amount(*declared, as_proposed.arguments_json(), op.proposal().original_amount_minor());
+    if (arguments) as_proposed.set_arguments_json(json::serialize(*arguments));
   }
   return fingerprint(as_proposed);
 }

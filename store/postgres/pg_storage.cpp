@@ -656,9 +656,7 @@ class PgTransaction final : public Transaction, public PgReads {
       unresolved_items_.push_back(std::move(item));  // written at commit
       return;
     }
-    write({}, {"ob_ins",
-               {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
-                int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}});
+    write({}, enqueue_statement(item));
   }
 
   void update_outbox(const OutboxEntry& e) override {
@@ -684,9 +682,7 @@ class PgTransaction final : public Transaction, public PgReads {
       unresolved_notifications_.push_back(event);  // written at commit
       return;
     }
-    write({}, {"n_keep",
-               {int8(event.created_at_ms()), text(event.event_id()),
-                bytea(event.SerializeAsString())}});
+    write({}, keep_statement(event));
   }
 
   void keep(std::string_view kind, std::string_view key, std::string value) override {
@@ -769,6 +765,16 @@ class PgTransaction final : public Transaction, public PgReads {
              bytea(op.SerializeAsString()), int8(op.outcome())}};
   }
 
+  Stmt keep_statement(const pb::Notification& n) const {
+    return {"n_keep", {int8(n.created_at_ms()), text(n.event_id()), bytea(n.SerializeAsString())}};
+  }
+
+  Stmt enqueue_statement(const pb::OutboxItem& item) const {
+    return {"ob_ins",
+            {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
+             int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}};
+  }
+
   // The real head for a provisional one, once the records are chained.
   Result<AuditHead> real_head(uint64_t provisional) const {
     const uint64_t index = provisional - kProvisional;
@@ -798,15 +804,12 @@ class PgTransaction final : public Transaction, public PgReads {
     repatch_.clear();
     for (auto& n : unresolved_notifications_) {
       OPGATE_TRY(resolve_notification(n));
-      write({}, {"n_keep",
-                 {int8(n.created_at_ms()), text(n.event_id()), bytea(n.SerializeAsString())}});
+      write({}, keep_statement(n));
     }
     unresolved_notifications_.clear();
     for (auto& item : unresolved_items_) {
       OPGATE_TRY(resolve_notification(*item.mutable_notification()));
-      write({}, {"ob_ins",
-                 {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
-                  int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}});
+      write({}, enqueue_statement(item));
     }
     unresolved_items_.clear();
     return Status::Ok();
