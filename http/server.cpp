@@ -27,6 +27,8 @@ class ConnectionBase {
  public:
   virtual ~ConnectionBase() = default;
   virtual void close_if_idle() = 0;
+  // Closes the socket at once; only once no thread runs the io_context.
+  virtual void close_stopped() = 0;
 };
 
 // Connections refer to the Impl by plain pointer: the Impl outlives them,
@@ -107,6 +109,8 @@ class Connection final : public ConnectionBase,
     r.close = true;
     write(std::move(r));
   }
+
+  void close_stopped() override { close(); }
 
   // Called on drain from any thread: close if waiting for a new request.
   void close_if_idle() override {
@@ -422,6 +426,18 @@ void Server::stop() {
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
   impl_->threads.clear();
+  // With no thread left on the context its sockets are ours to close: a
+  // stopped server refuses new connections and ends kept ones, instead of
+  // holding them unanswered until the client's timeout.
+  beast::error_code ec;
+  impl_->acceptor.close(ec);
+  std::vector<std::shared_ptr<ConnectionBase>> conns;
+  {
+    MutexLock lock(impl_->mu);
+    for (auto& [id, weak] : impl_->live)
+      if (auto c = weak.lock()) conns.push_back(std::move(c));
+  }
+  for (auto& c : conns) c->close_stopped();
 }
 
 uint16_t Server::port() const { return impl_->port; }

@@ -4,11 +4,13 @@
 #include "daemon/service_manager.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 
+#include "http/client.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "tests/unit/notify_socket.h"
@@ -117,4 +119,12 @@ TEST_CASE("service manager: the health check asks the operator listener's /healt
   CHECK_FALSE(daemon::operator_health_check("127.0.0.1:0", *port, timeout)());
   server.stop();
   CHECK_FALSE(daemon::operator_health_check("127.0.0.1:0", *port, timeout)());
+  // A stopped listener refuses at once rather than holding the connection
+  // unanswered until the check's timeout.
+  http::ClientRequest request;
+  request.url = fmt::format("http://127.0.0.1:{}/healthz", *port);
+  request.timeout = timeout;
+  auto refused = http::send(request);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == "connect_failed");
 }
