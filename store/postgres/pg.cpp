@@ -20,6 +20,29 @@ Param int8(int64_t v) {
 
 Param boolean(bool v) { return {std::string(1, v ? '\1' : '\0'), false}; }
 
+namespace {
+void put_int4(std::string& b, uint32_t v) {
+  const uint32_t be = htobe32(v);
+  b.append(reinterpret_cast<const char*>(&be), 4);
+}
+}  // namespace
+
+Param array(Oid element, const std::vector<Param>& items) {
+  // array_recv's layout: dimensions, has-nulls, element type, then per
+  // dimension its length and lower bound, then each element's length and bytes.
+  std::string b;
+  put_int4(b, 1);
+  put_int4(b, 0);
+  put_int4(b, static_cast<uint32_t>(element));
+  put_int4(b, static_cast<uint32_t>(items.size()));
+  put_int4(b, 1);
+  for (const auto& item : items) {
+    put_int4(b, static_cast<uint32_t>(item.bytes.size()));
+    b += item.bytes;
+  }
+  return {std::move(b), false};
+}
+
 Rows::Rows(pg_result* r) : r_(r) {}
 Rows::~Rows() {
   if (r_) PQclear(r_);

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -31,13 +32,23 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Inbox.
     {"ev_get", "SELECT data FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
     {"ev_hash", "SELECT body_sha256 FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
+    // A batch of events in one statement, in the order given (the arrays'):
+    // each is stored unless its id is, and queued if asked; per event, in
+    // order, whether it was stored and the body hash its id held before.
     {"ev_append",
-     "WITH ins AS (INSERT INTO inbox_events (source, webhook_id, body_sha256, processed, "
-     "processed_at_ms, data) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING 1), "
-     "q AS (INSERT INTO inbox_queue (source, webhook_id) SELECT $1, $2 FROM ins WHERE $7::boolean "
-     "RETURNING id) "
-     "SELECT (SELECT count(*) FROM ins)::bigint, (SELECT body_sha256 FROM inbox_events WHERE "
-     "source = $1 AND webhook_id = $2)"},
+     "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::boolean[], "
+     "$5::bigint[], $6::bytea[], $7::boolean[]) WITH ORDINALITY AS t(source, webhook_id, "
+     "body_sha256, processed, processed_at_ms, data, queue, n)), "
+     "ins AS (INSERT INTO inbox_events (source, webhook_id, body_sha256, processed, "
+     "processed_at_ms, data) SELECT source, webhook_id, body_sha256, processed, processed_at_ms, "
+     "data FROM input ORDER BY n ON CONFLICT DO NOTHING RETURNING source, webhook_id), "
+     "q AS (INSERT INTO inbox_queue (source, webhook_id) SELECT i.source, i.webhook_id FROM input "
+     "i "
+     "JOIN ins ON ins.source = i.source AND ins.webhook_id = i.webhook_id WHERE i.queue "
+     "ORDER BY i.n RETURNING id) "
+     "SELECT (ins.source IS NOT NULL), (SELECT e.body_sha256 FROM inbox_events e "
+     "WHERE e.source = i.source AND e.webhook_id = i.webhook_id) FROM input i "
+     "LEFT JOIN ins ON ins.source = i.source AND ins.webhook_id = i.webhook_id ORDER BY i.n"},
     {"ev_put",
      "INSERT INTO inbox_events (source, webhook_id, body_sha256, processed, processed_at_ms, data) "
      "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (source, webhook_id) DO UPDATE SET "
@@ -978,19 +989,27 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
   }
   if (first.empty()) return out;
   std::vector<std::string> held(events.size());  // by first index: the body hash the id holds
-  std::vector<Stmt> stmts;
-  stmts.push_back({"begin", {}});
   std::vector<size_t> order;
+  std::array<std::vector<Param>, 7> columns;
   for (const auto& [key, i] : first) {
     const auto& ev = events[i].event;
     order.push_back(i);
-    stmts.push_back(
-        {"ev_append",
-         {text(ev.source()), text(ev.webhook_id()), bytea(ev.body_sha256()),
-          boolean(ev.processed()), int8(ev.processed_at_ms()),
-          events[i].record.empty() ? bytea(ev.SerializeAsString()) : bytea(events[i].record),
-          boolean(events[i].queue)}});
+    columns[0].push_back(text(ev.source()));
+    columns[1].push_back(text(ev.webhook_id()));
+    columns[2].push_back(bytea(ev.body_sha256()));
+    columns[3].push_back(boolean(ev.processed()));
+    columns[4].push_back(int8(ev.processed_at_ms()));
+    columns[5].push_back(events[i].record.empty() ? bytea(ev.SerializeAsString())
+                                                  : bytea(events[i].record));
+    columns[6].push_back(boolean(events[i].queue));
   }
+  std::vector<Stmt> stmts;
+  stmts.push_back({"begin", {}});
+  stmts.push_back(
+      {"ev_append",
+       {array(Oid::text, columns[0]), array(Oid::text, columns[1]), array(Oid::bytea, columns[2]),
+        array(Oid::boolean, columns[3]), array(Oid::int8, columns[4]),
+        array(Oid::bytea, columns[5]), array(Oid::boolean, columns[6])}});
   if (std::any_of(events.begin(), events.end(), [](const NewEvent& e) { return e.queue; }))
     stmts.push_back({"notify", {}});
   stmts.push_back({"commit", {}});
@@ -1007,18 +1026,21 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
       continue;
     }
     commits_++;
+    const Rows& rows = (*r)[1];
+    if (static_cast<size_t>(rows.size()) != order.size())
+      return make_error(errc::internal, "the inbox batch answered for another number of events");
     for (size_t k = 0; k < order.size(); ++k) {
-      const Rows& rows = (*r)[k + 1];
+      const int row = static_cast<int>(k);
       const size_t i = order[k];
-      if (rows.int8(0, 0) == 1) {  // stored
+      if (rows.boolean(row, 0)) {  // stored
         held[i] = events[i].event.body_sha256();
         continue;
       }
-      if (rows.null(0, 1)) {
+      if (rows.null(row, 1)) {
         unknown.push_back(i);
         continue;
       }
-      held[i] = std::string(rows.bytes(0, 1));
+      held[i] = std::string(rows.bytes(row, 1));
       out[i] = held[i] == events[i].event.body_sha256() ? Appended::duplicate : Appended::conflict;
     }
     break;
