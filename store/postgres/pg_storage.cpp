@@ -26,6 +26,10 @@ namespace {
 const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Locks and the transaction's frame ("begin" is prepared per isolation).
     {"lock", "SELECT pg_advisory_xact_lock($1::bigint)"},
+    // Several in one statement, in the array's order.
+    {"locks",
+     "SELECT pg_advisory_xact_lock(id) FROM unnest($1::bigint[]) WITH ORDINALITY AS t(id, n) "
+     "ORDER BY n"},
     // The database's clock (store/postgres/database_clock.h).
     {"db_now", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"},
     {"commit", "COMMIT"},
@@ -746,18 +750,36 @@ class PgTransaction final : public Transaction, public PgReads {
     batch_.push_back(std::move(stmt));
   }
 
-  // Locks (sorted, so that two transactions take them in one order) that
-  // this transaction does not hold yet.
+  // Locks this transaction does not hold yet: taken when the statements
+  // they guard are sent, ahead of them.
   void add_locks(std::vector<std::string> names) {
-    if (!locking_ || names.empty()) return;
-    std::vector<int64_t> ids;
-    for (const auto& n : names) ids.push_back(lock_id(n));
-    std::sort(ids.begin(), ids.end());
-    for (int64_t id : ids)
-      if (locked_.insert(id).second) batch_.push_back({"lock", {int8(id)}});
+    if (!locking_) return;
+    for (const auto& n : names) {
+      const int64_t id = lock_id(n);
+      if (locked_.insert(id).second) unsent_locks_.push_back(id);
+    }
+  }
+
+  // The locks of the statements about to be sent, in one statement ahead of
+  // them (after BEGIN), sorted so that two transactions take them in one
+  // order.
+  void lock_ahead() {
+    if (unsent_locks_.empty()) return;
+    std::sort(unsent_locks_.begin(), unsent_locks_.end());
+    Stmt locks =
+        unsent_locks_.size() == 1 ? Stmt{"lock", {int8(unsent_locks_.front())}} : Stmt{"locks", {}};
+    if (unsent_locks_.size() > 1) {
+      std::vector<Param> ids;
+      for (int64_t id : unsent_locks_) ids.push_back(int8(id));
+      locks.params.push_back(array(Oid::int8, ids));
+    }
+    unsent_locks_.clear();
+    const bool opens = !batch_.empty() && batch_.front().name == "begin";
+    batch_.insert(batch_.begin() + (opens ? 1 : 0), std::move(locks));
   }
 
   Result<std::vector<Rows>> send() {
+    lock_ahead();
     if (!batch_.empty() && batch_.front().name == "begin") begun_ = true;
     auto r = conn_.pipeline(batch_);
     batch_.clear();
@@ -862,6 +884,7 @@ class PgTransaction final : public Transaction, public PgReads {
   std::vector<Stmt> batch_;
   bool begun_ = false;
   std::set<int64_t> locked_;
+  std::vector<int64_t> unsent_locks_;  // in locked_, not sent yet
   std::optional<Error> failed_;
   bool retryable_ = false;
   // Operation states (and outcomes) this transaction read or wrote
