@@ -55,16 +55,24 @@ def settle(c, bin_dir, nodes, names):
     return done / max((last - first) / 1000, 0.001), done
 
 
-def statements(pg_url, database, limit=6):
+def statements(pg_url, database, operations, limit=6):
     """The statements of the database that took the most time since the last
-    reset (pg_stat_statements), as lines to print."""
+    reset (pg_stat_statements), and how many statements were run per
+    operation, as lines to print."""
     from nodes import psql
-    rows = psql(f"{pg_url} dbname={database}",
+    url = f"{pg_url} dbname={database}"
+    mine = "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    rows = psql(url,
                 "SELECT calls, round(total_exec_time::numeric), round(mean_exec_time::numeric, 3), "
                 "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
-                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                f"ORDER BY total_exec_time DESC LIMIT {limit}")
-    return [f"  {r}" for r in rows.strip().splitlines()]
+                f"{mine} ORDER BY total_exec_time DESC LIMIT {limit}")
+    most = psql(url, "SELECT round(calls::numeric / " + str(operations) + ", 1), "
+                "left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
+                f"{mine} ORDER BY calls DESC LIMIT {limit}")
+    total = psql(url, f"SELECT sum(calls) FROM pg_stat_statements {mine}").strip()
+    return ([f"  {r}" for r in rows.strip().splitlines()] +
+            [f"  statements per operation: {int(total) / operations:.0f} in all; the most run:"] +
+            [f"  {r}" for r in most.strip().splitlines()])
 
 
 def main():
@@ -98,7 +106,7 @@ def main():
                   f"({done} of {n} succeeded)", flush=True)
             if profiled and nodes == 1:
                 print("  where the time went (proposals and settles; calls, total ms, mean ms):")
-                for line in statements(pg_url, c.database):
+                for line in statements(pg_url, c.database, n):
                     print(line)
         if graphile_dir:
             done, jobs_rate, jp50, jp99 = graphile_jobs(pg_url, graphile_dir, c.payments_port, n,

@@ -114,23 +114,27 @@ def main():
 
 
 def compare_with_postgres(bin_dir, c, pg_url, seconds, conns=64):
-    """opgate and pgbench one after the other at the same concurrency, each
-    alone on the machine (the other idle), twice, so drift shows."""
+    """opgate, pgbench and Redis one after the other at the same concurrency,
+    each alone on the machine (the others idle), twice, so drift shows."""
     from pgbench import pgbench
-    print(f"\nopgate beside PostgreSQL 15 (synchronous commit), {conns} connections, "
-          f"{seconds} s each, twice:")
+    from redisbench import redis_xadd
+    print(f"\nopgate beside PostgreSQL 15 (synchronous commit) and Redis 7 (appendfsync "
+          f"always), {conns} connections, {seconds} s each, twice:")
     print(f"{'':>22} {'per s':>8} {'p50 ms':>7} {'p99 ms':>7}")
-    ratios = []
+    rounds = []
     for _ in range(2):
         tps, pg50, pg99 = pgbench(pg_url, conns, seconds)
+        xadds, rd50, rd99 = redis_xadd(conns, seconds)
         r = load(bin_dir, c.ingress_port, conns, seconds)
         acks = r["accepted"] / r["seconds"]
         print(f"{'pgbench inserts':>22} {tps:>8.0f} {pg50:>7.2f} {pg99:>7.2f}")
+        print(f"{'redis XADDs':>22} {xadds:>8.0f} {rd50:>7.2f} {rd99:>7.2f}")
         print(f"{'opgate acks':>22} {acks:>8.0f} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f}",
               flush=True)
-        ratios.append((acks / tps, r["p99_ms"], pg99))
-    for ratio, p99, pg99 in ratios:
-        print(f"opgate / pgbench: {ratio:.2f}x the rate; p99 {p99:.2f} ms vs {pg99:.2f} ms")
+        rounds.append((acks / tps, acks / xadds, r["p99_ms"], pg99, rd99))
+    for to_pg, to_redis, p99, pg99, rd99 in rounds:
+        print(f"opgate / pgbench: {to_pg:.2f}x the rate, p99 {p99:.2f} ms vs {pg99:.2f} ms; "
+              f"opgate / redis: {to_redis:.2f}x, p99 vs {rd99:.2f} ms")
 
 
 if __name__ == "__main__":
