@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "common/crypto.h"
 #include "common/files.h"
@@ -536,7 +537,7 @@ std::optional<std::pair<int64_t, bool>> duration_ms(const std::string& text) {
                           : unit == "h" ? 3'600'000
                           : unit == "d" ? 86'400'000
                                         : -1;
-    if (n < 0 || scale < 0) return std::nullopt;
+    if (n < 0 || scale < 0 || n > std::numeric_limits<int64_t>::max() / scale) return std::nullopt;
     return std::pair<int64_t, bool>{n * scale, unit.empty()};
   } catch (...) {
     return std::nullopt;

@@ -558,6 +558,10 @@ tier = "supervisor"
   auto [arc, minted] = c.cli({"--json", "agent-tokens", "create", "--owner", "demo-user"});
   REQUIRE(arc == 0);
   CHECK(str(json::parse(minted), "label").empty());
+  // A lifetime past what a millisecond count holds is refused, not wrapped
+  // around into a short one (106751991167313 days wrap to 1,067,392 s).
+  CHECK(c.cli({"agent-tokens", "create", "--owner", "demo-user", "--ttl", "106751991167313d"})
+            .first == 2);
   // On a backup, against the configuration in force: the same answer, and
   // the backup is left as it was. (A PostgreSQL store is copied by the
   // database's own tools; policy test reads it live.)
