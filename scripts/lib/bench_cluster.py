@@ -26,9 +26,10 @@ def ingest(c, bin_dir, nodes, conns, seconds):
     return sum(r["accepted"] for r in reports) / max(r["seconds"] for r in reports)
 
 
-def settle(c, bin_dir, nodes, names):
+def settle(c, bin_dir, nodes, names, before_approving=lambda: None):
     """Settled operations per second for refunds of the orders `names`, the
-    approvals spread over the first `nodes` nodes."""
+    approvals spread over the first `nodes` nodes; `before_approving` runs
+    once every refund is pending."""
     for name in names:
         _, body = c.agent_admin("POST", "/_sim/sessions", {
             "input": f"refund {name}",
@@ -40,6 +41,7 @@ def settle(c, bin_dir, nodes, names):
     while time.time() < deadline and len(mine(c.operations("pending"))) < len(names):
         time.sleep(0.2)
     pending = mine(c.operations("pending"))
+    before_approving()
     by_port = {}
     for k, op in enumerate(pending):
         by_port.setdefault(c.ports[k % nodes][1], []).append(op)
@@ -98,14 +100,13 @@ def main():
         rates = {}
         for nodes, names in ((1, [f"S{i}" for i in range(n)]),
                              (3, [f"S{i}" for i in range(n, 2 * n)])):
-            if profiled:
-                psql(c.db_url, "SELECT pg_stat_statements_reset()")
-            rate, done = settle(c, bin_dir, nodes, names)
+            reset = lambda: psql(c.db_url, "SELECT pg_stat_statements_reset()") if profiled else None
+            rate, done = settle(c, bin_dir, nodes, names, reset)
             rates[nodes] = rate
             print(f"settle, approvals on {nodes} node(s): {rate:.0f} ops/s "
                   f"({done} of {n} succeeded)", flush=True)
             if profiled and nodes == 1:
-                print("  where the time went (proposals and settles; calls, total ms, mean ms):")
+                print("  where the time went from approval to settled (calls, total ms, mean ms):")
                 for line in statements(pg_url, c.database, n):
                     print(line)
         if graphile_dir:
