@@ -33,8 +33,8 @@ Param int8(int64_t v);
 Param boolean(bool v);
 inline Param bytea(std::string_view v) { return text(v); }
 inline Param null_param() { return {"", true}; }
-// A one-dimensional array of non-null elements in binary format, whose
-// element type is `element_oid` (the one the statement's $n::type[] names).
+// A one-dimensional array of non-null elements in binary format, of the
+// element type the statement's `$n::type[]` names.
 enum class Oid : uint32_t { boolean = 16, bytea = 17, int8 = 20, text = 25 };
 Param array(Oid element, const std::vector<Param>& items);
 

@@ -46,9 +46,9 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "ins AS (INSERT INTO inbox_events (source, webhook_id, body_sha256, processed, "
      "processed_at_ms, data) SELECT source, webhook_id, body_sha256, processed, processed_at_ms, "
      "data FROM input ORDER BY n ON CONFLICT DO NOTHING RETURNING source, webhook_id), "
-     "q AS (INSERT INTO inbox_queue (source, webhook_id) SELECT i.source, i.webhook_id FROM input "
-     "i "
-     "JOIN ins ON ins.source = i.source AND ins.webhook_id = i.webhook_id WHERE i.queue "
+     "q AS (INSERT INTO inbox_queue (source, webhook_id) "
+     "SELECT i.source, i.webhook_id FROM input i JOIN ins "
+     "ON ins.source = i.source AND ins.webhook_id = i.webhook_id WHERE i.queue "
      "ORDER BY i.n RETURNING id) "
      "SELECT (ins.source IS NOT NULL), (SELECT e.body_sha256 FROM inbox_events e "
      "WHERE e.source = i.source AND e.webhook_id = i.webhook_id) FROM input i "
@@ -766,14 +766,11 @@ class PgTransaction final : public Transaction, public PgReads {
   void lock_ahead() {
     if (unsent_locks_.empty()) return;
     std::sort(unsent_locks_.begin(), unsent_locks_.end());
-    Stmt locks =
-        unsent_locks_.size() == 1 ? Stmt{"lock", {int8(unsent_locks_.front())}} : Stmt{"locks", {}};
-    if (unsent_locks_.size() > 1) {
-      std::vector<Param> ids;
-      for (int64_t id : unsent_locks_) ids.push_back(int8(id));
-      locks.params.push_back(array(Oid::int8, ids));
-    }
+    std::vector<Param> ids;
+    for (int64_t id : unsent_locks_) ids.push_back(int8(id));
     unsent_locks_.clear();
+    Stmt locks = ids.size() == 1 ? Stmt{"lock", {std::move(ids.front())}}
+                                 : Stmt{"locks", {array(Oid::int8, ids)}};
     const bool opens = !batch_.empty() && batch_.front().name == "begin";
     batch_.insert(batch_.begin() + (opens ? 1 : 0), std::move(locks));
   }
