@@ -603,18 +603,15 @@ std::optional<json::array> stored_operations(const std::string& data_dir) {
   auto st = open_offline(data_dir);
   if (!st) return std::nullopt;
   json::array out;
-  store::OperationQuery q;
-  q.limit = 1000;
-  for (;;) {
-    auto page = st->reader().operations(q);
-    if (!page) {
-      std::cerr << "error: " << page.error().message << "\n";
-      return std::nullopt;
-    }
-    for (const auto& op : page->operations) out.push_back(operations::operation_json(op, false));
-    if (page->next_after.empty()) return out;
-    q.after = page->next_after;
+  Status read = st->reader().visit_operations([&](const pb::Operation& op) {
+    out.push_back(operations::operation_json(op, false));
+    return true;
+  });
+  if (!read) {
+    std::cerr << "error: " << read.error().message << "\n";
+    return std::nullopt;
   }
+  return out;
 }
 
 // The recorded operations from where the source says: the daemon (its API),

@@ -478,11 +478,10 @@ class Api {
             d_.clock.now_ms() - r.built_at_ms < kChartsReuseMs)
           return r.report;
     }
-    return build_report(req, p);
+    return build_report(from_ms, p);
   }
 
-  Result<json::object> build_report(const Request& req, const Principal& p) {
-    OPGATE_ASSIGN_OR_RETURN(const int64_t from_ms, from_ms_of(req));
+  Result<json::object> build_report(int64_t from_ms, const Principal& p) {
     operations::DecisionReport report(from_ms);
     const bool every_owner = p.sees_every_owner();
     OPGATE_TRY(d_.storage.reader().visit_operations([&](const pb::Operation& op) {
@@ -500,7 +499,9 @@ class Api {
   // How approvals are going for the proposals made since from_ms (of the
   // owners the principal may see), read in pages.
   Response report(const Request& req, const Principal& p) {
-    auto built = build_report(req, p);
+    auto from_ms = from_ms_of(req);
+    if (!from_ms) return from_error(from_ms.error());
+    auto built = build_report(*from_ms, p);
     if (!built) return from_error(built.error());
     return ok_json(*built);
   }

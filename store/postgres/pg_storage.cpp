@@ -896,7 +896,8 @@ class PgTransaction final : public Transaction, public PgReads {
   std::map<int64_t, int64_t> outcome_counts_;  // settled outcome -> change, likewise
   std::optional<AuditHead> head_;              // locked and advanced by this transaction
   std::vector<AuditHead> chained_;             // the head after each record this one chained
-  // Written with a provisional head, written again at commit (audit_head()).
+  // Written with a provisional head, written again with the real one at
+  // commit (resolve_provisional()).
   std::map<std::string, pb::Operation> repatch_;
   std::vector<pb::Notification> unresolved_notifications_;
   std::vector<pb::OutboxItem> unresolved_items_;
