@@ -102,10 +102,16 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "state = EXCLUDED.state, outcome = EXCLUDED.outcome, expires_at_ms = EXCLUDED.expires_at_ms, "
      "order_id = EXCLUDED.order_id, session_id = EXCLUDED.session_id, owner = EXCLUDED.owner, "
      "data = EXCLUDED.data"},
-    {"counts", "SELECT state, n FROM state_counts ORDER BY state"},
-    {"count_add", "UPDATE state_counts SET n = GREATEST(0, n + $2) WHERE state = $1"},
-    {"outcomes", "SELECT outcome, n FROM outcome_counts ORDER BY outcome"},
-    {"outcome_add", "UPDATE outcome_counts SET n = GREATEST(0, n + $2) WHERE outcome = $1"},
+    // A count is its row (written by nodes from before the shards) and the
+    // sum of its shards; a transaction adds to the shard it was dealt.
+    {"counts",
+     "SELECT state, GREATEST(0, sum(n))::bigint FROM (SELECT state, n FROM state_counts "
+     "UNION ALL SELECT state, n FROM state_count_shards) c GROUP BY state ORDER BY state"},
+    {"count_add", "UPDATE state_count_shards SET n = n + $2 WHERE state = $1 AND shard = $3"},
+    {"outcomes",
+     "SELECT outcome, GREATEST(0, sum(n))::bigint FROM (SELECT outcome, n FROM outcome_counts "
+     "UNION ALL SELECT outcome, n FROM outcome_count_shards) c GROUP BY outcome ORDER BY outcome"},
+    {"outcome_add", "UPDATE outcome_count_shards SET n = n + $2 WHERE outcome = $1 AND shard = $3"},
     // Orders and funds.
     {"r_get", "SELECT data FROM orders WHERE order_id = $1"},
     {"r_put",
@@ -509,8 +515,11 @@ class PgTransaction final : public Transaction, public PgReads {
   static constexpr uint64_t kProvisional = uint64_t{1} << 62;
 
  public:
-  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms)
-      : conn_(conn), locking_(isolation == Isolation::read_committed), now_ms_(now_ms) {
+  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms, int64_t count_shard)
+      : conn_(conn),
+        locking_(isolation == Isolation::read_committed),
+        now_ms_(now_ms),
+        count_shard_(count_shard) {
     batch_.push_back({"begin", {}});
   }
 
@@ -711,17 +720,20 @@ class PgTransaction final : public Transaction, public PgReads {
   void probe() { write({}, {"probe", {text(std::to_string(now_ms_))}}); }
 
   // Chains the audit records, writes the counts, and commits.
+  // What does not depend on the chain's head (the counts, the wake-up) goes
+  // ahead of the head's lock, so that the serial section holds only the
+  // records, what carries the head, and the commit.
   Status commit() {
     if (failed_) return *failed_;
+    for (const auto& [state, delta] : counts_)
+      if (delta != 0) write({}, {"count_add", {int8(state), int8(delta), int8(count_shard_)}});
+    for (const auto& [outcome, delta] : outcome_counts_)
+      if (delta != 0) write({}, {"outcome_add", {int8(outcome), int8(delta), int8(count_shard_)}});
+    if (notify_) write({}, {"notify", {}});
     if (!unchained_.empty()) OPGATE_TRY(lock_head());
     OPGATE_TRY(resolve_provisional());
     if (head_ && appended_)
       write({}, {"a_head_set", {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash)}});
-    for (const auto& [state, delta] : counts_)
-      if (delta != 0) write({}, {"count_add", {int8(state), int8(delta)}});
-    for (const auto& [outcome, delta] : outcome_counts_)
-      if (delta != 0) write({}, {"outcome_add", {int8(outcome), int8(delta)}});
-    if (notify_) write({}, {"notify", {}});
     if (!begun_ && batch_.size() == 1) return Status::Ok();  // nothing was ever sent
     batch_.push_back({"commit", {}});
     auto r = send();
@@ -878,6 +890,7 @@ class PgTransaction final : public Transaction, public PgReads {
   Conn& conn_;
   const bool locking_;
   const int64_t now_ms_;
+  const int64_t count_shard_;  // the shard of the counts this one adds to
   std::vector<Stmt> batch_;
   bool begun_ = false;
   std::set<int64_t> locked_;
@@ -969,7 +982,8 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
   auto attempt_once = [&](int attempt, bool& retry) -> Status {
     retry = false;
     OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
-    PgTransaction txn(*conn, options_.isolation, clock_->now_ms());
+    PgTransaction txn(*conn, options_.isolation, clock_->now_ms(),
+                      static_cast<int64_t>(next_count_shard_++ % kCountShards));
     txn.set_fans_out_notifications(fans_out_notifications());
     Status s = fn(txn);
     if (s && !txn.failed()) {

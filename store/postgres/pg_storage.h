@@ -16,8 +16,9 @@
 // Writes are sent with the next read (one pipeline, one round trip); the
 // audit records and the state counts are written at commit, after locking
 // the chain's head row, so the chain's serial section is one round trip
-// and the commit. transact() returns Ok only after COMMIT succeeded.
-// Thread-safe.
+// and the commit. The counts are kept in shards, one dealt to each
+// transaction in turn, so that they serialise nothing. transact() returns Ok only after COMMIT
+// succeeded. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -101,6 +102,8 @@ class PgStorage final : public Storage {
   std::thread listener_;
   std::atomic<bool> listening_{false};
   std::atomic<uint64_t> retries_{0};
+  static constexpr uint64_t kCountShards = 16;  // as many as migration 5 made
+  std::atomic<uint64_t> next_count_shard_{0};
 };
 
 // The prepared statements every connection has.

@@ -155,6 +155,84 @@ TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox item
   CHECK((*s)->reader().due(opgate::store::Queue::notifications, 10, 10, {})->empty());
 }
 
+// PostgreSQL only: migration 5 keeps the counts in shards. What the rows of
+// before counted still counts, and an operation counted by one transaction
+// and moved on by others, each adding to its own shard, is counted once.
+TEST_CASE("postgres: counts from before the shards still count, and sharded changes add up") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto fresh = backend().open_empty(clock);
+  auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
+  REQUIRE(opened);
+  pg::ConnOptions conn = opened->options().conn;
+  fresh.reset();
+  conn.schema += "_v4";
+  auto c = pg::Conn::connect(conn);
+  REQUIRE(c.ok());
+  struct DropSchema {
+    pg::Conn& c;
+    std::string schema;
+    ~DropSchema() { (void)c.exec("DROP SCHEMA IF EXISTS \"" + schema + "\" CASCADE"); }
+  } drop{**c, conn.schema};
+  auto v4 = pg::migrate(conn, 4);
+  REQUIRE_MESSAGE(v4.ok(), v4.error().message);
+  REQUIRE(v4->to_version == 4);
+  // Before migration 5: one pending operation, counted in its row.
+  pb::Operation op;
+  op.set_key("k1");
+  op.set_state(pb::STATE_PENDING);
+  op.mutable_proposal()->set_order_id("O1");
+  REQUIRE((*c)->prepare("op",
+                        "INSERT INTO operations (key, state, expires_at_ms, order_id, "
+                        "session_id, owner, data) VALUES ('k1', 1, 0, 'O1', '', '', $1)")
+              .ok());
+  REQUIRE((*c)->run("op", {pg::bytea(op.SerializeAsString())}).ok());
+  REQUIRE((*c)->exec("UPDATE \"" + conn.schema + "\".state_counts SET n = 1 WHERE state = 1").ok());
+
+  pg::PgOptions o;
+  o.conn = conn;
+  o.pool_size = 2;
+  auto s = pg::PgStorage::open(o, clock);  // applies migration 5
+  REQUIRE_MESSAGE(s.ok(), s.error().message);
+  auto counts = (*s)->reader().counts();
+  REQUIRE(counts.ok());
+  CHECK(counts->operations.at(pb::STATE_PENDING) == 1);
+
+  // k1 on through three states and k2 made, one transaction each: every
+  // one adds to another shard than the one before it.
+  auto move = [&](const std::string& key, pb::OperationState state, pb::Outcome outcome) {
+    REQUIRE((*s)->transact([&](opgate::store::Transaction& t) -> opgate::Status {
+      auto was = t.operation(key);
+      if (!was.ok()) return was.error();
+      pb::Operation next = was->value_or(op);
+      next.set_key(key);
+      next.set_state(state);
+      next.set_outcome(outcome);
+      return t.put_operation(next);
+    }));
+  };
+  move("k1", pb::STATE_APPROVED, pb::OUTCOME_NONE);
+  move("k2", pb::STATE_PENDING, pb::OUTCOME_NONE);
+  move("k1", pb::STATE_EXECUTING, pb::OUTCOME_NONE);
+  move("k1", pb::STATE_SETTLED, pb::OUTCOME_SUCCEEDED);
+  counts = (*s)->reader().counts();
+  REQUIRE(counts.ok());
+  CHECK(counts->operations.at(pb::STATE_PENDING) == 1);
+  CHECK(counts->operations.at(pb::STATE_APPROVED) == 0);
+  CHECK(counts->operations.at(pb::STATE_EXECUTING) == 0);
+  CHECK(counts->operations.at(pb::STATE_SETTLED) == 1);
+  CHECK(counts->settled.at(pb::OUTCOME_SUCCEEDED) == 1);
+  REQUIRE((*c)->prepare("shards", "SELECT count(DISTINCT shard)::bigint FROM \"" + conn.schema +
+                                      "\".state_count_shards WHERE n <> 0")
+              .ok());
+  auto shards = (*c)->run("shards", {});
+  REQUIRE(shards.ok());
+  CHECK(shards->int8(0, 0) >= 2);
+}
+
 // PostgreSQL only: the TLS keys of [store] reach libpq after the connection
 // string, so they override what it says (the private server listens on a
 // Unix socket, where libpq does not use TLS; an invalid mode shows the
