@@ -102,16 +102,29 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "state = EXCLUDED.state, outcome = EXCLUDED.outcome, expires_at_ms = EXCLUDED.expires_at_ms, "
      "order_id = EXCLUDED.order_id, session_id = EXCLUDED.session_id, owner = EXCLUDED.owner, "
      "data = EXCLUDED.data"},
-    // A count is its row (written by nodes from before the shards) and the
-    // sum of its shards; a transaction adds to the shard it was dealt.
+    // A count is its row and the changes not folded into it yet.
     {"counts",
      "SELECT state, GREATEST(0, sum(n))::bigint FROM (SELECT state, n FROM state_counts "
-     "UNION ALL SELECT state, n FROM state_count_shards) c GROUP BY state ORDER BY state"},
-    {"count_add", "UPDATE state_count_shards SET n = n + $2 WHERE state = $1 AND shard = $3"},
+     "UNION ALL SELECT value, delta FROM count_changes WHERE kind = 0) c "
+     "GROUP BY state ORDER BY state"},
     {"outcomes",
      "SELECT outcome, GREATEST(0, sum(n))::bigint FROM (SELECT outcome, n FROM outcome_counts "
-     "UNION ALL SELECT outcome, n FROM outcome_count_shards) c GROUP BY outcome ORDER BY outcome"},
-    {"outcome_add", "UPDATE outcome_count_shards SET n = n + $2 WHERE outcome = $1 AND shard = $3"},
+     "UNION ALL SELECT value, delta FROM count_changes WHERE kind = 1) c "
+     "GROUP BY outcome ORDER BY outcome"},
+    // A transaction's changes, one row each: inserts wait for nothing.
+    {"counts_change",
+     "INSERT INTO count_changes (kind, value, delta) "
+     "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])"},
+    // Every change visible now into the counts; two folding at once each
+    // fold what the other did not take.
+    {"counts_fold",
+     "WITH moved AS (DELETE FROM count_changes RETURNING kind, value, delta), "
+     "sums AS (SELECT kind, value, sum(delta)::bigint AS d FROM moved GROUP BY kind, value), "
+     "s AS (UPDATE state_counts c SET n = c.n + sums.d FROM sums "
+     "WHERE sums.kind = 0 AND c.state = sums.value RETURNING 1), "
+     "o AS (UPDATE outcome_counts c SET n = c.n + sums.d FROM sums "
+     "WHERE sums.kind = 1 AND c.outcome = sums.value RETURNING 1) "
+     "SELECT (SELECT count(*) FROM s) + (SELECT count(*) FROM o)"},
     // Orders and funds.
     {"r_get", "SELECT data FROM orders WHERE order_id = $1"},
     {"r_put",
@@ -515,11 +528,8 @@ class PgTransaction final : public Transaction, public PgReads {
   static constexpr uint64_t kProvisional = uint64_t{1} << 62;
 
  public:
-  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms, int64_t count_shard)
-      : conn_(conn),
-        locking_(isolation == Isolation::read_committed),
-        now_ms_(now_ms),
-        count_shard_(count_shard) {
+  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms)
+      : conn_(conn), locking_(isolation == Isolation::read_committed), now_ms_(now_ms) {
     batch_.push_back({"begin", {}});
   }
 
@@ -725,10 +735,7 @@ class PgTransaction final : public Transaction, public PgReads {
   // records, what carries the head, and the commit.
   Status commit() {
     if (failed_) return *failed_;
-    for (const auto& [state, delta] : counts_)
-      if (delta != 0) write({}, {"count_add", {int8(state), int8(delta), int8(count_shard_)}});
-    for (const auto& [outcome, delta] : outcome_counts_)
-      if (delta != 0) write({}, {"outcome_add", {int8(outcome), int8(delta), int8(count_shard_)}});
+    write_count_changes();
     if (notify_) write({}, {"notify", {}});
     if (!unchained_.empty()) OPGATE_TRY(lock_head());
     OPGATE_TRY(resolve_provisional());
@@ -740,6 +747,9 @@ class PgTransaction final : public Transaction, public PgReads {
     if (!r) return r.error();
     return Status::Ok();
   }
+
+  // Whether this one changed any count.
+  bool counted() const { return counted_; }
 
   void rollback() {
     if (conn_.broken()) return;
@@ -785,6 +795,24 @@ class PgTransaction final : public Transaction, public PgReads {
                                  : Stmt{"locks", {array(Oid::int8, ids)}};
     const bool opens = !batch_.empty() && batch_.front().name == "begin";
     batch_.insert(batch_.begin() + (opens ? 1 : 0), std::move(locks));
+  }
+
+  void write_count_changes() {
+    std::vector<Param> kinds, values, deltas;
+    auto add = [&](int64_t kind, const std::map<int64_t, int64_t>& changes) {
+      for (const auto& [value, delta] : changes) {
+        if (delta == 0) continue;
+        kinds.push_back(int8(kind));
+        values.push_back(int8(value));
+        deltas.push_back(int8(delta));
+      }
+    };
+    add(0, counts_);
+    add(1, outcome_counts_);
+    if (kinds.empty()) return;
+    counted_ = true;
+    write({}, {"counts_change",
+               {array(Oid::int8, kinds), array(Oid::int8, values), array(Oid::int8, deltas)}});
   }
 
   Result<std::vector<Rows>> send() {
@@ -890,7 +918,6 @@ class PgTransaction final : public Transaction, public PgReads {
   Conn& conn_;
   const bool locking_;
   const int64_t now_ms_;
-  const int64_t count_shard_;  // the shard of the counts this one adds to
   std::vector<Stmt> batch_;
   bool begun_ = false;
   std::set<int64_t> locked_;
@@ -915,7 +942,8 @@ class PgTransaction final : public Transaction, public PgReads {
   std::vector<pb::Notification> unresolved_notifications_;
   std::vector<pb::OutboxItem> unresolved_items_;
   bool appended_ = false;
-  bool notify_ = false;  // work for the dispatchers: wake every process at commit
+  bool notify_ = false;   // work for the dispatchers: wake every process at commit
+  bool counted_ = false;  // count changes written
   std::vector<pb::AuditRecord> unchained_;  // appended before the head was locked
 };
 
@@ -982,14 +1010,17 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
   auto attempt_once = [&](int attempt, bool& retry) -> Status {
     retry = false;
     OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
-    PgTransaction txn(*conn, options_.isolation, clock_->now_ms(),
-                      static_cast<int64_t>(next_count_shard_++ % kCountShards));
+    PgTransaction txn(*conn, options_.isolation, clock_->now_ms());
     txn.set_fans_out_notifications(fans_out_notifications());
     Status s = fn(txn);
     if (s && !txn.failed()) {
       Status c = txn.commit();
       if (c) {
         commits_++;
+        if (txn.counted() && ++count_changes_ % kFoldEvery == 0)
+          if (Status f = fold_counts(*conn); !f)
+            spdlog::warn("cannot fold count changes into the counts (the next fold will): {}",
+                         f.error().message);
         after = txn.take_after_commit();
         return Status::Ok();
       }
@@ -1185,6 +1216,18 @@ void PgStorage::resync_clock() {
 void PgStorage::stop_listening() {
   listening_ = false;
   if (listener_.joinable()) listener_.join();
+}
+
+Status PgStorage::fold_counts(Conn& conn) {
+  auto r = conn.pipeline({{"begin", {}}, {"counts_fold", {}}, {"commit", {}}});
+  if (r) return Status::Ok();
+  if (!conn.broken() && conn.in_transaction()) (void)conn.exec("ROLLBACK");
+  return r.error();
+}
+
+Status PgStorage::fold_counts() {
+  OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+  return fold_counts(*conn);
 }
 
 StorageStats PgStorage::stats() const { return {commits_.load(), commits_.load()}; }

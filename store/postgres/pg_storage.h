@@ -16,9 +16,10 @@
 // Writes are sent with the next read (one pipeline, one round trip); the
 // audit records and the state counts are written at commit, after locking
 // the chain's head row, so the chain's serial section is one round trip
-// and the commit. The counts are kept in shards, one dealt to each
-// transaction in turn, so that they serialise nothing. transact() returns Ok only after COMMIT
-// succeeded. Thread-safe.
+// and the commit. A transaction inserts its count changes
+// (ahead of the head's lock), and every kFoldEvery of them one folds the
+// changes into the counts, so that no transaction waits on a count row. transact() returns Ok only
+// after COMMIT succeeded. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -82,6 +83,11 @@ class PgStorage final : public Storage {
   Result<std::optional<int64_t>> hold_lease(const std::string& name, const std::string& holder,
                                             int64_t ttl_ms);
 
+  // Folds every count change committed so far into the counts, in a
+  // transaction of its own; a count reads the same before and after. Done
+  // by transact() after every kFoldEvery transactions that changed counts.
+  Status fold_counts();
+
   Pool& pool() { return *pool_; }
   const PgOptions& options() const { return options_; }
   // Transactions run again after a deadlock or serialisation failure.
@@ -102,8 +108,9 @@ class PgStorage final : public Storage {
   std::thread listener_;
   std::atomic<bool> listening_{false};
   std::atomic<uint64_t> retries_{0};
-  static constexpr uint64_t kCountShards = 16;  // as many as migration 5 made
-  std::atomic<uint64_t> next_count_shard_{0};
+  Status fold_counts(Conn& conn);
+  static constexpr uint64_t kFoldEvery = 512;  // transactions that changed counts
+  std::atomic<uint64_t> count_changes_{0};
 };
 
 // The prepared statements every connection has.

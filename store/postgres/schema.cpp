@@ -172,27 +172,17 @@ CREATE TABLE kept_records (
 );
 )SQL";
 
-// The counts in shards: each transaction adds to the shard it was dealt, so
-// that transactions changing states do not queue on one row per state
-// through their commits. A count is the sum of its state's shards and the
-// row of migration 1 (or 3), which nodes from before this one still write.
+// Count changes: each transaction that moves operations between states
+// inserts what it changed, and rows are folded into the counts now and
+// then (PgStorage::fold_counts), so that no transaction waits on a count
+// row. kind 0: a state's count; 1: a settled outcome's.
 constexpr const char* kV5 = R"SQL(
-CREATE TABLE state_count_shards (
-  state bigint NOT NULL,
-  shard bigint NOT NULL,
-  n bigint NOT NULL,
-  PRIMARY KEY (state, shard)
+CREATE TABLE count_changes (
+  id bigserial PRIMARY KEY,
+  kind bigint NOT NULL,
+  value bigint NOT NULL,
+  delta bigint NOT NULL
 );
-INSERT INTO state_count_shards
-  SELECT s, h, 0 FROM generate_series(1, 5) AS s, generate_series(0, 15) AS h;
-CREATE TABLE outcome_count_shards (
-  outcome bigint NOT NULL,
-  shard bigint NOT NULL,
-  n bigint NOT NULL,
-  PRIMARY KEY (outcome, shard)
-);
-INSERT INTO outcome_count_shards
-  SELECT s, h, 0 FROM generate_series(1, 6) AS s, generate_series(0, 15) AS h;
 )SQL";
 
 // Runs `fn` on each record the prepared statement `stmt` returns (its id
@@ -257,7 +247,7 @@ const std::vector<Migration>& migrations() {
        "endpoint states, kept events",
        kV3, backfill_v3},
       {4, "kept records: agent tokens and what other features keep by kind and key", kV4},
-      {5, "state and outcome counts in shards", kV5},
+      {5, "count changes, inserted by the transactions and folded into the counts", kV5},
   };
   return all;
 }

@@ -6,9 +6,12 @@
 // runs the backend at SERIALIZABLE instead of READ COMMITTED with locks.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "backend.h"
 #include "common/crypto.h"
@@ -93,6 +96,34 @@ TEST_CASE("postgres: a duty's lease has one holder at a time; its token grows at
   CHECK(hold("A", 60'000) == std::nullopt);
 }
 
+// A schema of its own migrated to an older version, dropped at the end: for
+// what a migration does with what an older opgate wrote.
+struct OlderSchema {
+  opgate::store::pg::ConnOptions conn;
+  opgate::Result<std::unique_ptr<opgate::store::pg::Conn>> c =
+      opgate::make_error(opgate::errc::internal, "not connected");
+  ~OlderSchema() {
+    if (c.ok()) (void)(*c)->exec("DROP SCHEMA IF EXISTS \"" + conn.schema + "\" CASCADE");
+  }
+  static std::unique_ptr<OlderSchema> at(const opgate::Clock& clock, const std::string& suffix,
+                                         int version) {
+    namespace pg = opgate::store::pg;
+    auto fresh = opgate::conformance::backend().open_empty(clock);
+    auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
+    REQUIRE(opened);
+    auto out = std::make_unique<OlderSchema>();
+    out->conn = opened->options().conn;
+    fresh.reset();
+    out->conn.schema += suffix;
+    out->c = pg::Conn::connect(out->conn);
+    REQUIRE(out->c.ok());
+    auto migrated = pg::migrate(out->conn, version);
+    REQUIRE_MESSAGE(migrated.ok(), migrated.error().message);
+    REQUIRE(migrated->to_version == version);
+    return out;
+  }
+};
+
 // PostgreSQL only: migration 3 fills the columns it adds from the records
 // already stored (settled outcomes, an outbox item's queue and operation).
 TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox items already stored") {
@@ -101,22 +132,9 @@ TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox item
   namespace pb = opgate::pb;
   if (backend().name() != "postgres") return;
   opgate::ManualClock clock{1'800'000'000'000};
-  auto fresh = backend().open_empty(clock);  // a schema of its own; dropped and made again
-  auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
-  REQUIRE(opened);
-  pg::ConnOptions conn = opened->options().conn;
-  fresh.reset();
-  conn.schema += "_v2";
-  auto c = pg::Conn::connect(conn);
-  REQUIRE(c.ok());
-  struct DropSchema {
-    pg::Conn& c;
-    std::string schema;
-    ~DropSchema() { (void)c.exec("DROP SCHEMA IF EXISTS \"" + schema + "\" CASCADE"); }
-  } drop{**c, conn.schema};
-  auto v2 = pg::migrate(conn, 2);
-  REQUIRE_MESSAGE(v2.ok(), v2.error().message);
-  REQUIRE(v2->to_version == 2);
+  auto older = OlderSchema::at(clock, "_v2", 2);
+  pg::ConnOptions& conn = older->conn;
+  auto& c = older->c;
   // What opgate before migration 3 wrote: a settled (denied) operation and
   // an execute item.
   pb::Operation op;
@@ -155,31 +173,19 @@ TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox item
   CHECK((*s)->reader().due(opgate::store::Queue::notifications, 10, 10, {})->empty());
 }
 
-// PostgreSQL only: migration 5 keeps the counts in shards. What the rows of
-// before counted still counts, and an operation counted by one transaction
-// and moved on by others, each adding to its own shard, is counted once.
-TEST_CASE("postgres: counts from before the shards still count, and sharded changes add up") {
+// PostgreSQL only: migration 5 keeps count changes as rows of their own,
+// folded into the counts now and then. What the counts held before still
+// counts, an operation moved on by several transactions is counted once,
+// and a fold leaves every count as it was.
+TEST_CASE("postgres: counts from before count changes still count, and a fold keeps them") {
   using opgate::conformance::backend;
   namespace pg = opgate::store::pg;
   namespace pb = opgate::pb;
   if (backend().name() != "postgres") return;
   opgate::ManualClock clock{1'800'000'000'000};
-  auto fresh = backend().open_empty(clock);
-  auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
-  REQUIRE(opened);
-  pg::ConnOptions conn = opened->options().conn;
-  fresh.reset();
-  conn.schema += "_v4";
-  auto c = pg::Conn::connect(conn);
-  REQUIRE(c.ok());
-  struct DropSchema {
-    pg::Conn& c;
-    std::string schema;
-    ~DropSchema() { (void)c.exec("DROP SCHEMA IF EXISTS \"" + schema + "\" CASCADE"); }
-  } drop{**c, conn.schema};
-  auto v4 = pg::migrate(conn, 4);
-  REQUIRE_MESSAGE(v4.ok(), v4.error().message);
-  REQUIRE(v4->to_version == 4);
+  auto older = OlderSchema::at(clock, "_v4", 4);
+  pg::ConnOptions& conn = older->conn;
+  auto& c = older->c;
   // Before migration 5: one pending operation, counted in its row.
   pb::Operation op;
   op.set_key("k1");
@@ -201,8 +207,7 @@ TEST_CASE("postgres: counts from before the shards still count, and sharded chan
   REQUIRE(counts.ok());
   CHECK(counts->operations.at(pb::STATE_PENDING) == 1);
 
-  // k1 on through three states and k2 made, one transaction each: every
-  // one adds to another shard than the one before it.
+  // k1 on through three states and k2 made, one transaction each.
   auto move = [&](const std::string& key, pb::OperationState state, pb::Outcome outcome) {
     REQUIRE((*s)->transact([&](opgate::store::Transaction& t) -> opgate::Status {
       auto was = t.operation(key);
@@ -218,19 +223,74 @@ TEST_CASE("postgres: counts from before the shards still count, and sharded chan
   move("k2", pb::STATE_PENDING, pb::OUTCOME_NONE);
   move("k1", pb::STATE_EXECUTING, pb::OUTCOME_NONE);
   move("k1", pb::STATE_SETTLED, pb::OUTCOME_SUCCEEDED);
-  counts = (*s)->reader().counts();
+  REQUIRE(
+      (*c)->prepare("changes", "SELECT count(*)::bigint FROM \"" + conn.schema + "\".count_changes")
+          .ok());
+  auto check = [&] {
+    auto now = (*s)->reader().counts();
+    REQUIRE(now.ok());
+    CHECK(now->operations.at(pb::STATE_PENDING) == 1);
+    CHECK(now->operations.at(pb::STATE_APPROVED) == 0);
+    CHECK(now->operations.at(pb::STATE_EXECUTING) == 0);
+    CHECK(now->operations.at(pb::STATE_SETTLED) == 1);
+    CHECK(now->settled.at(pb::OUTCOME_SUCCEEDED) == 1);
+    CHECK(now->settled.at(pb::OUTCOME_DENIED) == 0);
+  };
+  check();
+  auto changes = (*c)->run("changes", {});
+  REQUIRE(changes.ok());
+  CHECK(changes->int8(0, 0) > 0);
+  REQUIRE((*s)->fold_counts());
+  check();
+  changes = (*c)->run("changes", {});
+  REQUIRE(changes.ok());
+  CHECK(changes->int8(0, 0) == 0);
+  REQUIRE((*s)->fold_counts());  // nothing to fold
+  check();
+}
+
+// PostgreSQL only: folds running while transactions insert count changes
+// fold each change once: the counts end as the operations are.
+TEST_CASE("postgres: count changes folded while others are inserted are counted once") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto storage = backend().open_empty(clock);
+  auto* s = dynamic_cast<pg::PgStorage*>(storage.get());
+  REQUIRE(s);
+  constexpr int kWriters = 3, kEach = 40;
+  std::atomic<int> writing{kWriters};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w)
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < kEach; ++i) {
+        pb::Operation op;
+        op.set_key("w" + std::to_string(w) + ":" + std::to_string(i));
+        op.set_state(i % 2 ? pb::STATE_PENDING : pb::STATE_SETTLED);
+        op.set_outcome(i % 2 ? pb::OUTCOME_NONE : pb::OUTCOME_DENIED);
+        op.mutable_proposal()->set_order_id("O" + std::to_string(i));
+        if (!s->transact([&](opgate::store::Transaction& t) { return t.put_operation(op); }))
+          failed++;
+      }
+      writing--;
+    });
+  int folds = 0;
+  while (writing > 0) {
+    if (!s->fold_counts()) failed++;
+    ++folds;
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(s->fold_counts());
+  CHECK(failed == 0);
+  CHECK(folds > 0);
+  auto counts = s->reader().counts();
   REQUIRE(counts.ok());
-  CHECK(counts->operations.at(pb::STATE_PENDING) == 1);
-  CHECK(counts->operations.at(pb::STATE_APPROVED) == 0);
-  CHECK(counts->operations.at(pb::STATE_EXECUTING) == 0);
-  CHECK(counts->operations.at(pb::STATE_SETTLED) == 1);
-  CHECK(counts->settled.at(pb::OUTCOME_SUCCEEDED) == 1);
-  REQUIRE((*c)->prepare("shards", "SELECT count(DISTINCT shard)::bigint FROM \"" + conn.schema +
-                                      "\".state_count_shards WHERE n <> 0")
-              .ok());
-  auto shards = (*c)->run("shards", {});
-  REQUIRE(shards.ok());
-  CHECK(shards->int8(0, 0) >= 2);
+  CHECK(counts->operations.at(pb::STATE_PENDING) == kWriters * kEach / 2);
+  CHECK(counts->operations.at(pb::STATE_SETTLED) == kWriters * kEach / 2);
+  CHECK(counts->settled.at(pb::OUTCOME_DENIED) == kWriters * kEach / 2);
 }
 
 // PostgreSQL only: the TLS keys of [store] reach libpq after the connection
