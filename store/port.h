@@ -179,10 +179,14 @@ class Reader {
   // --- Outbox
   // Items of the queue whose not_before_ms is at or before now_ms, earliest
   // first, at most `limit`, leaving out those with an id in `except` (work
-  // the caller holds already): they are not read and do not count.
+  // the caller holds already): they are not read and do not count. A store
+  // several processes share may leave an item to the process that queued
+  // or last wrote it for a while (PostgreSQL's handoff): the others see it
+  // due later.
   virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
                                                const OutboxIds& except) = 0;
-  // The earliest not_before_ms of any item of the queue, if there is one.
+  // The earliest time an item of the queue is due for this process, if
+  // there is one.
   virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;
   // The item with that id as stored now; none if it is gone. A transaction
   // that reads it and then updates or removes it does so before any other

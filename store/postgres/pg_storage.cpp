@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/crypto.h"
 #include "store/audit_chain.h"
 #include "store/postgres/schema.h"
 
@@ -152,16 +153,28 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"a_head_set", "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1"},
     {"a_ins", "INSERT INTO audit (seq, operation_key, data) VALUES ($1, $2, $3)"},
     // Outbox.
+    // Due for this node ($4): its own items and those of no node at their
+    // time, oldest first; then other nodes' items once they waited a
+    // handoff ($5 ms) since queued (or last written) and since due, newest
+    // first, so as not to race their node for the oldest.
     {"ob_due",
-     "SELECT id, data FROM outbox WHERE queue = $1::bigint AND not_before_ms <= $2 "
-     "ORDER BY not_before_ms, id LIMIT $3"},
-    {"ob_next", "SELECT min(not_before_ms)::bigint FROM outbox WHERE queue = $1::bigint"},
+     "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node IN ($4, '') AND "
+     "not_before_ms <= $2 ORDER BY not_before_ms, id LIMIT $3) UNION ALL "
+     "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node NOT IN ($4, '') AND "
+     "GREATEST(not_before_ms, node_since_ms) <= $2 - $5 "
+     "ORDER BY GREATEST(not_before_ms, node_since_ms) DESC, id DESC LIMIT $3)"},
+    {"ob_next",
+     "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
+     "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms)) FROM outbox "
+     "WHERE queue = $1::bigint AND node NOT IN ($2, '')) + $3)::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
     {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
     {"ob_ins",
-     "INSERT INTO outbox (not_before_ms, data, queue, operation_key) "
-     "VALUES ($1, $2, $3::bigint, $4)"},
-    {"ob_upd", "UPDATE outbox SET not_before_ms = $2, data = $3 WHERE id = $1"},
+     "INSERT INTO outbox (not_before_ms, data, queue, operation_key, node, node_since_ms) "
+     "VALUES ($1, $2, $3::bigint, $4, $5, $6)"},
+    {"ob_upd",
+     "UPDATE outbox SET not_before_ms = $2, data = $3, node = $4, node_since_ms = $5 "
+     "WHERE id = $1"},
     {"ob_del", "DELETE FROM outbox WHERE id = $1"},
     {"lease",
      "INSERT INTO leases AS l (name, holder, token, expires_at) "
@@ -243,6 +256,8 @@ int64_t limit_param(size_t limit) {
 // runs on a pooled connection; inside one it first takes the locks named.
 class PgReads : public virtual Reader {
  public:
+  explicit PgReads(const Handoff& handoff) : handoff_(handoff) {}
+
   Result<std::optional<pb::InboxEvent>> event(const std::string& source,
                                               const std::string& webhook_id) override {
     OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('e', {source, webhook_id})},
@@ -418,9 +433,9 @@ class PgReads : public virtual Reader {
     // more yields `limit` others whenever there are.
     const size_t wanted = limit > SIZE_MAX - except.size() ? SIZE_MAX : limit + except.size();
     OPGATE_ASSIGN_OR_RETURN(
-        auto rows,
-        query({},
-              {"ob_due", {int8(queue_number(queue)), int8(now_ms), int8(limit_param(wanted))}}));
+        auto rows, query({}, {"ob_due",
+                              {int8(queue_number(queue)), int8(now_ms), int8(limit_param(wanted)),
+                               text(handoff_.node), int8(handoff_.after_ms)}}));
     OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
     std::vector<OutboxEntry> out;
     for (auto& e : all) {
@@ -498,7 +513,10 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"ob_next", {int8(queue_number(queue))}}));
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({}, {"ob_next",
+                   {int8(queue_number(queue)), text(handoff_.node), int8(handoff_.after_ms)}}));
     if (rows.empty() || rows.null(0, 0)) return std::optional<int64_t>();
     return std::optional<int64_t>(rows.int8(0, 0));
   }
@@ -506,12 +524,14 @@ class PgReads : public virtual Reader {
  protected:
   // Runs one read; inside a transaction after locking `locks`.
   virtual Result<Rows> query(std::vector<std::string> locks, Stmt stmt) = 0;
+
+  const Handoff& handoff_;
 };
 
 // Durable state: each read on a pooled connection, outside any transaction.
 class DurableReader final : public PgReads {
  public:
-  explicit DurableReader(Pool& pool) : pool_(pool) {}
+  DurableReader(Pool& pool, const Handoff& handoff) : PgReads(handoff), pool_(pool) {}
 
  protected:
   Result<Rows> query(std::vector<std::string>, Stmt stmt) override {
@@ -528,8 +548,11 @@ class PgTransaction final : public Transaction, public PgReads {
   static constexpr uint64_t kProvisional = uint64_t{1} << 62;
 
  public:
-  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms)
-      : conn_(conn), locking_(isolation == Isolation::read_committed), now_ms_(now_ms) {
+  PgTransaction(Conn& conn, Isolation isolation, int64_t now_ms, const Handoff& handoff)
+      : PgReads(handoff),
+        conn_(conn),
+        locking_(isolation == Isolation::read_committed),
+        now_ms_(now_ms) {
     batch_.push_back({"begin", {}});
   }
 
@@ -697,7 +720,9 @@ class PgTransaction final : public Transaction, public PgReads {
     auto id = parse_fixed_id(e.id);
     if (!id) return;  // no such item
     write({lock_name('i', {e.id})},
-          {"ob_upd", {int8(*id), int8(e.item.not_before_ms()), bytea(e.item.SerializeAsString())}});
+          {"ob_upd",
+           {int8(*id), int8(e.item.not_before_ms()), bytea(e.item.SerializeAsString()),
+            text(handoff_.node), int8(now_ms_)}});
   }
 
   void remove_outbox(const std::string& id) override {
@@ -842,7 +867,8 @@ class PgTransaction final : public Transaction, public PgReads {
   Stmt enqueue_statement(const pb::OutboxItem& item) const {
     return {"ob_ins",
             {int8(item.not_before_ms()), bytea(item.SerializeAsString()),
-             int8(queue_number(queue_of(item.kind()))), text(item.operation_key())}};
+             int8(queue_number(queue_of(item.kind()))), text(item.operation_key()),
+             text(handoff_.node), int8(now_ms_)}};
   }
 
   // The real head for a provisional one, once the records are chained.
@@ -981,7 +1007,8 @@ Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, con
   s->pool_ = std::make_unique<Pool>(options.conn, options.pool_size, [isolation](Conn& c) {
     return prepare_statements(c, isolation);
   });
-  s->reader_ = std::make_unique<DurableReader>(*s->pool_);
+  s->handoff_ = {crypto::random_hex(8), options.handoff_ms};
+  s->reader_ = std::make_unique<DurableReader>(*s->pool_, s->handoff_);
   // One connection now: a wrong URL or a missing schema fails the start.
   auto first = s->pool_->acquire();
   if (!first) return first.error();
@@ -1010,7 +1037,7 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
   auto attempt_once = [&](int attempt, bool& retry) -> Status {
     retry = false;
     OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
-    PgTransaction txn(*conn, options_.isolation, clock_->now_ms());
+    PgTransaction txn(*conn, options_.isolation, clock_->now_ms(), handoff_);
     txn.set_fans_out_notifications(fans_out_notifications());
     Status s = fn(txn);
     if (s && !txn.failed()) {

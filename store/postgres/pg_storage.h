@@ -36,6 +36,18 @@ namespace opgate::store::pg {
 
 enum class Isolation { read_committed, serializable };
 
+// Outbox work goes first to the node that queued it (or last wrote it):
+// each process is a node with an id of its own, and others see its items
+// due `after_ms` later. So the node that commits work does it, as it is
+// woken for it at once, and the others do not race it for every item (a
+// claim that finds the item taken is a transaction wasted); they take over
+// what waits longer: a node gone, or one with more work than it keeps up
+// with.
+struct Handoff {
+  std::string node;
+  int64_t after_ms = 0;
+};
+
 struct PgOptions {
   ConnOptions conn;
   size_t pool_size = 16;
@@ -49,6 +61,8 @@ struct PgOptions {
   // sharing it does; off, the given clock is used as it is (tests that move
   // time by hand).
   bool database_clock = false;
+  // How long other nodes leave an outbox item to the node that queued it.
+  int64_t handoff_ms = 1000;
 };
 
 class PgStorage final : public Storage {
@@ -103,6 +117,7 @@ class PgStorage final : public Storage {
   std::unique_ptr<DatabaseClock> db_clock_;
   const Clock* clock_ = nullptr;
   std::unique_ptr<Pool> pool_;
+  Handoff handoff_;
   std::unique_ptr<Reader> reader_;
   std::atomic<uint64_t> commits_{0};
   std::thread listener_;

@@ -185,6 +185,16 @@ CREATE TABLE count_changes (
 );
 )SQL";
 
+// Outbox items by node: the node that queued an item (or last wrote it),
+// and when, takes it first (store/postgres/pg_storage.h, Handoff); ''
+// (items from before): any node.
+constexpr const char* kV6 = R"SQL(
+ALTER TABLE outbox ADD COLUMN node text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE outbox ADD COLUMN node_since_ms bigint NOT NULL DEFAULT 0;
+CREATE INDEX outbox_node_due ON outbox (queue, node, not_before_ms);
+CREATE INDEX outbox_handoff ON outbox (queue, (GREATEST(not_before_ms, node_since_ms)));
+)SQL";
+
 // Runs `fn` on each record the prepared statement `stmt` returns (its id
 // or key in column 0, the record's bytes in column 1).
 template <typename Message>
@@ -248,6 +258,7 @@ const std::vector<Migration>& migrations() {
        kV3, backfill_v3},
       {4, "kept records: agent tokens and what other features keep by kind and key", kV4},
       {5, "count changes, inserted by the transactions and folded into the counts", kV5},
+      {6, "outbox items by the node that queued them", kV6},
   };
   return all;
 }
