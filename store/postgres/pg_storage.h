@@ -24,10 +24,12 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "store/port.h"
 #include "store/postgres/database_clock.h"
 #include "store/postgres/pg.h"
@@ -46,6 +48,15 @@ enum class Isolation { read_committed, serializable };
 struct Handoff {
   std::string node;
   int64_t after_ms = 0;
+};
+
+// The audit head this node's last audited commit left, and its audited
+// commits one at a time (PgTransaction::commit).
+struct HeadGuess {
+  Mutex mu;
+  std::optional<AuditHead> head GUARDED_BY(mu);
+  int misses GUARDED_BY(mu) = 0;  // wrong guesses in a row (up to 6)
+  int skip GUARDED_BY(mu) = 0;    // commits left to make without a guess
 };
 
 struct PgOptions {
@@ -118,6 +129,7 @@ class PgStorage final : public Storage {
   const Clock* clock_ = nullptr;
   std::unique_ptr<Pool> pool_;
   Handoff handoff_;
+  HeadGuess head_guess_;
   std::unique_ptr<Reader> reader_;
   std::atomic<uint64_t> commits_{0};
   std::thread listener_;

@@ -293,6 +293,25 @@ TEST_CASE("postgres: count changes folded while others are inserted are counted 
   CHECK(counts->settled.at(pb::OUTCOME_DENIED) == kWriters * kEach / 2);
 }
 
+// Two nodes on one fresh store: two PgStorage on one schema.
+struct TwoNodes {
+  std::unique_ptr<opgate::store::pg::PgStorage> a, b;
+  static TwoNodes open(const opgate::Clock& clock, int64_t handoff_ms = 1'000) {
+    namespace pg = opgate::store::pg;
+    auto fresh = opgate::conformance::backend().open_empty(clock);
+    auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
+    REQUIRE(opened);
+    pg::PgOptions o = opened->options();
+    o.pool_size = 2;
+    o.handoff_ms = handoff_ms;
+    auto a = pg::PgStorage::open(o, clock);
+    auto b = pg::PgStorage::open(o, clock);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    return {std::move(*a), std::move(*b)};
+  }
+};
+
 // PostgreSQL only: an outbox item is due at once for the node that queued
 // it (or last wrote it), and for the others once it has waited a handoff
 // since it was queued (or written) and since it was due.
@@ -304,22 +323,15 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
   if (backend().name() != "postgres") return;
   constexpr int64_t T = 1'800'000'000'000;  // the transactions' time
   opgate::ManualClock clock{T};
-  auto fresh = backend().open_empty(clock);
-  auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
-  REQUIRE(opened);
-  pg::PgOptions o = opened->options();
-  o.pool_size = 2;
-  o.handoff_ms = 5'000;
-  auto a = pg::PgStorage::open(o, clock);
-  auto b = pg::PgStorage::open(o, clock);
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
+  auto nodes = TwoNodes::open(clock, 5'000);
+  auto& a = nodes.a;
+  auto& b = nodes.b;
   pb::OutboxItem now;  // due at once (not_before_ms 0)
   now.set_kind(pb::OUTBOX_DELIVER_RESULT);
   pb::OutboxItem later;  // due in 10 s
   later.set_kind(pb::OUTBOX_EXECUTE);
   later.set_not_before_ms(T + 10'000);
-  REQUIRE((*a)->transact([&](opgate::store::Transaction& t) {
+  REQUIRE(a->transact([&](opgate::store::Transaction& t) {
     t.enqueue(now);
     t.enqueue(later);
     return opgate::Status::Ok();
@@ -330,38 +342,76 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
     return items->size();
   };
   auto next = [](pg::PgStorage& s) { return s.reader().next_due_ms(Queue::work)->value_or(-1); };
-  CHECK(due(**a, T) == 1);
-  CHECK(due(**a, T + 10'000) == 2);
-  CHECK(next(**a) == 0);
-  CHECK(due(**b, T + 4'999) == 0);
-  CHECK(due(**b, T + 5'000) == 1);
-  CHECK(due(**b, T + 14'999) == 1);
-  CHECK(due(**b, T + 15'000) == 2);
-  CHECK(next(**b) == T + 5'000);
+  CHECK(due(*a, T) == 1);
+  CHECK(due(*a, T + 10'000) == 2);
+  CHECK(next(*a) == 0);
+  CHECK(due(*b, T + 4'999) == 0);
+  CHECK(due(*b, T + 5'000) == 1);
+  CHECK(due(*b, T + 14'999) == 1);
+  CHECK(due(*b, T + 15'000) == 2);
+  CHECK(next(*b) == T + 5'000);
   // b takes the later one over at T + 15 s (a claim: held until T + 30 s);
   // now a waits for it.
-  auto items = (*b)->reader().due(Queue::work, T + 15'000, 10, {});
+  auto items = b->reader().due(Queue::work, T + 15'000, 10, {});
   REQUIRE(items.ok());
   REQUIRE(items->size() == 2);
   opgate::store::OutboxEntry claimed =
       items->at(0).item.kind() == pb::OUTBOX_EXECUTE ? items->at(0) : items->at(1);
   claimed.item.set_not_before_ms(T + 30'000);
   clock.advance_ms(15'000);
-  REQUIRE((*b)->transact([&](opgate::store::Transaction& t) {
+  REQUIRE(b->transact([&](opgate::store::Transaction& t) {
     t.update_outbox(claimed);
     return opgate::Status::Ok();
   }));
-  CHECK(due(**b, T + 30'000) == 2);
-  CHECK(due(**a, T + 34'999) == 1);
-  CHECK(due(**a, T + 35'000) == 2);
+  CHECK(due(*b, T + 30'000) == 2);
+  CHECK(due(*a, T + 34'999) == 1);
+  CHECK(due(*a, T + 35'000) == 2);
   // Items of no node (queued before nodes were recorded) are every node's.
   {
-    auto conn = (*a)->pool().acquire();
+    auto conn = a->pool().acquire();
     REQUIRE(conn.ok());
     REQUIRE((*conn)->exec("UPDATE outbox SET node = ''").ok());
   }
-  CHECK(due(**a, T + 30'000) == 2);
-  CHECK(due(**b, T + 30'000) == 2);
+  CHECK(due(*a, T + 30'000) == 2);
+  CHECK(due(*b, T + 30'000) == 2);
+}
+
+// PostgreSQL only: a node commits on the audit head its last commit left;
+// when another node has moved it since, the guess misses and the commit
+// goes on the real head: the chain stays one, whatever the interleaving.
+TEST_CASE("postgres: audited commits on a guessed head keep one chain when another node moves it") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto nodes = TwoNodes::open(clock);
+  auto& a = nodes.a;
+  auto& b = nodes.b;
+  auto audited = [](pg::PgStorage& s, const std::string& key) {
+    REQUIRE(s.transact([&](opgate::store::Transaction& t) {
+      pb::AuditRecord r;
+      r.set_operation_key(key);
+      r.set_action("step");
+      t.append_audit(r);
+      t.append_audit(r);
+      return opgate::Status::Ok();
+    }));
+  };
+  // a, a (on its guess), b (a's guess now wrong), a (misses, then the real
+  // head), then each in turn; a's misses make it stop guessing a while.
+  for (const char* who : {"a", "a", "b", "a", "b", "a", "b", "a", "a", "a", "a", "b", "a"})
+    audited(who[0] == 'a' ? *a : *b, who);
+  auto head = b->reader().audit_head();
+  REQUIRE(head.ok());
+  CHECK(head->seq == 26);
+  auto v = a->verify_audit();
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  CHECK(v->records == 26);
+  auto of_a = a->reader().audit_of("a");
+  REQUIRE(of_a.ok());
+  CHECK(of_a->size() == 18);
 }
 
 // PostgreSQL only: the TLS keys of [store] reach libpq after the connection
