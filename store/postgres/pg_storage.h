@@ -13,13 +13,14 @@
 // (Isolation::serializable, retried on serialisation failures); README
 // compares the two.
 //
-// Writes are sent with the next read (one pipeline, one round trip); the
-// audit records and the state counts are written at commit, after locking
-// the chain's head row, so the chain's serial section is one round trip
-// and the commit. A transaction inserts its count changes
-// (ahead of the head's lock), and every kFoldEvery of them one folds the
-// changes into the counts, so that no transaction waits on a count row. transact() returns Ok only
-// after COMMIT succeeded. Thread-safe.
+// Writes are sent with the next read (one pipeline, one round trip). At
+// commit a transaction inserts its count changes (every kFoldEvery of them
+// one folds the changes into the counts, so that no transaction waits on a
+// count row), then locks the chain's head row and writes its audit records:
+// a node's audited commits go one at a time on the head its last one left
+// (HeadGuess), so the chain's serial section is the commit's one round
+// trip, or two when another node moved the head. transact() returns Ok
+// only after COMMIT succeeded. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -123,6 +124,7 @@ class PgStorage final : public Storage {
   // Measures the database's clock again when the last time is long enough
   // ago (the listener's thread).
   void resync_clock();
+  Status fold_counts(Conn& conn);
   static constexpr int64_t kClockSyncMs = 10'000;
   PgOptions options_;
   std::unique_ptr<DatabaseClock> db_clock_;
@@ -135,7 +137,6 @@ class PgStorage final : public Storage {
   std::thread listener_;
   std::atomic<bool> listening_{false};
   std::atomic<uint64_t> retries_{0};
-  Status fold_counts(Conn& conn);
   static constexpr uint64_t kFoldEvery = 512;  // transactions that changed counts
   std::atomic<uint64_t> count_changes_{0};
 };
