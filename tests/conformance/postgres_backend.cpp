@@ -96,6 +96,15 @@ TEST_CASE("postgres: a duty's lease has one holder at a time; its token grows at
   CHECK(hold("A", 60'000) == std::nullopt);
 }
 
+// The options of a fresh, empty store of the backend under test.
+opgate::store::pg::PgOptions fresh_options(const opgate::Clock& clock) {
+  namespace pg = opgate::store::pg;
+  auto fresh = opgate::conformance::backend().open_empty(clock);
+  auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
+  REQUIRE(opened);
+  return opened->options();
+}
+
 // A schema of its own migrated to an older version, dropped at the end: for
 // what a migration does with what an older opgate wrote.
 struct OlderSchema {
@@ -108,19 +117,33 @@ struct OlderSchema {
   static std::unique_ptr<OlderSchema> at(const opgate::Clock& clock, const std::string& suffix,
                                          int version) {
     namespace pg = opgate::store::pg;
-    auto fresh = opgate::conformance::backend().open_empty(clock);
-    auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
-    REQUIRE(opened);
     auto out = std::make_unique<OlderSchema>();
-    out->conn = opened->options().conn;
-    fresh.reset();
+    out->conn = fresh_options(clock).conn;
     out->conn.schema += suffix;
     out->c = pg::Conn::connect(out->conn);
     REQUIRE(out->c.ok());
     auto migrated = pg::migrate(out->conn, version);
     REQUIRE_MESSAGE(migrated.ok(), migrated.error().message);
     REQUIRE(migrated->to_version == version);
+    REQUIRE((*out->c)
+                ->prepare("old_op",
+                          "INSERT INTO operations (key, state, expires_at_ms, order_id, "
+                          "session_id, owner, data) VALUES ($1, $2::bigint, 0, $3, '', '', $4)")
+                .ok());
+    REQUIRE((*out->c)
+                ->prepare("old_count", "UPDATE state_counts SET n = n + 1 WHERE state = $1::bigint")
+                .ok());
     return out;
+  }
+  // An operation as opgate wrote it before migration 3 (no outcome column),
+  // counted in its state's row.
+  void put_operation(const opgate::pb::Operation& op) {
+    namespace pg = opgate::store::pg;
+    REQUIRE(
+        (*c)->run("old_op", {pg::text(op.key()), pg::int8(op.state()),
+                             pg::text(op.proposal().order_id()), pg::bytea(op.SerializeAsString())})
+            .ok());
+    REQUIRE((*c)->run("old_count", {pg::int8(op.state())}).ok());
   }
 };
 
@@ -146,14 +169,9 @@ TEST_CASE("postgres: migration 3 counts settled outcomes and indexes outbox item
   item.set_kind(pb::OUTBOX_EXECUTE);
   item.set_operation_key("k1");
   item.set_not_before_ms(5);
-  REQUIRE((*c)->prepare("op",
-                        "INSERT INTO operations (key, state, expires_at_ms, order_id, "
-                        "session_id, owner, data) VALUES ('k1', 5, 0, 'O1', '', '', $1)")
-              .ok());
+  older->put_operation(op);
   REQUIRE((*c)->prepare("item", "INSERT INTO outbox (not_before_ms, data) VALUES (5, $1)").ok());
-  REQUIRE((*c)->run("op", {pg::bytea(op.SerializeAsString())}).ok());
   REQUIRE((*c)->run("item", {pg::bytea(item.SerializeAsString())}).ok());
-  REQUIRE((*c)->exec("UPDATE \"" + conn.schema + "\".state_counts SET n = 1 WHERE state = 5").ok());
 
   pg::PgOptions o;
   o.conn = conn;
@@ -191,12 +209,7 @@ TEST_CASE("postgres: counts from before count changes still count, and a fold ke
   op.set_key("k1");
   op.set_state(pb::STATE_PENDING);
   op.mutable_proposal()->set_order_id("O1");
-  REQUIRE((*c)->prepare("op",
-                        "INSERT INTO operations (key, state, expires_at_ms, order_id, "
-                        "session_id, owner, data) VALUES ('k1', 1, 0, 'O1', '', '', $1)")
-              .ok());
-  REQUIRE((*c)->run("op", {pg::bytea(op.SerializeAsString())}).ok());
-  REQUIRE((*c)->exec("UPDATE \"" + conn.schema + "\".state_counts SET n = 1 WHERE state = 1").ok());
+  older->put_operation(op);
 
   pg::PgOptions o;
   o.conn = conn;
@@ -298,10 +311,7 @@ struct TwoNodes {
   std::unique_ptr<opgate::store::pg::PgStorage> a, b;
   static TwoNodes open(const opgate::Clock& clock, int64_t handoff_ms = 1'000) {
     namespace pg = opgate::store::pg;
-    auto fresh = opgate::conformance::backend().open_empty(clock);
-    auto* opened = dynamic_cast<pg::PgStorage*>(fresh.get());
-    REQUIRE(opened);
-    pg::PgOptions o = opened->options();
+    pg::PgOptions o = fresh_options(clock);
     o.pool_size = 2;
     o.handoff_ms = handoff_ms;
     auto a = pg::PgStorage::open(o, clock);
