@@ -161,19 +161,21 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"a_ins", "INSERT INTO audit (seq, operation_key, data) VALUES ($1, $2, $3)"},
     // Outbox.
     // Due for this node ($4): its own items and those of no node at their
-    // time, oldest first; then other nodes' items once they waited a
-    // handoff ($5 ms) since queued (or last written) and since due, newest
-    // first, so as not to race their node for the oldest.
+    // time, oldest first; then other nodes' items once due and a handoff
+    // ($5 ms) after their node queued (or last wrote) them, newest first,
+    // so as not to race their node for the oldest. A claim's lease outlasts
+    // the handoff: when it runs out, its holder is gone and any node takes
+    // the item at once.
     {"ob_due",
      "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node IN ($4, '') AND "
      "not_before_ms <= $2 ORDER BY not_before_ms, id LIMIT $3) UNION ALL "
      "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node NOT IN ($4, '') AND "
-     "GREATEST(not_before_ms, node_since_ms) <= $2 - $5 "
-     "ORDER BY GREATEST(not_before_ms, node_since_ms) DESC, id DESC LIMIT $3)"},
+     "not_before_ms <= $2 AND node_since_ms <= $2 - $5 "
+     "ORDER BY not_before_ms DESC, id DESC LIMIT $3)"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
-     "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms)) FROM outbox "
-     "WHERE queue = $1::bigint AND node NOT IN ($2, '')) + $3)::bigint"},
+     "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms + $3)) "
+     "FROM outbox WHERE queue = $1::bigint AND node NOT IN ($2, '')))::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
     {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
     {"ob_ins",

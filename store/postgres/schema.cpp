@@ -192,7 +192,6 @@ constexpr const char* kV6 = R"SQL(
 ALTER TABLE outbox ADD COLUMN node text COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE outbox ADD COLUMN node_since_ms bigint NOT NULL DEFAULT 0;
 CREATE INDEX outbox_node_due ON outbox (queue, node, not_before_ms);
-CREATE INDEX outbox_handoff ON outbox (queue, (GREATEST(not_before_ms, node_since_ms)));
 )SQL";
 
 // Runs `fn` on each record the prepared statement `stmt` returns (its id

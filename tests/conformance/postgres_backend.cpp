@@ -323,8 +323,8 @@ struct TwoNodes {
 };
 
 // PostgreSQL only: an outbox item is due at once for the node that queued
-// it (or last wrote it), and for the others once it has waited a handoff
-// since it was queued (or written) and since it was due.
+// it (or last wrote it), and for the others once it is due and a handoff
+// has passed since its node wrote it: a lease that ran out, at once.
 TEST_CASE("postgres: an outbox item goes first to the node that queued or last wrote it") {
   using opgate::conformance::backend;
   namespace pg = opgate::store::pg;
@@ -357,8 +357,8 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
   CHECK(next(*a) == 0);
   CHECK(due(*b, T + 4'999) == 0);
   CHECK(due(*b, T + 5'000) == 1);
-  CHECK(due(*b, T + 14'999) == 1);
-  CHECK(due(*b, T + 15'000) == 2);
+  CHECK(due(*b, T + 9'999) == 1);
+  CHECK(due(*b, T + 10'000) == 2);
   CHECK(next(*b) == T + 5'000);
   // b takes the later one over at T + 15 s (a claim: held until T + 30 s);
   // now a waits for it.
@@ -374,16 +374,27 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
     return opgate::Status::Ok();
   }));
   CHECK(due(*b, T + 30'000) == 2);
-  CHECK(due(*a, T + 34'999) == 1);
-  CHECK(due(*a, T + 35'000) == 2);
+  CHECK(due(*a, T + 29'999) == 1);
+  CHECK(due(*a, T + 30'000) == 2);  // the lease ran out: no handoff on top
+  // b writes it again at T + 31 s (a retry due at T + 32 s): a leaves it to
+  // b until a handoff after that write.
+  claimed.item.set_not_before_ms(T + 32'000);
+  clock.set_ms(T + 31'000);
+  REQUIRE(b->transact([&](opgate::store::Transaction& t) {
+    t.update_outbox(claimed);
+    return opgate::Status::Ok();
+  }));
+  CHECK(due(*b, T + 32'000) == 2);
+  CHECK(due(*a, T + 35'999) == 1);
+  CHECK(due(*a, T + 36'000) == 2);
   // Items of no node (queued before nodes were recorded) are every node's.
   {
     auto conn = a->pool().acquire();
     REQUIRE(conn.ok());
     REQUIRE((*conn)->exec("UPDATE outbox SET node = ''").ok());
   }
-  CHECK(due(*a, T + 30'000) == 2);
-  CHECK(due(*b, T + 30'000) == 2);
+  CHECK(due(*a, T + 32'000) == 2);
+  CHECK(due(*b, T + 32'000) == 2);
 }
 
 // PostgreSQL only: a node commits on the audit head its last commit left;
