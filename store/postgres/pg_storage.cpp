@@ -597,7 +597,7 @@ class PgTransaction final : public Transaction, public PgReads {
   // the row is locked only as the transaction commits, so that audited
   // transactions, which all take it, hold it for no more than their commit.
   // What recorded the provisional head (the operation, its notification
-  // events) is written again then with the real one.
+  // events) is written then with the real one.
   Result<AuditHead> head_to_record() override {
     if (head_) return *head_;
     if (!unchained_.empty()) return AuditHead{kProvisional + unchained_.size(), std::string()};
@@ -673,11 +673,17 @@ class PgTransaction final : public Transaction, public PgReads {
     std::vector<std::string> locks = {lock_name('o', {key})};
     // A new member of the order's set: under the set's lock.
     if (old == pb::STATE_UNSPECIFIED) locks.push_back(lock_name('R', {op.proposal().order_id()}));
-    write(std::move(locks), put_statement(op));
-    if (op.audit_seq() >= kProvisional)
+    if (op.audit_seq() >= kProvisional) {
+      // Written at commit with the real head; before then only if a read
+      // follows (it might see the operation).
+      add_locks(std::move(locks));
       repatch_[key] = op;
-    else
+      unwritten_.insert(key);
+    } else {
+      write(std::move(locks), put_statement(op));
       repatch_.erase(key);
+      unwritten_.erase(key);
+    }
     if (old != op.state()) {
       if (old != pb::STATE_UNSPECIFIED) counts_[old] -= 1;
       counts_[op.state()] += 1;
@@ -815,6 +821,15 @@ class PgTransaction final : public Transaction, public PgReads {
  protected:
   Result<Rows> query(std::vector<std::string> locks, Stmt stmt) override {
     if (failed_) return *failed_;
+    for (const auto& key : unwritten_) batch_.push_back(put_statement(repatch_.at(key)));
+    unwritten_.clear();
+    return query_head(std::move(locks), std::move(stmt));
+  }
+
+  // query() without writing the operations that wait for the real head:
+  // for the head's own lock, after which they are written with it.
+  Result<Rows> query_head(std::vector<std::string> locks, Stmt stmt) {
+    if (failed_) return *failed_;
     add_locks(std::move(locks));
     batch_.push_back(std::move(stmt));
     OPGATE_ASSIGN_OR_RETURN(auto results, send());
@@ -929,6 +944,7 @@ class PgTransaction final : public Transaction, public PgReads {
       write({}, put_statement(op));  // its locks are held since its first write
     }
     repatch_.clear();
+    unwritten_.clear();
     for (auto& n : unresolved_notifications_) {
       OPGATE_TRY(resolve_notification(n));
       write({}, keep_statement(n));
@@ -986,7 +1002,7 @@ class PgTransaction final : public Transaction, public PgReads {
 
   Status lock_head() {
     if (head_) return Status::Ok();
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"a_head_lock", {}}));
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query_head({}, {"a_head_lock", {}}));
     if (rows.empty()) {
       failed_ = make_error(errc::corrupt_record, "the audit chain's head row is missing");
       return *failed_;
@@ -1036,9 +1052,11 @@ class PgTransaction final : public Transaction, public PgReads {
   std::map<int64_t, int64_t> outcome_counts_;  // settled outcome -> change, likewise
   std::optional<AuditHead> head_;              // locked and advanced by this transaction
   std::vector<AuditHead> chained_;             // the head after each record this one chained
-  // Written with a provisional head, written again with the real one at
-  // commit (resolve_provisional()).
+  // What recorded a provisional head, written at commit with the real one
+  // (resolve_provisional()). An operation is not written with the
+  // provisional one unless a read comes after it (unwritten_: not yet).
   std::map<std::string, pb::Operation> repatch_;
+  std::set<std::string> unwritten_;
   std::vector<pb::Notification> unresolved_notifications_;
   std::vector<pb::OutboxItem> unresolved_items_;
   bool appended_ = false;

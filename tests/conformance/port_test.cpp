@@ -414,6 +414,47 @@ TEST_CASE("what records the head (an operation, its notification) holds the real
   CHECK(f.s->verify_audit()->ok);
 }
 
+TEST_CASE("an operation that records a head not chained yet reads back in its transaction") {
+  Fixture f;
+  f.write([&](Transaction& t) { REQUIRE(t.put_operation(op("k1", pb::STATE_PENDING)).ok()); });
+  f.write([&](Transaction& t) {
+    for (auto state : {pb::STATE_APPROVED, pb::STATE_EXECUTING}) {
+      pb::AuditRecord a;
+      a.set_operation_key("k1");
+      a.set_action("step");
+      t.append_audit(a);
+      auto head = t.head_to_record();
+      REQUIRE(head.ok());
+      auto o = op("k1", state);
+      o.set_audit_seq(head->seq);
+      o.set_audit_hash(head->hash);
+      REQUIRE(t.put_operation(o).ok());
+      auto read = t.operation("k1");
+      REQUIRE(read.ok());
+      REQUIRE(read->has_value());
+      CHECK((*read)->state() == state);
+      auto of_order = t.operations_of_order("O1");
+      REQUIRE(of_order.ok());
+      REQUIRE(of_order->size() == 1);
+      CHECK(of_order->at(0).state() == state);
+    }
+  });
+  auto& r = f.s->reader();
+  auto o = r.operation("k1");
+  REQUIRE(o->has_value());
+  CHECK((*o)->state() == pb::STATE_EXECUTING);
+  auto records = r.audit_of("k1");
+  REQUIRE(records->size() == 2);
+  CHECK((*o)->audit_seq() == 2);
+  CHECK((*o)->audit_hash() == records->at(1).hash());
+  auto counts = r.counts();
+  REQUIRE(counts.ok());
+  CHECK(counts->operations[pb::STATE_EXECUTING] == 1);
+  CHECK(counts->operations[pb::STATE_APPROVED] == 0);
+  CHECK(counts->operations[pb::STATE_PENDING] == 0);
+  CHECK(f.s->verify_audit()->ok);
+}
+
 TEST_CASE("the audit chain links every record, across transactions and restarts") {
   Fixture f;
   auto record = [](const std::string& key, const std::string& action) {
