@@ -5,6 +5,7 @@
 // schema, as a restarted node would. OPGATE_TEST_PG_ISOLATION=serializable
 // runs the backend at SERIALIZABLE instead of READ COMMITTED with locks.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -306,6 +307,22 @@ TEST_CASE("postgres: count changes folded while others are inserted are counted 
   CHECK(counts->settled.at(pb::OUTCOME_DENIED) == kWriters * kEach / 2);
 }
 
+// Two audit records of `key` in one transaction; `refused` adds a write the
+// database refuses (a key not in UTF-8), which fails the pipeline that
+// carries the commit, the head's lock and the records.
+opgate::Status audited_commit(opgate::store::pg::PgStorage& s, const std::string& key,
+                              bool refused = false) {
+  return s.transact([&](opgate::store::Transaction& t) {
+    opgate::pb::AuditRecord r;
+    r.set_operation_key(key);
+    r.set_action("step");
+    t.append_audit(r);
+    t.append_audit(r);
+    if (refused) t.keep("test", "\xff", "v");
+    return opgate::Status::Ok();
+  });
+}
+
 // Two nodes on one fresh store: two PgStorage on one schema.
 struct TwoNodes {
   std::unique_ptr<opgate::store::pg::PgStorage> a, b;
@@ -409,16 +426,7 @@ TEST_CASE("postgres: audited commits on a guessed head keep one chain when anoth
   auto nodes = TwoNodes::open(clock);
   auto& a = nodes.a;
   auto& b = nodes.b;
-  auto audited = [](pg::PgStorage& s, const std::string& key) {
-    REQUIRE(s.transact([&](opgate::store::Transaction& t) {
-      pb::AuditRecord r;
-      r.set_operation_key(key);
-      r.set_action("step");
-      t.append_audit(r);
-      t.append_audit(r);
-      return opgate::Status::Ok();
-    }));
-  };
+  auto audited = [](pg::PgStorage& s, const std::string& key) { REQUIRE(audited_commit(s, key)); };
   // a, a (on its guess), b (a's guess now wrong), a (misses, then the real
   // head), then each in turn; a's misses make it stop guessing a while.
   for (const char* who : {"a", "a", "b", "a", "b", "a", "b", "a", "a", "a", "a", "b", "a"})
@@ -433,6 +441,57 @@ TEST_CASE("postgres: audited commits on a guessed head keep one chain when anoth
   auto of_a = a->reader().audit_of("a");
   REQUIRE(of_a.ok());
   CHECK(of_a->size() == 18);
+}
+
+// PostgreSQL only: a node's audited commits from many threads, some of
+// which fail in the pipeline that carries their guess of the head (a key
+// the database refuses): each commit that succeeded is in the one chain
+// once, each that failed is not, and every node sees the head the last one
+// left.
+TEST_CASE("postgres: audited commits of many threads keep one chain when some fail to commit") {
+  using opgate::conformance::backend;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto nodes = TwoNodes::open(clock);
+  auto& a = nodes.a;
+  constexpr int kThreads = 8, kEach = 40;
+  std::atomic<int> committed{0}, refused{0}, unexpected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const bool bad = (t + i) % 7 == 0;
+        auto s = audited_commit(*a, fmt::format("t{}-{}", t, i), bad);
+        if (s.ok() == !bad)
+          (s.ok() ? committed : refused)++;
+        else
+          unexpected++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(unexpected == 0);
+  CHECK(refused > 0);
+  auto v = a->verify_audit();
+  REQUIRE(v.ok());
+  CHECK(v->ok);
+  CHECK(v->records == static_cast<uint64_t>(2 * committed));
+  // And the node goes on guessing on a head it left (b agrees on it).
+  REQUIRE(a->transact([&](opgate::store::Transaction& txn) {
+    pb::AuditRecord r;
+    r.set_operation_key("last");
+    txn.append_audit(r);
+    return opgate::Status::Ok();
+  }));
+  auto head = nodes.b->reader().audit_head();
+  REQUIRE(head.ok());
+  CHECK(head->seq == static_cast<uint64_t>(2 * committed + 1));
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = 0; i < kEach; ++i) {
+      auto of = a->reader().audit_of(fmt::format("t{}-{}", t, i));
+      REQUIRE(of.ok());
+      CHECK(of->size() == ((t + i) % 7 == 0 ? 0u : 2u));
+    }
 }
 
 // PostgreSQL only: the TLS keys of [store] reach libpq after the connection
