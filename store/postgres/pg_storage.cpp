@@ -213,8 +213,9 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"n_since",
      "SELECT data FROM notifications WHERE created_at_ms >= $1 "
      "ORDER BY created_at_ms, event_id LIMIT $2"},
-    // Wakes every listening process once the transaction commits.
-    {"notify", "SELECT pg_notify('opgate_work', '')"},
+    // Wakes every listening process once the transaction commits; the
+    // payload names the node that committed.
+    {"notify", "SELECT pg_notify('opgate_work', $1)"},
     // Meta.
     {"probe",
      "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) "
@@ -786,7 +787,7 @@ class PgTransaction final : public Transaction, public PgReads {
   Status commit() {
     if (failed_) return *failed_;
     write_count_changes();
-    if (notify_) write({}, {"notify", {}});
+    if (notify_) write({}, {"notify", {text(handoff_.node)}});
     if (unchained_.empty() || head_) return finish();
     MutexLock lock(guess_.mu);
     if (guess_.head && guess_.skip == 0) {
@@ -1196,7 +1197,7 @@ Result<std::vector<Appended>> PgStorage::append_events(std::vector<NewEvent>& ev
         array(Oid::boolean, columns[3]), array(Oid::int8, columns[4]),
         array(Oid::bytea, columns[5]), array(Oid::boolean, columns[6])}});
   if (std::any_of(events.begin(), events.end(), [](const NewEvent& e) { return e.queue; }))
-    stmts.push_back({"notify", {}});
+    stmts.push_back({"notify", {text(handoff_.node)}});
   stmts.push_back({"commit", {}});
   std::vector<size_t> unknown;  // stored by someone else, whose hash was not visible yet
   for (int attempt = 1;; ++attempt) {
@@ -1296,6 +1297,10 @@ void PgStorage::listen(std::function<void()> wake) {
   listening_ = true;
   listener_ = std::thread([this, wake = std::move(wake)] {
     int failures = 0;
+    // When another node's work may be due here (its handoff), on the
+    // monotonic clock; 0: none is waiting for that.
+    auto now_ms = [this] { return clock_->monotonic_ms(); };
+    int64_t foreign_due_ms = 0;
     while (listening_) {
       auto conn = Conn::connect(options_.conn);
       if (!conn || !(*conn)->exec("LISTEN opgate_work")) {
@@ -1309,15 +1314,26 @@ void PgStorage::listen(std::function<void()> wake) {
       wake();  // whatever was committed while not listening
       PGconn* c = (*conn)->raw();
       while (listening_ && !(*conn)->broken()) {
+        const int timeout_ms =
+            foreign_due_ms == 0
+                ? 200
+                : static_cast<int>(std::clamp<int64_t>(foreign_due_ms - now_ms(), 0, 200));
         pollfd fd{PQsocket(c), POLLIN, 0};
-        if (::poll(&fd, 1, 200) < 0) continue;
+        if (::poll(&fd, 1, timeout_ms) < 0) continue;
         if (!PQconsumeInput(c)) break;
-        bool any = false;
+        bool mine = false;
         while (PGnotify* n = PQnotifies(c)) {
-          any = true;
+          // Work another node queued is its own for a handoff: no node else
+          // needs to look before then.
+          if (handoff_.node == n->extra || handoff_.after_ms <= 0)
+            mine = true;
+          else if (foreign_due_ms == 0)
+            foreign_due_ms = now_ms() + handoff_.after_ms;
           PQfreemem(n);
         }
-        if (any) wake();
+        const bool foreign = foreign_due_ms != 0 && now_ms() >= foreign_due_ms;
+        if (foreign) foreign_due_ms = 0;
+        if (mine || foreign) wake();
         resync_clock();
       }
     }

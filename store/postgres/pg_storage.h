@@ -93,8 +93,11 @@ class PgStorage final : public Storage {
 
   // Calls `wake` (on a thread of its own) whenever any process commits work
   // for the dispatchers: queued events or outbox items (LISTEN/NOTIFY on a
-  // connection of its own, reconnecting if it drops). Polling stays the
-  // fallback: a notification lost with a connection delays, never loses.
+  // connection of its own, reconnecting if it drops). Work another node
+  // committed wakes this one only a handoff later (by the clock's
+  // monotonic time), when it may be due here: until then it is that
+  // node's. Polling stays the fallback: a notification lost with a
+  // connection delays, never loses.
   void listen(std::function<void()> wake);
   // The time every record and lease of this store is written with: the
   // database's clock with `database_clock`, else the clock given at open.

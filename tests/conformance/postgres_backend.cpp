@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "common/crypto.h"
+#include "common/mutex.h"
 #include "store/postgres/pg_storage.h"
 #include "store/postgres/schema.h"
 
@@ -412,6 +413,68 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
   }
   CHECK(due(*a, T + 32'000) == 2);
   CHECK(due(*b, T + 32'000) == 2);
+}
+
+// PostgreSQL only: a node is woken at once for work it committed, and for
+// work another node committed only a handoff later (when it may be due
+// for it): a commit that queues work wakes its own node, not every node.
+TEST_CASE("postgres: another node's work wakes a node only once its handoff has passed") {
+  using opgate::conformance::backend;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto nodes = TwoNodes::open(clock, 5'000);
+  opgate::Mutex mu;
+  opgate::CondVar cv;
+  int woken_a = 0, woken_b = 0;
+  auto counter = [&](int& n) {
+    return [&] {
+      {
+        opgate::MutexLock lock(mu);
+        ++n;
+      }
+      cv.notify_all();
+    };
+  };
+  // Waits (up to 30 s) until `n` reaches `at_least`; what it is then.
+  auto wait_for = [&](const int& n, int at_least) {
+    opgate::MutexLock lock(mu);
+    cv.wait_for(mu, std::chrono::seconds(30), [&] { return n >= at_least; });
+    return n;
+  };
+  auto queue_work = [](opgate::store::pg::PgStorage& s) {
+    REQUIRE(s.transact([&](opgate::store::Transaction& t) {
+      pb::OutboxItem item;
+      item.set_kind(pb::OUTBOX_EXECUTE);
+      t.enqueue(item);
+      return opgate::Status::Ok();
+    }));
+  };
+  nodes.a->listen(counter(woken_a));
+  nodes.b->listen(counter(woken_b));
+  // Each is woken once as it starts listening (for what came before).
+  REQUIRE(wait_for(woken_a, 1) == 1);
+  REQUIRE(wait_for(woken_b, 1) == 1);
+  queue_work(*nodes.a);
+  CHECK(wait_for(woken_a, 2) == 2);
+  // b hears a's work before its own (notifications arrive in commit
+  // order), and is woken for its own only.
+  queue_work(*nodes.b);
+  CHECK(wait_for(woken_b, 2) == 2);
+  // Likewise a hears b's before its own second one.
+  queue_work(*nodes.a);
+  CHECK(wait_for(woken_a, 3) == 3);
+  {
+    opgate::MutexLock lock(mu);
+    CHECK(woken_b == 2);
+    CHECK(woken_a == 3);
+  }
+  // A handoff later, each is woken for the other's.
+  clock.advance_ms(5'000);
+  CHECK(wait_for(woken_a, 4) >= 4);
+  CHECK(wait_for(woken_b, 3) >= 3);
+  nodes.a->stop_listening();
+  nodes.b->stop_listening();
 }
 
 // PostgreSQL only: a node commits on the audit head its last commit left;
