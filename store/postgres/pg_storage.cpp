@@ -166,11 +166,13 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // so as not to race their node for the oldest. A claim's lease outlasts
     // the handoff: when it runs out, its holder is gone and any node takes
     // the item at once.
+    // Items of $6 (the node's own, in its lanes) are left out.
     {"ob_due",
      "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node IN ($4, '') AND "
-     "not_before_ms <= $2 ORDER BY not_before_ms, id LIMIT $3) UNION ALL "
+     "not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
+     "UNION ALL "
      "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node NOT IN ($4, '') AND "
-     "not_before_ms <= $2 AND node_since_ms <= $2 - $5 "
+     "not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND id <> ALL($6::bigint[]) "
      "ORDER BY not_before_ms DESC, id DESC LIMIT $3)"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
@@ -439,20 +441,18 @@ class PgReads : public virtual Reader {
 
   Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
                                        const OutboxIds& except) override {
-    // At most except.size() of the rows are left out: asking for that many
-    // more yields `limit` others whenever there are.
-    const size_t wanted = limit > SIZE_MAX - except.size() ? SIZE_MAX : limit + except.size();
+    // Left out by the query: only `limit` rows of each half travel.
+    std::vector<Param> left_out;
+    for (const auto& id : except)
+      if (auto n = parse_fixed_id(id)) left_out.push_back(int8(*n));
     OPGATE_ASSIGN_OR_RETURN(
-        auto rows, query({}, {"ob_due",
-                              {int8(queue_number(queue)), int8(now_ms), int8(limit_param(wanted)),
-                               text(handoff_.node), int8(handoff_.after_ms)}}));
+        auto rows,
+        query({}, {"ob_due",
+                   {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit)),
+                    text(handoff_.node), int8(handoff_.after_ms), array(Oid::int8, left_out)}}));
     OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
-    std::vector<OutboxEntry> out;
-    for (auto& e : all) {
-      if (out.size() == limit) break;
-      if (except.find(e.id) == except.end()) out.push_back(std::move(e));
-    }
-    return out;
+    if (all.size() > limit) all.resize(limit);
+    return all;
   }
 
   Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {
