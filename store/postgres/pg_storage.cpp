@@ -1297,10 +1297,17 @@ void PgStorage::listen(std::function<void()> wake) {
   listening_ = true;
   listener_ = std::thread([this, wake = std::move(wake)] {
     int failures = 0;
-    // When another node's work may be due here (its handoff), on the
-    // monotonic clock; 0: none is waiting for that.
+    // Another node's work may be due here a handoff after it was queued:
+    // the node is woken then, once for all that came in the meantime, and
+    // again a handoff after the last of it. On the monotonic clock; 0: no
+    // such work is waiting.
     auto now_ms = [this] { return clock_->monotonic_ms(); };
-    int64_t foreign_due_ms = 0;
+    int64_t foreign_due_ms = 0, foreign_last_ms = 0;
+    auto foreign_work = [&] {
+      if (handoff_.after_ms <= 0) return;
+      foreign_last_ms = now_ms();
+      if (foreign_due_ms == 0) foreign_due_ms = foreign_last_ms + handoff_.after_ms;
+    };
     while (listening_) {
       auto conn = Conn::connect(options_.conn);
       if (!conn || !(*conn)->exec("LISTEN opgate_work")) {
@@ -1311,7 +1318,10 @@ void PgStorage::listen(std::function<void()> wake) {
         continue;
       }
       failures = 0;
-      wake();  // whatever was committed while not listening
+      // Whatever was committed while not listening: the node's own now,
+      // other nodes' a handoff later.
+      wake();
+      foreign_work();
       PGconn* c = (*conn)->raw();
       while (listening_ && !(*conn)->broken()) {
         const int timeout_ms =
@@ -1327,12 +1337,15 @@ void PgStorage::listen(std::function<void()> wake) {
           // needs to look before then.
           if (handoff_.node == n->extra || handoff_.after_ms <= 0)
             mine = true;
-          else if (foreign_due_ms == 0)
-            foreign_due_ms = now_ms() + handoff_.after_ms;
+          else
+            foreign_work();
           PQfreemem(n);
         }
         const bool foreign = foreign_due_ms != 0 && now_ms() >= foreign_due_ms;
-        if (foreign) foreign_due_ms = 0;
+        if (foreign) {
+          const int64_t last_due_ms = foreign_last_ms + handoff_.after_ms;
+          foreign_due_ms = last_due_ms > now_ms() ? last_due_ms : 0;
+        }
         if (mine || foreign) wake();
         resync_clock();
       }
