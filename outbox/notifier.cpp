@@ -327,8 +327,18 @@ bool Notifier::waits_for_earlier(const store::OutboxEntry& entry) {
     Status s = storage_.transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
       if (!ours) return Status::Ok();
+      // After the earlier one falls due. One due already, or leased (being
+      // sent, or its holder gone), may be done any moment, not only when
+      // its lease runs out: looked at again shortly (not at once, which
+      // would keep this one due and crowd out other work).
+      const int64_t now = txn.now_ms();
+      const int64_t earlier_at = other.item.not_before_ms();
+      int64_t at = earlier_at + 1;
+      if (!other.item.lease_token().empty()) at = std::min(at, now + kOrderRecheckMs);
+      at = std::max(at, earlier_at <= now ? now + kOrderRecheckMs : now + 1);
       store::OutboxEntry later = entry;
-      later.item.set_not_before_ms(std::max(other.item.not_before_ms(), txn.now_ms()) + 1);
+      later.item.set_not_before_ms(at);
+      later.item.clear_lease_token();  // not being sent: it waits
       txn.update_outbox(later);
       return Status::Ok();
     });
@@ -395,6 +405,7 @@ Result<bool> Notifier::record_attempt(const store::OutboxEntry& entry, const Att
       next.item.set_attempts(static_cast<int32_t>(a.attempts));
       next.item.set_last_error(a.error);
       next.item.set_not_before_ms(txn.now_ms() + a.wait_ms);
+      next.item.clear_lease_token();  // nobody holds it until its retry
       txn.update_outbox(next);
     }
     txn.put_endpoint_state(st);

@@ -102,6 +102,9 @@ class Notifier {
   void set_shared_store(bool shared) { shared_store_ = shared; }
   // How long past its timeout a leased delivery is left to its holder.
   static constexpr int64_t kLeaseMarginMs = 10'000;
+  // How soon a delivery waiting behind an earlier one that is due or being
+  // sent looks again.
+  static constexpr int64_t kOrderRecheckMs = 500;
 
  private:
   // Fans each event out to one delivery per endpoint that wants it.

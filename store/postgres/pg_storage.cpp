@@ -167,13 +167,17 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // the handoff: when it runs out, its holder is gone and any node takes
     // the item at once.
     // Items of $6 (the node's own, in its lanes) are left out.
+    // The node's own and other nodes' due items by when they fell due, so
+    // that a steady stream of its own never crowds out what it takes over.
     {"ob_due",
-     "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node IN ($4, '') AND "
-     "not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
+     "SELECT id, data FROM ("
+     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node IN ($4, '') "
+     "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
      "UNION ALL "
-     "(SELECT id, data FROM outbox WHERE queue = $1::bigint AND node NOT IN ($4, '') AND "
-     "not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND id <> ALL($6::bigint[]) "
-     "ORDER BY not_before_ms DESC, id DESC LIMIT $3)"},
+     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND "
+     "node NOT IN ($4, '') AND not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND "
+     "id <> ALL($6::bigint[]) ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
+     ") due ORDER BY not_before_ms, id LIMIT $3"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
      "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms + $3)) "
@@ -441,7 +445,7 @@ class PgReads : public virtual Reader {
 
   Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
                                        const OutboxIds& except) override {
-    // Left out by the query: only `limit` rows of each half travel.
+    // Left out by the query, which returns `limit` rows at most.
     std::vector<Param> left_out;
     for (const auto& id : except)
       if (auto n = parse_fixed_id(id)) left_out.push_back(int8(*n));

@@ -420,6 +420,40 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
   CHECK(due(*b, T + 32'000) == 2);
 }
 
+// PostgreSQL only: a node's due items come by when they fell due, its own
+// and those it may take over from another node alike, so that a stream of
+// its own never crowds out work a node gone left behind.
+TEST_CASE("postgres: another node's older work comes before a node's newer own work") {
+  using opgate::conformance::backend;
+  namespace pb = opgate::pb;
+  using opgate::store::Queue;
+  if (backend().name() != "postgres") return;
+  constexpr int64_t T = TwoNodes::kStart;
+  TwoNodes nodes{5'000};
+  auto queue = [](opgate::store::pg::PgStorage& s, int64_t not_before_ms, int n) {
+    REQUIRE(s.transact([&](opgate::store::Transaction& t) {
+      for (int i = 0; i < n; ++i) {
+        pb::OutboxItem item;
+        item.set_kind(pb::OUTBOX_EXECUTE);
+        item.set_operation_key(fmt::format("k{}-{}", not_before_ms, i));
+        item.set_not_before_ms(not_before_ms);
+        t.enqueue(item);
+      }
+      return opgate::Status::Ok();
+    }));
+  };
+  queue(*nodes.b, T, 1);  // b's, then b is gone
+  nodes.clock.advance_ms(6'000);
+  queue(*nodes.a, T + 6'000, 3);  // a's own, newer
+  auto due = nodes.a->reader().due(Queue::work, T + 6'000, 1, {});
+  REQUIRE(due.ok());
+  REQUIRE(due->size() == 1);
+  CHECK(due->at(0).item.operation_key() == fmt::format("k{}-0", T));
+  due = nodes.a->reader().due(Queue::work, T + 6'000, 10, {});
+  REQUIRE(due.ok());
+  CHECK(due->size() == 4);
+}
+
 // PostgreSQL only: a node is woken at once for work it committed, and for
 // work another node committed only a handoff later (when it may be due
 // for it): a commit that queues work wakes its own node, not every node.
