@@ -112,6 +112,15 @@ struct StateCounts {
   std::map<pb::Outcome, int64_t> settled;  // settled operations by outcome
 };
 
+// Records by key, for Transaction::read_ahead().
+struct ReadAhead {
+  std::vector<std::string> outbox_items;  // by id
+  std::vector<std::string> operations;    // by key
+  std::vector<std::string> orders;        // by order id
+  std::vector<std::string> funds;         // by order id
+  std::vector<pb::CallRef> calls;
+};
+
 class Reader {
  public:
   virtual ~Reader() = default;
@@ -193,6 +202,18 @@ class Reader {
   // transaction can: the claim of a piece of work (is it still as I saw it?
   // then it is mine, with my lease token) is exclusive across processes.
   virtual Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) = 0;
+  // outbox_item() for each id, in the order given, read together: what a
+  // backend that reads over a network does in one round trip.
+  virtual Result<std::vector<std::optional<pb::OutboxItem>>> outbox_items(
+      const std::vector<std::string>& ids) {
+    std::vector<std::optional<pb::OutboxItem>> out;
+    out.reserve(ids.size());
+    for (const auto& id : ids) {
+      OPGATE_ASSIGN_OR_RETURN(auto item, outbox_item(id));
+      out.push_back(std::move(item));
+    }
+    return out;
+  }
   // Every item for the operation, in id order.
   virtual Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) = 0;
 
@@ -228,6 +249,14 @@ class Transaction : public virtual Reader {
   void after_commit(std::function<void()> fn) { after_commit_.push_back(std::move(fn)); }
   // For backends: what to run after the commit.
   std::vector<std::function<void()>> take_after_commit() { return std::move(after_commit_); }
+
+  // Names records the transaction is about to read, so that a backend that
+  // reads over a network reads them together, in one round trip, each under
+  // its lock, the locks taken in the order of ReadAhead's fields and of
+  // each list (the order in which the transaction would read them one by
+  // one). Reading them afterwards costs nothing; what they read is the same
+  // with or without it. Extra names cost a read and a lock, nothing more.
+  virtual Status read_ahead(const ReadAhead& records) { return Status::Ok(); }
 
   // --- Inbox
   // Removes the event's queue entry and marks it processed.

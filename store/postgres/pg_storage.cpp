@@ -184,6 +184,11 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "FROM outbox WHERE queue = $1::bigint AND node NOT IN ($2, '')))::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
     {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
+    // Several items by id: the array's position (from 1) and the item's
+    // data, null for one that is gone.
+    {"ob_get_many",
+     "SELECT t.n, o.data FROM unnest($1::bigint[]) WITH ORDINALITY AS t(id, n) "
+     "LEFT JOIN outbox o ON o.id = t.id ORDER BY t.n"},
     {"ob_ins",
      "INSERT INTO outbox (not_before_ms, data, queue, operation_key, node, node_since_ms) "
      "VALUES ($1, $2, $3::bigint, $4, $5, $6)"},
@@ -233,11 +238,11 @@ Error corrupt(std::string_view what) {
 }
 
 template <typename Message>
-Result<std::optional<Message>> first(const Rows& rows, std::string_view what, int col = 0) {
-  if (rows.empty() || rows.null(0, col)) return std::optional<Message>();
+Result<std::optional<Message>> parsed(const std::optional<std::string>& data,
+                                      std::string_view what) {
+  if (!data) return std::optional<Message>();
   Message m;
-  auto b = rows.bytes(0, col);
-  if (!m.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt(what);
+  if (!m.ParseFromString(*data)) return corrupt(what);
   return std::optional<Message>(std::move(m));
 }
 
@@ -268,6 +273,38 @@ int64_t limit_param(size_t limit) {
   return static_cast<int64_t>(std::min<size_t>(limit, static_cast<size_t>(INT64_MAX)));
 }
 
+// A read of one record: its lock and the statement.
+struct RecordRead {
+  std::string lock;
+  Stmt stmt;
+};
+
+RecordRead operation_read(const std::string& key) {
+  return {lock_name('o', {key}), {"o_get", {text(key)}}};
+}
+RecordRead order_read(const std::string& order_id) {
+  return {lock_name('r', {order_id}), {"r_get", {text(order_id)}}};
+}
+RecordRead funds_read(const std::string& order_id) {
+  return {lock_name('f', {order_id}), {"f_get", {text(order_id)}}};
+}
+RecordRead call_read(const pb::CallRef& ref) {
+  return {lock_name('c', {ref.session_id(), ref.turn_id(), ref.call_id()}),
+          {"c_get", {text(ref.session_id()), text(ref.turn_id()), text(ref.call_id())}}};
+}
+// None for an id no item can have.
+std::optional<RecordRead> outbox_read(const std::string& id) {
+  auto n = parse_fixed_id(id);
+  if (!n) return std::nullopt;
+  return RecordRead{lock_name('i', {id}), {"ob_get", {int8(*n)}}};
+}
+
+// The record's data: the first column of the first row, if there is one.
+std::optional<std::string> record_data(const Rows& rows) {
+  if (rows.empty() || rows.null(0, 0)) return std::nullopt;
+  return rows.str(0, 0);
+}
+
 // Every read of the port over one query function: outside a transaction it
 // runs on a pooled connection; inside one it first takes the locks named.
 class PgReads : public virtual Reader {
@@ -276,9 +313,9 @@ class PgReads : public virtual Reader {
 
   Result<std::optional<pb::InboxEvent>> event(const std::string& source,
                                               const std::string& webhook_id) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('e', {source, webhook_id})},
-                                             {"ev_get", {text(source), text(webhook_id)}}));
-    return first<pb::InboxEvent>(rows, "inbox event");
+    OPGATE_ASSIGN_OR_RETURN(auto data, record({lock_name('e', {source, webhook_id}),
+                                               {"ev_get", {text(source), text(webhook_id)}}}));
+    return parsed<pb::InboxEvent>(data, "inbox event");
   }
 
   Result<std::vector<QueuedEvent>> queued(const std::string& after, size_t limit) override {
@@ -312,8 +349,8 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<pb::Session>> session(const std::string& id) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('s', {id})}, {"s_get", {text(id)}}));
-    return first<pb::Session>(rows, "session");
+    OPGATE_ASSIGN_OR_RETURN(auto data, record({lock_name('s', {id}), {"s_get", {text(id)}}}));
+    return parsed<pb::Session>(data, "session");
   }
 
   Result<std::vector<std::string>> session_ids(const std::string& after, size_t limit) override {
@@ -325,11 +362,8 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<pb::ToolCall>> call(const pb::CallRef& ref) override {
-    OPGATE_ASSIGN_OR_RETURN(
-        auto rows,
-        query({lock_name('c', {ref.session_id(), ref.turn_id(), ref.call_id()})},
-              {"c_get", {text(ref.session_id()), text(ref.turn_id()), text(ref.call_id())}}));
-    return first<pb::ToolCall>(rows, "tool call");
+    OPGATE_ASSIGN_OR_RETURN(auto data, record(call_read(ref)));
+    return parsed<pb::ToolCall>(data, "tool call");
   }
 
   Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) override {
@@ -338,8 +372,8 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<pb::Operation>> operation(const std::string& key) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('o', {key})}, {"o_get", {text(key)}}));
-    return first<pb::Operation>(rows, "operation");
+    OPGATE_ASSIGN_OR_RETURN(auto data, record(operation_read(key)));
+    return parsed<pb::Operation>(data, "operation");
   }
 
   Result<OperationPage> operations(const OperationQuery& q) override {
@@ -398,15 +432,13 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<pb::Order>> order(const std::string& order_id) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows,
-                            query({lock_name('r', {order_id})}, {"r_get", {text(order_id)}}));
-    return first<pb::Order>(rows, "order");
+    OPGATE_ASSIGN_OR_RETURN(auto data, record(order_read(order_id)));
+    return parsed<pb::Order>(data, "order");
   }
 
   Result<pb::OrderFunds> funds(const std::string& order_id) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows,
-                            query({lock_name('f', {order_id})}, {"f_get", {text(order_id)}}));
-    OPGATE_ASSIGN_OR_RETURN(auto f, first<pb::OrderFunds>(rows, "order's funds"));
+    OPGATE_ASSIGN_OR_RETURN(auto data, record(funds_read(order_id)));
+    OPGATE_ASSIGN_OR_RETURN(auto f, parsed<pb::OrderFunds>(data, "order's funds"));
     if (f) return std::move(*f);
     pb::OrderFunds empty;
     empty.set_order_id(order_id);
@@ -414,8 +446,8 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<pb::LedgerEntry>> ledger_entry(const std::string& key) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('l', {key})}, {"l_get", {text(key)}}));
-    return first<pb::LedgerEntry>(rows, "ledger row");
+    OPGATE_ASSIGN_OR_RETURN(auto data, record({lock_name('l', {key}), {"l_get", {text(key)}}}));
+    return parsed<pb::LedgerEntry>(data, "ledger row");
   }
 
   Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& q) override {
@@ -465,8 +497,8 @@ class PgReads : public virtual Reader {
   }
 
   Result<pb::EndpointState> endpoint_state(const std::string& name) override {
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('p', {name})}, {"ep_get", {text(name)}}));
-    OPGATE_ASSIGN_OR_RETURN(auto state, first<pb::EndpointState>(rows, "endpoint state"));
+    OPGATE_ASSIGN_OR_RETURN(auto data, record({lock_name('p', {name}), {"ep_get", {text(name)}}}));
+    OPGATE_ASSIGN_OR_RETURN(auto state, parsed<pb::EndpointState>(data, "endpoint state"));
     if (state) return std::move(*state);
     pb::EndpointState fresh;
     fresh.set_name(name);
@@ -486,10 +518,7 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<std::string>> kept(std::string_view kind, std::string_view key) override {
-    OPGATE_ASSIGN_OR_RETURN(
-        auto rows, query({lock_name('k', {kind, key})}, {"k_get", {text(kind), text(key)}}));
-    if (rows.empty()) return std::optional<std::string>();
-    return std::optional<std::string>(rows.str(0, 0));
+    return record({lock_name('k', {kind, key}), {"k_get", {text(kind), text(key)}}});
   }
 
   Result<std::vector<std::pair<std::string, std::string>>> kept_all(std::string_view kind,
@@ -520,10 +549,36 @@ class PgReads : public virtual Reader {
 
  public:
   Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {
-    auto n = parse_fixed_id(id);
-    if (!n) return std::optional<pb::OutboxItem>();
-    OPGATE_ASSIGN_OR_RETURN(auto rows, query({lock_name('i', {id})}, {"ob_get", {int8(*n)}}));
-    return first<pb::OutboxItem>(rows, "outbox item");
+    auto read = outbox_read(id);
+    if (!read) return std::optional<pb::OutboxItem>();
+    OPGATE_ASSIGN_OR_RETURN(auto data, record(std::move(*read)));
+    return parsed<pb::OutboxItem>(data, "outbox item");
+  }
+
+  Result<std::vector<std::optional<pb::OutboxItem>>> outbox_items(
+      const std::vector<std::string>& ids) override {
+    std::vector<std::optional<pb::OutboxItem>> out(ids.size());
+    std::vector<std::string> locks;
+    std::vector<Param> numbers;
+    for (const auto& id : ids)
+      if (auto n = parse_fixed_id(id)) {
+        locks.push_back(lock_name('i', {id}));
+        numbers.push_back(int8(*n));
+      } else {
+        numbers.push_back(int8(0));  // no item has id 0
+      }
+    if (ids.empty()) return out;
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query(std::move(locks), {"ob_get_many", {array(Oid::int8, numbers)}}));
+    for (int i = 0; i < rows.size(); ++i) {
+      const auto at = static_cast<size_t>(rows.int8(i, 0) - 1);
+      if (at >= out.size() || rows.null(i, 1)) continue;
+      auto b = rows.bytes(i, 1);
+      pb::OutboxItem item;
+      if (!item.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt("outbox item");
+      out[at] = std::move(item);
+    }
+    return out;
   }
 
   Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
@@ -538,6 +593,11 @@ class PgReads : public virtual Reader {
  protected:
   // Runs one read; inside a transaction after locking `locks`.
   virtual Result<Rows> query(std::vector<std::string> locks, Stmt stmt) = 0;
+  // One record's data, read under the record's own lock.
+  virtual Result<std::optional<std::string>> record(RecordRead read) {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({std::move(read.lock)}, std::move(read.stmt)));
+    return record_data(rows);
+  }
 
   const Handoff& handoff_;
 };
@@ -676,6 +736,7 @@ class PgTransaction final : public Transaction, public PgReads {
     }
     const pb::OperationState old = was.state;
     std::vector<std::string> locks = {lock_name('o', {key})};
+    read_.erase(locks.front());
     // A new member of the order's set: under the set's lock.
     if (old == pb::STATE_UNSPECIFIED) locks.push_back(lock_name('R', {op.proposal().order_id()}));
     if (op.audit_seq() >= kProvisional) {
@@ -826,9 +887,56 @@ class PgTransaction final : public Transaction, public PgReads {
  protected:
   Result<Rows> query(std::vector<std::string> locks, Stmt stmt) override {
     if (failed_) return *failed_;
-    for (const auto& key : unwritten_) batch_.push_back(put_statement(repatch_.at(key)));
-    unwritten_.clear();
+    if (reads_operations(stmt)) write_unwritten();
     return query_head(std::move(locks), std::move(stmt));
+  }
+
+  // A record read before in this transaction, and not written since, is not
+  // read again: its lock has been held since, so no other transaction has
+  // changed it (and at SERIALIZABLE the snapshot has not moved).
+  Result<std::optional<std::string>> record(RecordRead read) override {
+    if (failed_) return *failed_;
+    if (const auto* known = already_read(read)) return *known;
+    std::string lock = read.lock, name = read.stmt.name;
+    OPGATE_ASSIGN_OR_RETURN(auto data, PgReads::record(std::move(read)));
+    read_[lock].emplace_back(std::move(name), data);
+    return data;
+  }
+
+  // The records in one round trip: their locks in the order given (as the
+  // transaction would take them reading one by one, so that no two
+  // transactions wait on each other where they did not before), then each
+  // read; any writes staged go first, as with any read.
+  Status read_ahead(const ReadAhead& r) override {
+    if (failed_) return *failed_;
+    std::vector<RecordRead> reads;
+    auto add = [&](RecordRead read) {
+      if (already_read(read)) return;
+      for (const auto& other : reads)
+        if (other.lock == read.lock && other.stmt.name == read.stmt.name) return;
+      reads.push_back(std::move(read));
+    };
+    for (const auto& id : r.outbox_items)
+      if (auto read = outbox_read(id)) add(std::move(*read));
+    for (const auto& key : r.operations) add(operation_read(key));
+    for (const auto& id : r.orders) add(order_read(id));
+    for (const auto& id : r.funds) add(funds_read(id));
+    for (const auto& ref : r.calls) add(call_read(ref));
+    if (reads.empty()) return Status::Ok();
+    if (!r.operations.empty()) write_unwritten();
+    std::vector<Param> ids;
+    for (const auto& read : reads)
+      if (const int64_t id = lock_id(read.lock); locking_ && locked_.insert(id).second)
+        ids.push_back(int8(id));
+    if (!ids.empty())
+      batch_.push_back(ids.size() == 1 ? Stmt{"lock", {std::move(ids.front())}}
+                                       : Stmt{"locks", {array(Oid::int8, ids)}});
+    for (const auto& read : reads) batch_.push_back(read.stmt);
+    OPGATE_ASSIGN_OR_RETURN(auto results, send());
+    const size_t first = results.size() - reads.size();
+    for (size_t i = 0; i < reads.size(); ++i)
+      read_[reads[i].lock].emplace_back(reads[i].stmt.name, record_data(results[first + i]));
+    return Status::Ok();
   }
 
   // query() without writing the operations that wait for the real head:
@@ -844,6 +952,7 @@ class PgTransaction final : public Transaction, public PgReads {
  private:
   void write(std::vector<std::string> locks, Stmt stmt) {
     if (failed_) return;
+    for (const auto& lock : locks) read_.erase(lock);
     add_locks(std::move(locks));
     batch_.push_back(std::move(stmt));
   }
@@ -1035,6 +1144,27 @@ class PgTransaction final : public Transaction, public PgReads {
             int8(e.processed_at_ms()), bytea(e.SerializeAsString())}});
   }
 
+  // The operations that wait for the real head, written with the
+  // provisional one ahead of a read that could see them: only a read of the
+  // operations table can; any other read leaves them to the commit.
+  void write_unwritten() {
+    for (const auto& key : unwritten_) batch_.push_back(put_statement(repatch_.at(key)));
+    unwritten_.clear();
+  }
+
+  // What this transaction read of the record, if it did and has not
+  // written it since.
+  const std::optional<std::string>* already_read(const RecordRead& read) const {
+    auto found = read_.find(read.lock);
+    if (found == read_.end()) return nullptr;
+    for (const auto& [name, data] : found->second)
+      if (name == read.stmt.name) return &data;
+    return nullptr;
+  }
+
+  // Statements on the operations table, and only those, are named "o_...".
+  static bool reads_operations(const Stmt& stmt) { return stmt.name.starts_with("o_"); }
+
   HeadGuess& guess_;
   Conn& conn_;
   const bool locking_;
@@ -1053,13 +1183,18 @@ class PgTransaction final : public Transaction, public PgReads {
     pb::Outcome outcome = pb::OUTCOME_NONE;
   };
   std::unordered_map<std::string, Known> known_;
+  // Records read (by lock name: each statement that read it, and what it
+  // found), forgotten when the transaction writes the record.
+  std::unordered_map<std::string, std::vector<std::pair<std::string, std::optional<std::string>>>>
+      read_;
   std::map<int64_t, int64_t> counts_;          // state -> change, written at commit
   std::map<int64_t, int64_t> outcome_counts_;  // settled outcome -> change, likewise
   std::optional<AuditHead> head_;              // locked and advanced by this transaction
   std::vector<AuditHead> chained_;             // the head after each record this one chained
   // What recorded a provisional head, written at commit with the real one
   // (resolve_provisional()). An operation is not written with the
-  // provisional one unless a read comes after it (unwritten_: not yet).
+  // provisional one unless a read of operations comes after it
+  // (unwritten_: not yet).
   std::map<std::string, pb::Operation> repatch_;
   std::set<std::string> unwritten_;
   std::vector<pb::Notification> unresolved_notifications_;

@@ -118,6 +118,106 @@ TEST_CASE("a transaction reads its own writes") {
   });
 }
 
+TEST_CASE("a record read again in a transaction is as the transaction last wrote it") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    REQUIRE(t.put_operation(op("k1", pb::STATE_PENDING)).ok());
+    pb::OrderFunds funds;
+    funds.set_order_id("O1");
+    funds.set_reserved_minor(5);
+    t.put_funds(funds);
+    pb::OutboxItem item;
+    item.set_kind(pb::OUTBOX_EXECUTE);
+    item.set_operation_key("k1");
+    t.enqueue(item);
+  });
+  auto queued = f.s->reader().outbox_of("k1");
+  REQUIRE(queued->size() == 1);
+  const std::string id = queued->at(0).id;
+  f.write([&](Transaction& t) {
+    // Each read twice, then written, then read again.
+    for (int i = 0; i < 2; ++i) {
+      CHECK(t.funds("O1")->reserved_minor() == 5);
+      CHECK((*t.operation("k1"))->state() == pb::STATE_PENDING);
+      CHECK((*t.outbox_item(id))->attempts() == 0);
+      CHECK_FALSE(t.order("O1")->has_value());
+      CHECK_FALSE(t.call(ref("sess_1", "t1", "c1"))->has_value());
+    }
+    pb::OrderFunds funds = *t.funds("O1");
+    funds.set_reserved_minor(7);
+    t.put_funds(funds);
+    REQUIRE(t.put_operation(op("k1", pb::STATE_APPROVED)).ok());
+    store::OutboxEntry again = queued->at(0);
+    again.item.set_attempts(1);
+    t.update_outbox(again);
+    pb::Order order;
+    order.set_order_id("O1");
+    t.put_order(order);
+    t.put_call(call("sess_1", "t1", "c1"));
+    CHECK(t.funds("O1")->reserved_minor() == 7);
+    CHECK((*t.operation("k1"))->state() == pb::STATE_APPROVED);
+    CHECK((*t.outbox_item(id))->attempts() == 1);
+    CHECK(t.order("O1")->has_value());
+    CHECK(t.call(ref("sess_1", "t1", "c1"))->has_value());
+    t.remove_outbox(id);
+    CHECK_FALSE(t.outbox_item(id)->has_value());
+  });
+  CHECK(f.s->reader().funds("O1")->reserved_minor() == 7);
+  CHECK_FALSE(f.s->reader().outbox_item(id)->has_value());
+}
+
+TEST_CASE("records read ahead read as they would without it, and as written after") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    REQUIRE(t.put_operation(op("k1", pb::STATE_APPROVED)).ok());
+    pb::Order order;
+    order.set_order_id("O1");
+    order.set_currency("EUR");
+    t.put_order(order);
+    pb::OrderFunds funds;
+    funds.set_order_id("O1");
+    funds.set_refunded_minor(3);
+    t.put_funds(funds);
+    t.put_call(call("sess_1", "t1", "c1"));
+    pb::OutboxItem item;
+    item.set_kind(pb::OUTBOX_EXECUTE);
+    item.set_operation_key("k1");
+    t.enqueue(item);
+  });
+  const std::string id = f.s->reader().outbox_of("k1")->at(0).id;
+  f.write([&](Transaction& t) {
+    store::ReadAhead ahead;
+    ahead.outbox_items = {id, "no-such-item", id};
+    ahead.operations = {"k1", "k2"};
+    ahead.orders = {"O1", "O2"};
+    ahead.funds = {"O1", "O2"};
+    ahead.calls = {ref("sess_1", "t1", "c1"), ref("sess_1", "t1", "c2")};
+    REQUIRE(t.read_ahead(ahead).ok());
+    CHECK((*t.outbox_item(id))->operation_key() == "k1");
+    CHECK_FALSE(t.outbox_item("no-such-item")->has_value());
+    CHECK((*t.operation("k1"))->state() == pb::STATE_APPROVED);
+    CHECK_FALSE(t.operation("k2")->has_value());
+    CHECK((*t.order("O1"))->currency() == "EUR");
+    CHECK_FALSE(t.order("O2")->has_value());
+    CHECK(t.funds("O1")->refunded_minor() == 3);
+    CHECK(t.funds("O2")->refunded_minor() == 0);
+    CHECK(t.funds("O2")->order_id() == "O2");
+    CHECK(t.call(ref("sess_1", "t1", "c1"))->has_value());
+    CHECK_FALSE(t.call(ref("sess_1", "t1", "c2"))->has_value());
+    REQUIRE(t.put_operation(op("k1", pb::STATE_EXECUTING)).ok());
+    pb::OrderFunds funds = *t.funds("O1");
+    funds.set_reserved_minor(4);
+    t.put_funds(funds);
+    t.remove_outbox(id);
+    REQUIRE(t.read_ahead(ahead).ok());  // again, after the writes
+    CHECK((*t.operation("k1"))->state() == pb::STATE_EXECUTING);
+    CHECK(t.funds("O1")->reserved_minor() == 4);
+    CHECK_FALSE(t.outbox_item(id)->has_value());
+    CHECK(t.read_ahead({}).ok());
+  });
+  CHECK((*f.s->reader().operation("k1"))->state() == pb::STATE_EXECUTING);
+}
+
 TEST_CASE("what was committed survives a restart") {
   Fixture f;
   f.write([](Transaction& t) { REQUIRE(t.put_operation(op("k1", pb::STATE_APPROVED)).ok()); });
@@ -529,18 +629,73 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
   CHECK(r.due(store::Queue::work, 1000, 0, {})->empty());  // a dispatcher with no room
 }
 
-TEST_CASE("concurrent transactions that read and write the same record lose no update") {
+TEST_CASE("outbox items read together come in the order asked, none for one that is gone") {
   Fixture f;
-  constexpr int kThreads = 4, kEach = 50;
-  std::vector<std::thread> threads;
+  f.write([](Transaction& t) {
+    for (const char* key : {"k1", "k2", "k3"}) {
+      pb::OutboxItem i;
+      i.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+      i.set_operation_key(key);
+      t.enqueue(i);
+    }
+  });
+  auto& r = f.s->reader();
+  std::vector<std::string> ids;
+  for (const char* key : {"k1", "k2", "k3"}) ids.push_back(r.outbox_of(key)->at(0).id);
+  f.write([&](Transaction& t) { t.remove_outbox(ids[1]); });
+  auto read = r.outbox_items({ids[2], ids[1], "no-such-item", ids[0], ids[2]});
+  REQUIRE(read.ok());
+  REQUIRE(read->size() == 5);
+  CHECK((*read)[0]->operation_key() == "k3");
+  CHECK_FALSE((*read)[1].has_value());
+  CHECK_FALSE((*read)[2].has_value());
+  CHECK((*read)[3]->operation_key() == "k1");
+  CHECK((*read)[4]->operation_key() == "k3");
+  CHECK(r.outbox_items({})->empty());
+}
+
+// The claim of several items at once (a node fanning out notification
+// events): read together in a transaction, each is taken by one
+// transaction only, however many processes and threads try at once.
+TEST_CASE("items read together in a transaction are each taken by one transaction") {
+  Fixture f;
+  constexpr int kItems = 40, kThreads = 4;
+  f.write([](Transaction& t) {
+    for (int i = 0; i < kItems; ++i) {
+      pb::OutboxItem item;
+      item.set_kind(pb::OUTBOX_NOTIFY_EVENT);
+      item.set_operation_key(fmt::format("k{}", i));
+      t.enqueue(item);
+    }
+  });
+  auto queued = f.s->reader().due(store::Queue::notifications, INT64_MAX, 100, {});
+  REQUIRE(queued.ok());
+  std::vector<std::string> ids;
+  for (const auto& e : *queued) ids.push_back(e.id);
+  REQUIRE(ids.size() == kItems);
+  std::unique_ptr<Storage> other;
+  if (conformance::backend().shared()) other = conformance::backend().reopen(f.clock);
   std::atomic<int> failures{0};
-  for (int i = 0; i < kThreads; ++i)
-    threads.emplace_back([&] {
-      for (int n = 0; n < kEach; ++n) {
-        Status st = f.s->transact([&](Transaction& t) -> Status {
-          OPGATE_ASSIGN_OR_RETURN(auto funds, t.funds("O1"));
-          funds.set_reserved_minor(funds.reserved_minor() + 1);
-          t.put_funds(funds);
+  std::vector<std::thread> threads;
+  for (int n = 0; n < kThreads; ++n)
+    threads.emplace_back([&, n] {
+      Storage& s = (other && n % 2 == 1) ? *other : *f.s;
+      // Each thread asks for the items in its own order, a few at a time.
+      std::vector<std::string> mine = ids;
+      std::rotate(mine.begin(), mine.begin() + n * 7, mine.end());
+      for (size_t at = 0; at < mine.size(); at += 5) {
+        std::vector<std::string> some(
+            mine.begin() + static_cast<long>(at),
+            mine.begin() + static_cast<long>(std::min(at + 5, mine.size())));
+        Status st = s.transact([&](Transaction& t) -> Status {
+          OPGATE_ASSIGN_OR_RETURN(auto items, t.outbox_items(some));
+          OPGATE_ASSIGN_OR_RETURN(auto taken, t.funds("taken"));
+          for (size_t i = 0; i < some.size(); ++i) {
+            if (!items[i]) continue;
+            taken.set_reserved_minor(taken.reserved_minor() + 1);
+            t.remove_outbox(some[i]);
+          }
+          t.put_funds(taken);
           return Status::Ok();
         });
         if (!st) failures++;
@@ -548,7 +703,44 @@ TEST_CASE("concurrent transactions that read and write the same record lose no u
     });
   for (auto& t : threads) t.join();
   CHECK(failures == 0);
-  CHECK(f.s->reader().funds("O1")->reserved_minor() == kThreads * kEach);
+  CHECK(f.s->reader().funds("taken")->reserved_minor() == kItems);
+  CHECK(f.s->reader().due(store::Queue::notifications, INT64_MAX, 100, {})->empty());
+}
+
+// Also when the record is read ahead, which reads it under its lock too.
+TEST_CASE("concurrent transactions that read and write the same record lose no update") {
+  for (bool read_ahead : {false, true}) {
+    CAPTURE(read_ahead);
+    Fixture f;
+    std::unique_ptr<Storage> other;
+    if (read_ahead && conformance::backend().shared())
+      other = conformance::backend().reopen(f.clock);
+    constexpr int kThreads = 4, kEach = 50;
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int i = 0; i < kThreads; ++i)
+      threads.emplace_back([&, i] {
+        Storage& s = (other && i % 2 == 1) ? *other : *f.s;
+        for (int n = 0; n < kEach; ++n) {
+          Status st = s.transact([&](Transaction& t) -> Status {
+            if (read_ahead) {
+              store::ReadAhead ahead;
+              ahead.orders = {"O1"};
+              ahead.funds = {"O1"};
+              OPGATE_TRY(t.read_ahead(ahead));
+            }
+            OPGATE_ASSIGN_OR_RETURN(auto funds, t.funds("O1"));
+            funds.set_reserved_minor(funds.reserved_minor() + 1);
+            t.put_funds(funds);
+            return Status::Ok();
+          });
+          if (!st) failures++;
+        }
+      });
+    for (auto& t : threads) t.join();
+    CHECK(failures == 0);
+    CHECK(f.s->reader().funds("O1")->reserved_minor() == kThreads * kEach);
+  }
 }
 
 TEST_CASE("processes sharing a store lose no update, store a webhook once, keep one chain") {

@@ -615,6 +615,108 @@ TEST_CASE("postgres: an operation records the real head when the guess of it mis
   CHECK(v->ok);
 }
 
+// PostgreSQL only: an audited change writes its operation once, at commit
+// with the real head, though the transaction reads other records after it
+// (a settlement reads the order's funds and the tool call); only a read of
+// operations makes it write the provisional one first (a trigger counts
+// the writes). And a record the transaction read is not read again: a
+// change made behind the locks' back (as no opgate process does) is not
+// seen by the second read.
+TEST_CASE("postgres: an audited change writes its operation once; a record is read once") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  TwoNodes nodes;
+  auto conn = pg::Conn::connect(nodes.a->options().conn);
+  REQUIRE(conn.ok());
+  auto& c = **conn;
+  REQUIRE(c.exec("CREATE TABLE op_writes (n bigint NOT NULL); INSERT INTO op_writes VALUES (0); "
+                 "CREATE FUNCTION count_op_write() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$$ BEGIN UPDATE op_writes SET n = n + 1; RETURN NULL; END $$; "
+                 "CREATE TRIGGER count_op_write AFTER INSERT OR UPDATE ON operations "
+                 "FOR EACH ROW EXECUTE FUNCTION count_op_write()")
+              .ok());
+  REQUIRE(c.prepare("writes", "SELECT n FROM op_writes").ok());
+  auto writes = [&] {
+    auto rows = c.run("writes", {});
+    REQUIRE(rows.ok());
+    return rows->int8(0, 0);
+  };
+  auto funds = [](int64_t refunded) {
+    pb::OrderFunds f;
+    f.set_order_id("O1");
+    f.set_refunded_minor(refunded);
+    return f;
+  };
+  REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
+    t.put_funds(funds(1));
+    pb::Operation o;
+    o.set_key("k");
+    o.set_state(pb::STATE_EXECUTING);
+    o.mutable_proposal()->set_order_id("O1");
+    o.mutable_proposal()->set_owner("u");
+    return t.put_operation(o);
+  }));
+  const auto writes_before = writes();
+  const std::string behind_the_locks =
+      "UPDATE funds SET data = '\\x" + opgate::crypto::to_hex(funds(9).SerializeAsString()) + "'";
+  int64_t second_read = -1;
+  REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
+    auto op = t.operation("k");
+    if (!op.ok()) return opgate::Status(op.error());
+    pb::AuditRecord r;
+    r.set_operation_key("k");
+    r.set_action("settle");
+    t.append_audit(r);
+    auto head = t.head_to_record();
+    if (!head.ok()) return opgate::Status(head.error());
+    pb::Operation o = **op;
+    o.set_state(pb::STATE_SETTLED);
+    o.set_audit_seq(head->seq);
+    o.set_audit_hash(head->hash);
+    if (auto s = t.put_operation(o); !s.ok()) return s;
+    auto first = t.funds("O1");
+    if (!first.ok()) return opgate::Status(first.error());
+    if (auto s = c.exec(behind_the_locks); !s.ok()) return s;
+    auto second = t.funds("O1");
+    if (!second.ok()) return opgate::Status(second.error());
+    second_read = second->refunded_minor();
+    t.put_funds(funds(5));
+    pb::CallRef ref;
+    ref.set_session_id("s");
+    ref.set_turn_id("t");
+    ref.set_call_id("c");
+    auto call = t.call(ref);
+    if (!call.ok()) return opgate::Status(call.error());
+    return opgate::Status::Ok();
+  }));
+  CHECK(second_read == 1);
+  CHECK(writes() - writes_before == 1);
+  // Read ahead: likewise read once.
+  int64_t read_after = -1;
+  REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
+    opgate::store::ReadAhead ahead;
+    ahead.funds = {"O1"};
+    if (auto s = t.read_ahead(ahead); !s.ok()) return s;
+    if (auto s = c.exec(behind_the_locks); !s.ok()) return s;
+    auto read = t.funds("O1");
+    if (!read.ok()) return opgate::Status(read.error());
+    read_after = read->refunded_minor();
+    t.put_funds(funds(5));
+    return opgate::Status::Ok();
+  }));
+  CHECK(read_after == 5);
+  auto records = nodes.b->reader().audit_of("k");
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 1);
+  auto o = nodes.b->reader().operation("k");
+  REQUIRE(o.ok());
+  CHECK((*o)->state() == pb::STATE_SETTLED);
+  CHECK((*o)->audit_seq() == records->at(0).seq());
+  CHECK(nodes.b->reader().funds("O1")->refunded_minor() == 5);
+}
+
 // PostgreSQL only: a node's audited commits from many threads, some of
 // which fail in the pipeline that carries their guess of the head (a key
 // the database refuses): each commit that succeeded is in the one chain
