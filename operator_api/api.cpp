@@ -611,7 +611,8 @@ class Api {
       edit_reason = *r;
     }
     // An approval never names another order, owner or kind: the key does.
-    if (auto shown = operations::visible_operation(d_.storage.reader(), key, p)) {
+    const auto shown = operations::visible_operation(d_.storage.reader(), key, p);
+    if (shown) {
       const auto& proposal = shown->proposal();
       for (const auto& [field, value] :
            {std::pair<const char*, const std::string&>{"order_id", proposal.order_id()},
@@ -630,11 +631,15 @@ class Api {
     }
     const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp, edit_reason,
                                               std::move(step_up)};
-    auto sourced = source_order(key, p);
+    auto sourced = source_order(shown);
     if (!sourced) return from_error(sourced.error());
     auto policy = d_.policy.get();
     std::optional<Error> refusal;
+    store::ReadAhead ahead;
+    ahead.operations = {key};
+    if (shown) ahead.orders = ahead.funds = {shown->proposal().order_id()};
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_TRY(txn.read_ahead(ahead));
       OPGATE_ASSIGN_OR_RETURN(auto approved,
                               operations::approve(txn, key, p, request, *policy, *sourced));
       refusal = approved.refusal;
@@ -823,13 +828,11 @@ class Api {
     return list_passkeys(p);
   }
 
-  // With an order service, the order of a pending operation as it reads
-  // there now (operations::source_order). Nothing for an operation the
-  // principal cannot see or that is no longer pending (approve() answers
-  // those).
-  Result<std::optional<operations::SourcedOrder>> source_order(const std::string& key,
-                                                               const Principal& p) {
-    auto op = operations::visible_operation(d_.storage.reader(), key, p);
+  // With an order service, the order of `op` (as the principal was shown
+  // it) as it reads there now (operations::source_order). Nothing for an
+  // operation the principal cannot see or that is no longer pending
+  // (approve() answers those).
+  Result<std::optional<operations::SourcedOrder>> source_order(const Result<pb::Operation>& op) {
     if (!d_.orders || !op || !operations::is(*op, operations::State::pending))
       return std::optional<operations::SourcedOrder>();
     return operations::source_order(d_.orders, op->proposal().order_id(), d_.metrics);

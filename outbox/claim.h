@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "store/port.h"
@@ -15,6 +16,21 @@ namespace opgate::outbox {
 inline Result<bool> unchanged(store::Transaction& txn, const store::OutboxEntry& entry) {
   OPGATE_ASSIGN_OR_RETURN(auto current, txn.outbox_item(entry.id));
   return current && current->SerializeAsString() == entry.item.SerializeAsString();
+}
+
+// unchanged() for several entries, read together: whether each is.
+inline Result<std::vector<bool>> unchanged(store::Transaction& txn,
+                                           const std::vector<store::OutboxEntry>& entries) {
+  std::vector<std::string> ids;
+  ids.reserve(entries.size());
+  for (const auto& e : entries) ids.push_back(e.id);
+  OPGATE_ASSIGN_OR_RETURN(auto current, txn.outbox_items(ids));
+  std::vector<bool> out;
+  out.reserve(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i)
+    out.push_back(current[i] &&
+                  current[i]->SerializeAsString() == entries[i].item.SerializeAsString());
+  return out;
 }
 
 // The entry held until `until_ms` (other processes see it due only then),

@@ -181,18 +181,35 @@ void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& er
   if (!s) spdlog::error("cannot reschedule outbox item {}: {}", entry.id, s.error().message);
 }
 
-Result<std::optional<operations::SourcedOrder>> Drainer::source_order(const std::string& key) {
-  OPGATE_ASSIGN_OR_RETURN(auto op, storage_.reader().operation(key));
+Result<std::optional<operations::SourcedOrder>> Drainer::source_order(
+    const std::optional<pb::Operation>& op) {
   if (!orders_ || !op || !operations::is(*op, operations::State::approved))
     return std::optional<operations::SourcedOrder>();
   return operations::source_order(orders_, op->proposal().order_id(), metrics_);
 }
 
+namespace {
+// What a transaction of an operation's item reads first: the item, the
+// operation, and its order's records.
+store::ReadAhead item_and_operation(const store::OutboxEntry& entry, const pb::Operation* op) {
+  store::ReadAhead ahead;
+  ahead.outbox_items = {entry.id};
+  ahead.operations = {entry.item.operation_key()};
+  if (op) ahead.orders = ahead.funds = {op->proposal().order_id()};
+  return ahead;
+}
+}  // namespace
+
 void Drainer::execute(const store::OutboxEntry& entry) {
   const std::string& key = entry.item.operation_key();
   // The order is re-read before the claim: nothing is executed on an order
   // the service could not confirm just now.
-  auto sourced = source_order(key);
+  auto seen = storage_.reader().operation(key);
+  if (!seen) {
+    spdlog::warn("operation {} waits: {}", key, seen.error().message);
+    return retry_later(entry, seen.error().message);
+  }
+  auto sourced = source_order(*seen);
   if (!sourced) {
     spdlog::warn("operation {} waits: {}", key, sourced.error().message);
     return retry_later(entry, sourced.error().message);
@@ -201,8 +218,10 @@ void Drainer::execute(const store::OutboxEntry& entry) {
   store::OutboxEntry leased;
   auto policy = policy_.get();
   const std::string token = crypto::random_hex(8);
+  const auto ahead = item_and_operation(entry, *seen ? &**seen : nullptr);
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
     claimed.reset();
+    OPGATE_TRY(txn.read_ahead(ahead));
     // Taken by another process since this one read it: its work now.
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     if (!ours) return Status::Ok();
@@ -237,7 +256,11 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
                {{"result", std::string(operations::to_string(result.verdict))}});
   const int64_t reconcile_in = backoff(0);
   bool fenced = false;
+  // Its settlement reads the calls that asked for it too.
+  store::ReadAhead ahead = item_and_operation(entry, &claimed);
+  ahead.calls.assign(claimed.calls().begin(), claimed.calls().end());
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_TRY(txn.read_ahead(ahead));
     // The lease ran out and another process took the work over: the answer
     // is recorded as a late one (a success settles an operation that is
     // outcome_unknown by now); the item and its holder's work are left as
@@ -442,7 +465,11 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
   metrics_.inc("opgate_result_deliveries_total", {{"result", label}});
   if (delivery != pb::DELIVERY_DELIVERED)
     spdlog::warn("tool result for {} needs attention: {}", call_text(ref), error);
+  store::ReadAhead ahead;
+  ahead.outbox_items = {entry.id};
+  ahead.calls = {ref};
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_TRY(txn.read_ahead(ahead));
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     if (!ours) return Status::Ok();  // another process delivered it (same key) and records it
     OPGATE_ASSIGN_OR_RETURN(auto cur, txn.call(ref));

@@ -74,11 +74,13 @@ class Drainer {
   // item (made if it has none) due now and run like any other.
   Status reconcile_due_now(const std::string& key);
   void deliver(const store::OutboxEntry& entry);
+  // With an order service: the order of the approved operation `op` (as
+  // read just now) as the service reads now; an error (the item waits) when
+  // it cannot say.
+  Result<std::optional<operations::SourcedOrder>> source_order(
+      const std::optional<pb::Operation>& op);
   // Calls the provider for a claimed operation (timed, counted) and records
   // its answer; the entry is removed in the same transaction.
-  // With an order service: the order of the approved operation `key` as the
-  // service reads now; an error (the item waits) when it cannot say.
-  Result<std::optional<operations::SourcedOrder>> source_order(const std::string& key);
   void call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
                      const std::string& principal);
   // Reschedules with jittered backoff, and no sooner than the peer asked.

@@ -239,10 +239,11 @@ void Notifier::expand(const std::vector<store::OutboxEntry>& events) {
   // Every event the pass found, fanned out in one transaction (an event is
   // a few per operation; a transaction each was a third of the journal's).
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-    for (const auto& entry : events) {
-      // Fanned out once, whichever process gets to it first.
-      OPGATE_ASSIGN_OR_RETURN(bool ours, unchanged(txn, entry));
-      if (!ours) continue;
+    // Fanned out once, whichever process gets to it first.
+    OPGATE_ASSIGN_OR_RETURN(const std::vector<bool> ours, unchanged(txn, events));
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (!ours[i]) continue;
+      const auto& entry = events[i];
       const auto& event = entry.item.notification();
       for (const auto& endpoint : config->endpoints) {
         if (!endpoint.wants(event.type())) continue;
