@@ -854,6 +854,12 @@ class PgTransaction final : public Transaction, public PgReads {
     write_count_changes();
     if (notify_) write({}, {"notify", {text(handoff_.node)}});
     if (unchained_.empty() || head_) return finish();
+    // What does not need the head goes first, so that the node's serial
+    // section below holds the head's statements and the commit alone.
+    if (batch_.size() > (batch_.empty() || batch_.front().name != "begin" ? 0u : 1u)) {
+      auto sent = send();
+      if (!sent) return sent.error();
+    }
     MutexLock lock(guess_.mu);
     if (guess_.head && guess_.skip == 0) {
       OPGATE_ASSIGN_OR_RETURN(const bool right, commit_on(*guess_.head));

@@ -309,8 +309,8 @@ TEST_CASE("postgres: count changes folded while others are inserted are counted 
 }
 
 // Two audit records of `key` in one transaction; `refused` adds a write the
-// database refuses (a key not in UTF-8), which fails the pipeline that
-// carries the commit, the head's lock and the records.
+// database refuses (an order id not in UTF-8), which fails the pipeline
+// that carries the commit, the head's lock and the records.
 opgate::Status audited_commit(opgate::store::pg::PgStorage& s, const std::string& key,
                               bool refused = false) {
   return s.transact([&](opgate::store::Transaction& t) {
@@ -319,8 +319,18 @@ opgate::Status audited_commit(opgate::store::pg::PgStorage& s, const std::string
     r.set_action("step");
     t.append_audit(r);
     t.append_audit(r);
-    if (refused) t.keep("test", "\xff", "v");
-    return opgate::Status::Ok();
+    if (!refused) return opgate::Status::Ok();
+    // An operation that records the head is written with the real one in
+    // the commit's own pipeline; the database refuses its order id.
+    auto head = t.head_to_record();
+    if (!head.ok()) return opgate::Status(head.error());
+    opgate::pb::Operation o;
+    o.set_key("refused-" + key);
+    o.mutable_proposal()->set_order_id("\xff");
+    o.set_state(opgate::pb::STATE_APPROVED);
+    o.set_audit_seq(head->seq);
+    o.set_audit_hash(head->hash);
+    return t.put_operation(o);
   });
 }
 
