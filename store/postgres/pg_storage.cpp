@@ -163,9 +163,10 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Due for this node ($4): its own items and those of no node at their
     // time, oldest first; then other nodes' items once due and a handoff
     // ($5 ms) after their node queued (or last wrote) them, newest first,
-    // so as not to race their node for the oldest. A claim's lease outlasts
-    // the handoff: when it runs out, its holder is gone and any node takes
-    // the item at once.
+    // so as not to race their node for the oldest, if their node is gone
+    // (its node lease has lapsed, or it never kept one) or has left them
+    // for longer ($7 ms). A claim's lease outlasts that: when it runs out,
+    // its holder is gone and any node takes the item at once.
     // Items of $6 (the node's own, in its lanes) are left out.
     // The node's own and other nodes' due items by when they fell due, so
     // that a steady stream of its own never crowds out what it takes over.
@@ -176,11 +177,15 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "UNION ALL "
      "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND "
      "node NOT IN ($4, '') AND not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND "
+     "(node_since_ms <= $2 - $7 OR node NOT IN (SELECT substr(name, 6) FROM leases "
+     "WHERE name LIKE 'node:%' AND expires_at > clock_timestamp())) AND "
      "id <> ALL($6::bigint[]) ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
      ") due ORDER BY not_before_ms, id LIMIT $3"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
-     "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms + $3)) "
+     "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms + "
+     "CASE WHEN node IN (SELECT substr(name, 6) FROM leases WHERE name LIKE 'node:%' "
+     "AND expires_at > clock_timestamp()) THEN $4::bigint ELSE $3::bigint END)) "
      "FROM outbox WHERE queue = $1::bigint AND node NOT IN ($2, '')))::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
     {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
@@ -232,6 +237,13 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) "
      "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"},
 };
+
+// The SQL of one of kStatements.
+const char* sql_of(std::string_view name) {
+  for (const auto& [n, sql] : kStatements)
+    if (name == n) return sql;
+  return "";
+}
 
 Error corrupt(std::string_view what) {
   return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
@@ -482,10 +494,10 @@ class PgReads : public virtual Reader {
     for (const auto& id : except)
       if (auto n = parse_fixed_id(id)) left_out.push_back(int8(*n));
     OPGATE_ASSIGN_OR_RETURN(
-        auto rows,
-        query({}, {"ob_due",
-                   {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit)),
-                    text(handoff_.node), int8(handoff_.after_ms), array(Oid::int8, left_out)}}));
+        auto rows, query({}, {"ob_due",
+                              {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit)),
+                               text(handoff_.node), int8(handoff_.after_ms),
+                               array(Oid::int8, left_out), int8(handoff_.busy_after_ms)}}));
     OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
     if (all.size() > limit) all.resize(limit);
     return all;
@@ -582,10 +594,10 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
-    OPGATE_ASSIGN_OR_RETURN(
-        auto rows,
-        query({}, {"ob_next",
-                   {int8(queue_number(queue)), text(handoff_.node), int8(handoff_.after_ms)}}));
+    OPGATE_ASSIGN_OR_RETURN(auto rows,
+                            query({}, {"ob_next",
+                                       {int8(queue_number(queue)), text(handoff_.node),
+                                        int8(handoff_.after_ms), int8(handoff_.busy_after_ms)}}));
     if (rows.empty() || rows.null(0, 0)) return std::optional<int64_t>();
     return std::optional<int64_t>(rows.int8(0, 0));
   }
@@ -1245,7 +1257,7 @@ Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, con
   s->pool_ = std::make_unique<Pool>(options.conn, options.pool_size, [isolation](Conn& c) {
     return prepare_statements(c, isolation);
   });
-  s->handoff_ = {crypto::random_hex(8), options.handoff_ms};
+  s->handoff_ = {crypto::random_hex(8), options.handoff_ms, 30 * options.handoff_ms};
   s->reader_ = std::make_unique<DurableReader>(*s->pool_, s->handoff_);
   // One connection now: a wrong URL or a missing schema fails the start.
   auto first = s->pool_->acquire();
@@ -1463,6 +1475,8 @@ void PgStorage::listen(std::function<void()> wake) {
         continue;
       }
       failures = 0;
+      int64_t alive_at_ms = 0;  // when the node lease was last renewed
+      const bool renews = (*conn)->prepare("lease", sql_of("lease")).ok();
       // Whatever was committed while not listening: the node's own now,
       // other nodes' a handoff later.
       wake();
@@ -1493,6 +1507,10 @@ void PgStorage::listen(std::function<void()> wake) {
         }
         if (mine || foreign) wake();
         resync_clock();
+        if (renews && now_ms() - alive_at_ms >= kNodeLeaseMs / 3) {
+          if ((*conn)->run("lease", {text(node_lease()), text(handoff_.node), int8(kNodeLeaseMs)}))
+            alive_at_ms = now_ms();
+        }
       }
     }
   });
@@ -1507,8 +1525,18 @@ void PgStorage::resync_clock() {
 }
 
 void PgStorage::stop_listening() {
-  listening_ = false;
+  const bool was = listening_.exchange(false);
   if (listener_.joinable()) listener_.join();
+  // Gone: other nodes take its work over at once, not once the lease lapses.
+  if (was) (void)stay_alive(0);
+}
+
+std::string PgStorage::node_lease() const { return "node:" + handoff_.node; }
+
+Status PgStorage::stay_alive(int64_t ttl_ms) {
+  OPGATE_ASSIGN_OR_RETURN(auto held, hold_lease(node_lease(), handoff_.node, ttl_ms));
+  if (!held) return make_error(errc::internal, "another process holds this node's lease");
+  return Status::Ok();
 }
 
 Status PgStorage::fold_counts(Conn& conn) {

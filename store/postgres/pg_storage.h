@@ -44,11 +44,17 @@ enum class Isolation { read_committed, serializable };
 // due `after_ms` later. So the node that commits work does it, as it is
 // woken for it at once, and the others do not race it for every item (a
 // claim that finds the item taken is a transaction wasted); they take over
-// what waits longer: a node gone, or one with more work than it keeps up
-// with.
+// what waits longer from a node gone. A node that listens for work keeps a
+// lease named after it ("node:" and its id) while it runs; with the lease
+// lapsed (or never taken) it is gone. A node alive keeps its work: the
+// audited commits of every node go through one audit chain, so another
+// node's help adds commits that miss their guess of the head and settles
+// less, not more. Only what a node alive has left for `busy_after_ms` goes
+// to others all the same (a node that runs but does not get to its work).
 struct Handoff {
   std::string node;
   int64_t after_ms = 0;
+  int64_t busy_after_ms = 0;
 };
 
 // The audit head this node's last audited commit left, and its audited
@@ -111,6 +117,10 @@ class PgStorage final : public Storage {
   // changes hands.
   Result<std::optional<int64_t>> hold_lease(const std::string& name, const std::string& holder,
                                             int64_t ttl_ms);
+  // Takes or renews this node's lease for ttl_ms (0: gone from now on), by
+  // which other nodes know it is alive (Handoff); the listener renews it
+  // while it listens and ends it when it stops.
+  Status stay_alive(int64_t ttl_ms);
 
   // Folds every count change committed so far into the counts, in a
   // transaction of its own; a count reads the same before and after. Done
@@ -129,6 +139,9 @@ class PgStorage final : public Storage {
   void resync_clock();
   Status fold_counts(Conn& conn);
   static constexpr int64_t kClockSyncMs = 10'000;
+  // A node's lease, renewed every third of it.
+  static constexpr int64_t kNodeLeaseMs = 3'000;
+  std::string node_lease() const;
   PgOptions options_;
   std::unique_ptr<DatabaseClock> db_clock_;
   const Clock* clock_ = nullptr;

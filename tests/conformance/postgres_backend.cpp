@@ -309,8 +309,21 @@ TEST_CASE("postgres: count changes folded while others are inserted are counted 
 }
 
 // Two audit records of `key` in one transaction; `refused` adds a write the
-// database refuses (an order id not in UTF-8), which fails the pipeline
-// that carries the commit, the head's lock and the records.
+// database refuses (see refuse_operations()), which fails the pipeline that
+// carries the commit, the head's lock and the records.
+// From now on the store's database refuses to write an operation whose key
+// starts with "refused-".
+void refuse_operations(opgate::store::pg::PgStorage& s) {
+  auto conn = s.pool().acquire();
+  REQUIRE(conn.ok());
+  REQUIRE((*conn)
+              ->exec("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                     "IF NEW.key LIKE 'refused-%' THEN RAISE EXCEPTION 'refused'; END IF; "
+                     "RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON "
+                     "operations FOR EACH ROW EXECUTE FUNCTION refuse()")
+              .ok());
+}
+
 opgate::Status audited_commit(opgate::store::pg::PgStorage& s, const std::string& key,
                               bool refused = false) {
   return s.transact([&](opgate::store::Transaction& t) {
@@ -321,12 +334,12 @@ opgate::Status audited_commit(opgate::store::pg::PgStorage& s, const std::string
     t.append_audit(r);
     if (!refused) return opgate::Status::Ok();
     // An operation that records the head is written with the real one in
-    // the commit's own pipeline; the database refuses its order id.
+    // the commit's own pipeline; refuse_operations() makes the database
+    // refuse it.
     auto head = t.head_to_record();
     if (!head.ok()) return opgate::Status(head.error());
     opgate::pb::Operation o;
     o.set_key("refused-" + key);
-    o.mutable_proposal()->set_order_id("\xff");
     o.set_state(opgate::pb::STATE_APPROVED);
     o.set_audit_seq(head->seq);
     o.set_audit_hash(head->hash);
@@ -355,6 +368,18 @@ struct TwoNodes {
   TwoNodes& operator=(const TwoNodes&) = delete;
 };
 
+// How many work items are due for the node at `at` (at most 10).
+size_t due(opgate::store::pg::PgStorage& s, int64_t at) {
+  auto items = s.reader().due(opgate::store::Queue::work, at, 10, {});
+  REQUIRE(items.ok());
+  return items->size();
+}
+
+// When the node's next work item is due; -1 if none.
+int64_t next(opgate::store::pg::PgStorage& s) {
+  return s.reader().next_due_ms(opgate::store::Queue::work)->value_or(-1);
+}
+
 // PostgreSQL only: an outbox item is due at once for the node that queued
 // it (or last wrote it), and for the others once it is due and a handoff
 // has passed since its node wrote it: a lease that ran out, at once.
@@ -379,12 +404,6 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
     t.enqueue(later);
     return opgate::Status::Ok();
   }));
-  auto due = [](pg::PgStorage& s, int64_t at) {
-    auto items = s.reader().due(Queue::work, at, 10, {});
-    REQUIRE(items.ok());
-    return items->size();
-  };
-  auto next = [](pg::PgStorage& s) { return s.reader().next_due_ms(Queue::work)->value_or(-1); };
   CHECK(due(*a, T) == 1);
   CHECK(due(*a, T + 10'000) == 2);
   CHECK(next(*a) == 0);
@@ -428,6 +447,43 @@ TEST_CASE("postgres: an outbox item goes first to the node that queued or last w
   }
   CHECK(due(*a, T + 32'000) == 2);
   CHECK(due(*b, T + 32'000) == 2);
+}
+
+// PostgreSQL only: a node alive (its node lease held) keeps its items past
+// the handoff; once it is gone (the lease ended) they go to the others at
+// their handoff, and those it has left for 30 handoffs go to the others
+// even while it lives. The lease is by the database's clock, the handoff
+// by the transactions' (here a hand-moved one).
+TEST_CASE("postgres: a node alive keeps its work; a node gone leaves it after the handoff") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  using opgate::store::Queue;
+  if (backend().name() != "postgres") return;
+  constexpr int64_t T = TwoNodes::kStart;
+  TwoNodes nodes{1'000};
+  auto& a = nodes.a;
+  auto& b = nodes.b;
+  REQUIRE(a->stay_alive(60'000));
+  REQUIRE(a->transact([&](opgate::store::Transaction& t) {
+    pb::OutboxItem item;
+    item.set_kind(pb::OUTBOX_EXECUTE);
+    t.enqueue(item);
+    return opgate::Status::Ok();
+  }));
+  CHECK(due(*a, T) == 1);
+  CHECK(due(*b, T + 1'000) == 0);  // a lives
+  CHECK(due(*b, T + 29'999) == 0);
+  CHECK(next(*b) == T + 30'000);
+  CHECK(due(*b, T + 30'000) == 1);  // left 30 handoffs: any node's
+  REQUIRE(a->stay_alive(0));        // a is gone
+  CHECK(due(*b, T + 1'000) == 1);
+  CHECK(due(*b, T + 999) == 0);  // the handoff still holds
+  CHECK(next(*b) == T + 1'000);
+  // b's own lease is its own: a's items are still a's, b's are b's.
+  REQUIRE(b->stay_alive(60'000));
+  CHECK(due(*b, T + 1'000) == 1);
+  CHECK(due(*a, T) == 1);
 }
 
 // PostgreSQL only: a node's due items come by when they fell due, its own
@@ -738,6 +794,7 @@ TEST_CASE("postgres: audited commits of many threads keep one chain when some fa
   if (backend().name() != "postgres") return;
   TwoNodes nodes;
   auto& a = nodes.a;
+  refuse_operations(*a);
   constexpr int kThreads = 8, kEach = 40;
   std::atomic<int> committed{0}, refused{0}, unexpected{0};
   std::vector<std::thread> threads;
