@@ -5,6 +5,7 @@
 // (or finished it) and this one writes nothing for it. Pure over the port.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,14 @@
 
 namespace opgate::outbox {
 
+// Whether the item as stored now (none: gone) is the entry as read.
+inline bool same(const std::optional<pb::OutboxItem>& current, const store::OutboxEntry& entry) {
+  return current && current->SerializeAsString() == entry.item.SerializeAsString();
+}
+
 inline Result<bool> unchanged(store::Transaction& txn, const store::OutboxEntry& entry) {
   OPGATE_ASSIGN_OR_RETURN(auto current, txn.outbox_item(entry.id));
-  return current && current->SerializeAsString() == entry.item.SerializeAsString();
+  return same(current, entry);
 }
 
 // unchanged() for several entries, read together: whether each is.
@@ -27,9 +33,7 @@ inline Result<std::vector<bool>> unchanged(store::Transaction& txn,
   OPGATE_ASSIGN_OR_RETURN(auto current, txn.outbox_items(ids));
   std::vector<bool> out;
   out.reserve(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i)
-    out.push_back(current[i] &&
-                  current[i]->SerializeAsString() == entries[i].item.SerializeAsString());
+  for (size_t i = 0; i < entries.size(); ++i) out.push_back(same(current[i], entries[i]));
   return out;
 }
 

@@ -868,7 +868,7 @@ class PgTransaction final : public Transaction, public PgReads {
     if (unchained_.empty() || head_) return finish();
     // What does not need the head goes first, so that the node's serial
     // section below holds the head's statements and the commit alone.
-    if (batch_.size() > (batch_.empty() || batch_.front().name != "begin" ? 0u : 1u)) {
+    if (staged()) {
       auto sent = send();
       if (!sent) return sent.error();
     }
@@ -946,9 +946,7 @@ class PgTransaction final : public Transaction, public PgReads {
     for (const auto& read : reads)
       if (const int64_t id = lock_id(read.lock); locking_ && locked_.insert(id).second)
         ids.push_back(int8(id));
-    if (!ids.empty())
-      batch_.push_back(ids.size() == 1 ? Stmt{"lock", {std::move(ids.front())}}
-                                       : Stmt{"locks", {array(Oid::int8, ids)}});
+    if (!ids.empty()) batch_.push_back(locks_statement(std::move(ids)));
     for (const auto& read : reads) batch_.push_back(read.stmt);
     OPGATE_ASSIGN_OR_RETURN(auto results, send());
     const size_t first = results.size() - reads.size();
@@ -994,10 +992,19 @@ class PgTransaction final : public Transaction, public PgReads {
     std::vector<Param> ids;
     for (int64_t id : unsent_locks_) ids.push_back(int8(id));
     unsent_locks_.clear();
-    Stmt locks = ids.size() == 1 ? Stmt{"lock", {std::move(ids.front())}}
-                                 : Stmt{"locks", {array(Oid::int8, ids)}};
     const bool opens = !batch_.empty() && batch_.front().name == "begin";
-    batch_.insert(batch_.begin() + (opens ? 1 : 0), std::move(locks));
+    batch_.insert(batch_.begin() + (opens ? 1 : 0), locks_statement(std::move(ids)));
+  }
+
+  // One statement taking the locks (ids), in the order given.
+  static Stmt locks_statement(std::vector<Param> ids) {
+    return ids.size() == 1 ? Stmt{"lock", {std::move(ids.front())}}
+                           : Stmt{"locks", {array(Oid::int8, ids)}};
+  }
+
+  // Whether statements wait to be sent beyond the transaction's BEGIN.
+  bool staged() const {
+    return batch_.size() > (!batch_.empty() && batch_.front().name == "begin" ? 1u : 0u);
   }
 
   void write_count_changes() {
@@ -1095,7 +1102,7 @@ class PgTransaction final : public Transaction, public PgReads {
     OPGATE_TRY(resolve_provisional());
     if (head_ && appended_)
       write({}, {"a_head_set", {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash)}});
-    if (!begun_ && batch_.size() == 1) return Status::Ok();  // nothing was ever sent
+    if (!begun_ && !staged()) return Status::Ok();  // nothing was ever sent
     batch_.push_back({"commit", {}});
     auto r = send();
     if (!r) return r.error();
