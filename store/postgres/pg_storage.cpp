@@ -165,8 +165,9 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // ($5 ms) after their node queued (or last wrote) them, newest first,
     // so as not to race their node for the oldest, if their node is gone
     // (its node lease has lapsed, or it never kept one) or has left them
-    // for longer ($7 ms). A claim's lease outlasts that: when it runs out,
-    // its holder is gone and any node takes the item at once.
+    // due for longer ($7 ms, counted from when they were both its and
+    // due). A claim's lease outlasts that: when it runs out, its holder is
+    // gone and any node takes the item at once.
     // Items of $6 (the node's own, in its lanes) are left out.
     // The node's own and other nodes' due items by when they fell due, so
     // that a steady stream of its own never crowds out what it takes over.
@@ -177,15 +178,17 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "UNION ALL "
      "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND "
      "node NOT IN ($4, '') AND not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND "
-     "(node_since_ms <= $2 - $7 OR node NOT IN (SELECT substr(name, 6) FROM leases "
+     "(GREATEST(not_before_ms, node_since_ms) <= $2 - $7 OR node NOT IN (SELECT substr(name, 6) "
+     "FROM leases "
      "WHERE name LIKE 'node:%' AND expires_at > clock_timestamp())) AND "
      "id <> ALL($6::bigint[]) ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
      ") due ORDER BY not_before_ms, id LIMIT $3"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
-     "AND node IN ($2, '')), (SELECT min(GREATEST(not_before_ms, node_since_ms + "
-     "CASE WHEN node IN (SELECT substr(name, 6) FROM leases WHERE name LIKE 'node:%' "
-     "AND expires_at > clock_timestamp()) THEN $4::bigint ELSE $3::bigint END)) "
+     "AND node IN ($2, '')), (SELECT min(CASE WHEN node IN (SELECT substr(name, 6) FROM leases "
+     "WHERE name LIKE 'node:%' AND expires_at > clock_timestamp()) "
+     "THEN GREATEST(not_before_ms, node_since_ms) + $4::bigint "
+     "ELSE GREATEST(not_before_ms, node_since_ms + $3::bigint) END) "
      "FROM outbox WHERE queue = $1::bigint AND node NOT IN ($2, '')))::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
     {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
