@@ -23,6 +23,11 @@ namespace opgate::store::pg {
 
 namespace {
 
+// The nodes alive now: those whose node lease ("node:" and the id) runs.
+#define OPGATE_LIVE_NODES                                                          \
+  "(SELECT substr(name, 6) FROM leases WHERE name LIKE 'node:%' AND expires_at > " \
+  "clock_timestamp())"
+
 // name -> SQL. Integer parameters are bigint; text keys compare in "C" order.
 const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Locks and the transaction's frame ("begin" is prepared per isolation).
@@ -178,15 +183,12 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "UNION ALL "
      "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND "
      "node NOT IN ($4, '') AND not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND "
-     "(GREATEST(not_before_ms, node_since_ms) <= $2 - $7 OR node NOT IN (SELECT substr(name, 6) "
-     "FROM leases "
-     "WHERE name LIKE 'node:%' AND expires_at > clock_timestamp())) AND "
+     "(GREATEST(not_before_ms, node_since_ms) <= $2 - $7 OR node NOT IN " OPGATE_LIVE_NODES ") AND "
      "id <> ALL($6::bigint[]) ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
      ") due ORDER BY not_before_ms, id LIMIT $3"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
-     "AND node IN ($2, '')), (SELECT min(CASE WHEN node IN (SELECT substr(name, 6) FROM leases "
-     "WHERE name LIKE 'node:%' AND expires_at > clock_timestamp()) "
+     "AND node IN ($2, '')), (SELECT min(CASE WHEN node IN " OPGATE_LIVE_NODES " "
      "THEN GREATEST(not_before_ms, node_since_ms) + $4::bigint "
      "ELSE GREATEST(not_before_ms, node_since_ms + $3::bigint) END) "
      "FROM outbox WHERE queue = $1::bigint AND node NOT IN ($2, '')))::bigint"},
@@ -240,6 +242,7 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) "
      "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"},
 };
+#undef OPGATE_LIVE_NODES
 
 // The SQL of one of kStatements.
 const char* sql_of(std::string_view name) {
@@ -995,8 +998,7 @@ class PgTransaction final : public Transaction, public PgReads {
     std::vector<Param> ids;
     for (int64_t id : unsent_locks_) ids.push_back(int8(id));
     unsent_locks_.clear();
-    const bool opens = !batch_.empty() && batch_.front().name == "begin";
-    batch_.insert(batch_.begin() + (opens ? 1 : 0), locks_statement(std::move(ids)));
+    batch_.insert(batch_.begin() + (opens() ? 1 : 0), locks_statement(std::move(ids)));
   }
 
   // One statement taking the locks (ids), in the order given.
@@ -1005,10 +1007,11 @@ class PgTransaction final : public Transaction, public PgReads {
                            : Stmt{"locks", {array(Oid::int8, ids)}};
   }
 
+  // Whether the statements waiting to be sent open the transaction.
+  bool opens() const { return !batch_.empty() && batch_.front().name == "begin"; }
+
   // Whether statements wait to be sent beyond the transaction's BEGIN.
-  bool staged() const {
-    return batch_.size() > (!batch_.empty() && batch_.front().name == "begin" ? 1u : 0u);
-  }
+  bool staged() const { return batch_.size() > (opens() ? 1u : 0u); }
 
   void write_count_changes() {
     std::vector<Param> kinds, values, deltas;
@@ -1030,7 +1033,7 @@ class PgTransaction final : public Transaction, public PgReads {
 
   Result<std::vector<Rows>> send() {
     lock_ahead();
-    if (!batch_.empty() && batch_.front().name == "begin") begun_ = true;
+    if (opens()) begun_ = true;
     auto r = conn_.pipeline(batch_);
     batch_.clear();
     if (!r) {
