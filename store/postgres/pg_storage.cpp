@@ -155,15 +155,22 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"a_page", "SELECT seq, data FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2"},
     {"a_head", "SELECT seq, hash FROM audit_head WHERE id = 1"},
     {"a_head_lock", "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE"},
-    {"a_head_set", "UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1"},
-    // Locks the head and fails (division by zero, 22012) unless it is the
-    // one guessed; the guess's records follow in the same pipeline.
-    {"a_head_guess",
-     "SELECT 1 / (CASE WHEN seq = $1 AND hash = $2 THEN 1 ELSE 0 END) FROM audit_head "
-     "WHERE id = 1 FOR UPDATE"},
+    // Records chained on the locked head ($3..$5: each one's seq, operation
+    // and data), and the head after the last ($1, $2), in one statement.
+    {"a_chain",
+     "WITH h AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1) "
+     "INSERT INTO audit (seq, operation_key, data) "
+     "SELECT * FROM unnest($3::bigint[], $4::text[], $5::bytea[])"},
+    // Likewise on a guessed head ($6, $7), which the update locks: if the
+    // head is another, nothing is written and it fails (division by zero,
+    // 22012).
+    {"a_chain_guess",
+     "WITH h AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $6 "
+     "AND hash = $7 RETURNING 1), r AS (INSERT INTO audit (seq, operation_key, data) "
+     "SELECT u.* FROM h, unnest($3::bigint[], $4::text[], $5::bytea[]) AS u RETURNING 1) "
+     "SELECT 1 / count(*)::int FROM h"},
     {"guess_savepoint", "SAVEPOINT head_guess"},
     {"guess_rollback", "ROLLBACK TO SAVEPOINT head_guess"},
-    {"a_ins", "INSERT INTO audit (seq, operation_key, data) VALUES ($1, $2, $3)"},
     // Outbox.
     // Due for this node ($4): its own items and those of no node at their
     // time, oldest first; then other nodes' items once due and a handoff
@@ -948,6 +955,7 @@ class PgTransaction final : public Transaction, public PgReads {
     for (const auto& ref : r.calls) add(call_read(ref));
     if (reads.empty()) return Status::Ok();
     if (!r.operations.empty()) write_unwritten();
+    write_links();
     std::vector<Param> ids;
     for (const auto& read : reads)
       if (const int64_t id = lock_id(read.lock); locking_ && locked_.insert(id).second)
@@ -965,6 +973,7 @@ class PgTransaction final : public Transaction, public PgReads {
   // for the head's own lock, after which they are written with it.
   Result<Rows> query_head(std::vector<std::string> locks, Stmt stmt) {
     if (failed_) return *failed_;
+    write_links();
     add_locks(std::move(locks));
     batch_.push_back(std::move(stmt));
     OPGATE_ASSIGN_OR_RETURN(auto results, send());
@@ -1106,8 +1115,7 @@ class PgTransaction final : public Transaction, public PgReads {
   // The head chained, what carries it resolved, and the COMMIT.
   Status finish() {
     OPGATE_TRY(resolve_provisional());
-    if (head_ && appended_)
-      write({}, {"a_head_set", {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash)}});
+    write_links();
     if (!begun_ && !staged()) return Status::Ok();  // nothing was ever sent
     batch_.push_back({"commit", {}});
     auto r = send();
@@ -1123,11 +1131,11 @@ class PgTransaction final : public Transaction, public PgReads {
     const auto notifications = unresolved_notifications_;
     const auto items = unresolved_items_;
     write({}, {"guess_savepoint", {}});
-    write({}, {"a_head_guess", {int8(static_cast<int64_t>(guess.seq)), bytea(guess.hash)}});
     head_ = guess;
     auto pending = std::move(unchained_);
     unchained_.clear();
     for (auto& r : pending) chain(std::move(r));
+    write_links(&guess);
     Status s = finish();
     if (s) return true;
     if (conn_.broken() || conn_.last_sqlstate() != "22012") return s.error();
@@ -1137,7 +1145,6 @@ class PgTransaction final : public Transaction, public PgReads {
     if (auto back = send(); !back) return back.error();
     head_.reset();
     chained_.clear();
-    appended_ = false;
     unchained_ = records;
     repatch_ = repatch;
     unresolved_notifications_ = notifications;
@@ -1161,11 +1168,26 @@ class PgTransaction final : public Transaction, public PgReads {
 
   void chain(pb::AuditRecord record) {
     chain_audit(record, now_ms_, *head_);
-    appended_ = true;
     chained_.push_back(*head_);
-    write({}, {"a_ins",
-               {int8(static_cast<int64_t>(record.seq())), text(record.operation_key()),
-                bytea(record.SerializeAsString())}});
+    links_.seqs.push_back(int8(static_cast<int64_t>(record.seq())));
+    links_.keys.push_back(text(record.operation_key()));
+    links_.data.push_back(bytea(record.SerializeAsString()));
+  }
+
+  // The records chained since the last call and the head they leave, in one
+  // statement (on the guessed head if one is given): ahead of any read, which
+  // could be of them, and of the COMMIT.
+  void write_links(const AuditHead* guess = nullptr) {
+    if (links_.seqs.empty()) return;
+    std::vector<Param> params = {int8(static_cast<int64_t>(head_->seq)), bytea(head_->hash),
+                                 array(Oid::int8, links_.seqs), array(Oid::text, links_.keys),
+                                 array(Oid::bytea, links_.data)};
+    if (guess) {
+      params.push_back(int8(static_cast<int64_t>(guess->seq)));
+      params.push_back(bytea(guess->hash));
+    }
+    links_ = {};
+    write({}, {guess ? "a_chain_guess" : "a_chain", std::move(params)});
   }
 
   void put_event(const pb::InboxEvent& e) {
@@ -1230,7 +1252,10 @@ class PgTransaction final : public Transaction, public PgReads {
   std::set<std::string> unwritten_;
   std::vector<pb::Notification> unresolved_notifications_;
   std::vector<pb::OutboxItem> unresolved_items_;
-  bool appended_ = false;
+  // Records chained on the locked head, not written yet (write_links()).
+  struct Links {
+    std::vector<Param> seqs, keys, data;
+  } links_;
   bool notify_ = false;   // work for the dispatchers: wake every process at commit
   bool counted_ = false;  // count changes written
   std::vector<pb::AuditRecord> unchained_;  // appended before the head was locked
