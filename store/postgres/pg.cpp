@@ -158,12 +158,21 @@ Error Conn::failure(std::string_view what, pg_result* r) {
 
 Status Conn::exec(const std::string& sql) {
   sqlstate_.clear();
+  // What was sent ahead fails this call, but the statement still runs: a
+  // ROLLBACK after a failed batch must.
+  const Status ahead = catch_up();
+  const std::string ahead_state = sqlstate_;
+  if (broken()) return ahead ? failure("exec", nullptr) : ahead;
   PQsendQuery(c_, sql.c_str());
   std::optional<Error> err;
   while (pg_result* r = PQgetResult(c_)) {
     auto st = PQresultStatus(r);
     if (!err && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) err = failure("exec", r);
     PQclear(r);
+  }
+  if (!ahead) {
+    sqlstate_ = ahead_state;
+    return ahead;
   }
   if (err) return *err;
   if (broken()) return failure("exec", nullptr);
@@ -172,6 +181,7 @@ Status Conn::exec(const std::string& sql) {
 
 Status Conn::prepare(const std::string& name, const std::string& sql) {
   sqlstate_.clear();
+  OPGATE_TRY(catch_up());
   pg_result* r = PQprepare(c_, name.c_str(), sql.c_str(), 0, nullptr);
   Rows owned(r);
   if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) return failure("prepare " + name, r);
@@ -195,6 +205,7 @@ struct Packed {
 
 Result<Rows> Conn::run(const std::string& name, const std::vector<Param>& params) {
   sqlstate_.clear();
+  OPGATE_TRY(catch_up());
   Packed p(params);
   pg_result* r = PQexecPrepared(c_, name.c_str(), static_cast<int>(params.size()), p.values.data(),
                                 p.lengths.data(), p.formats.data(), 1);
@@ -204,41 +215,29 @@ Result<Rows> Conn::run(const std::string& name, const std::vector<Param>& params
   return rows;
 }
 
-Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
-  sqlstate_.clear();
-  if (stmts.empty()) return std::vector<Rows>();
-  if (stmts.size() == 1) {
-    auto r = run(stmts[0].name, stmts[0].params);
-    if (!r) return r.error();
-    std::vector<Rows> out;
-    out.push_back(std::move(*r));
-    return out;
+Status Conn::send_batch(const std::vector<Stmt>& stmts) {
+  bool sent = PQpipelineStatus(c_) == PQ_PIPELINE_ON || PQenterPipelineMode(c_) == 1;
+  for (size_t i = 0; sent && i < stmts.size(); ++i) {
+    Packed p(stmts[i].params);
+    sent = PQsendQueryPrepared(c_, stmts[i].name.c_str(), static_cast<int>(stmts[i].params.size()),
+                               p.values.data(), p.lengths.data(), p.formats.data(), 1) == 1;
   }
-  if (PQenterPipelineMode(c_) != 1) return failure("pipeline", nullptr);
-  bool sent = true;
-  for (const auto& s : stmts) {
-    Packed p(s.params);
-    if (PQsendQueryPrepared(c_, s.name.c_str(), static_cast<int>(s.params.size()), p.values.data(),
-                            p.lengths.data(), p.formats.data(), 1) != 1) {
-      sent = false;
-      break;
-    }
-  }
-  if (sent && PQpipelineSync(c_) != 1) sent = false;
-  if (!sent) {
-    Error e = failure("pipeline", nullptr);
-    // The connection's state is unknown: the caller drops it.
-    PQfinish(c_);
-    c_ = nullptr;
-    return e;
-  }
-  std::vector<Rows> out;
-  std::optional<Error> err;
+  if (sent && PQpipelineSync(c_) == 1) return Status::Ok();
+  Error e = failure("pipeline", nullptr);
+  // The connection's state is unknown: the caller drops it.
+  PQfinish(c_);
+  c_ = nullptr;
+  ahead_.clear();
+  return e;
+}
+
+void Conn::read_batch(const std::vector<std::string>& names, std::vector<Rows>* out,
+                      std::optional<Error>& err) {
   // One result per statement (each followed by a null), then the sync.
-  for (size_t i = 0; i < stmts.size(); ++i) {
+  for (const auto& name : names) {
     pg_result* r = PQgetResult(c_);
     if (!r) {
-      if (!err) err = failure(stmts[i].name, nullptr);
+      if (!err) err = failure(name, nullptr);
       break;
     }
     Rows rows(r);
@@ -246,9 +245,9 @@ Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
     if (st == PGRES_PIPELINE_ABORTED) {
       // After the failure reported already.
     } else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-      if (!err) err = failure(stmts[i].name, r);
+      if (!err) err = failure(name, r);
     }
-    out.push_back(std::move(rows));
+    if (out) out->push_back(std::move(rows));
     while (pg_result* extra = PQgetResult(c_)) PQclear(extra);
   }
   // Up to the sync.
@@ -262,6 +261,50 @@ Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
     PQclear(r);
     if (st == PGRES_PIPELINE_SYNC) break;
   }
+}
+
+Status Conn::catch_up() {
+  if (ahead_.empty()) return Status::Ok();
+  std::optional<Error> err;
+  for (const auto& names : ahead_) read_batch(names, nullptr, err);
+  ahead_.clear();
+  PQexitPipelineMode(c_);
+  if (err) return *err;
+  if (broken()) return failure("pipeline", nullptr);
+  return Status::Ok();
+}
+
+Status Conn::send_ahead(const std::vector<Stmt>& stmts) {
+  if (stmts.empty()) return Status::Ok();
+  if (broken()) return failure("pipeline", nullptr);
+  OPGATE_TRY(send_batch(stmts));
+  std::vector<std::string> names;
+  for (const auto& s : stmts) names.push_back(s.name);
+  ahead_.push_back(std::move(names));
+  return Status::Ok();
+}
+
+Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
+  sqlstate_.clear();
+  if (stmts.empty()) {
+    OPGATE_TRY(catch_up());
+    return std::vector<Rows>();
+  }
+  if (stmts.size() == 1 && ahead_.empty()) {
+    auto r = run(stmts[0].name, stmts[0].params);
+    if (!r) return r.error();
+    std::vector<Rows> out;
+    out.push_back(std::move(*r));
+    return out;
+  }
+  OPGATE_TRY(send_batch(stmts));
+  std::optional<Error> err;
+  for (const auto& names : ahead_) read_batch(names, nullptr, err);
+  ahead_.clear();
+  std::vector<std::string> names;
+  for (const auto& s : stmts) names.push_back(s.name);
+  std::vector<Rows> out;
+  read_batch(names, &out, err);
   PQexitPipelineMode(c_);
   if (err) return *err;
   if (broken()) return failure("pipeline", nullptr);

@@ -101,6 +101,11 @@ class Conn {
   // Runs prepared statements in one pipeline (one round trip); a failure
   // fails the call, and statements after it are not executed.
   Result<std::vector<Rows>> pipeline(const std::vector<Stmt>& stmts);
+  // Sends prepared statements in a pipeline without waiting for them, for
+  // statements whose results nobody reads: the next call on the connection
+  // reads them first and fails with their first failure, if any (and the
+  // statements it sends are then not executed either).
+  Status send_ahead(const std::vector<Stmt>& stmts);
 
   // The SQLSTATE of the last failure ("" if none or not from the server).
   const std::string& last_sqlstate() const { return sqlstate_; }
@@ -115,8 +120,18 @@ class Conn {
  private:
   Conn() = default;
   Error failure(std::string_view what, pg_result* r);
+  // Sends a batch and its sync, entering pipeline mode if not in it; on
+  // failure the connection is closed.
+  Status send_batch(const std::vector<Stmt>& stmts);
+  // Reads one batch's results (and its sync) into out; the first failure
+  // is kept in err.
+  void read_batch(const std::vector<std::string>& names, std::vector<Rows>* out,
+                  std::optional<Error>& err);
+  // Reads what send_ahead() sent and leaves pipeline mode.
+  Status catch_up();
   pg_conn* c_ = nullptr;
   std::string sqlstate_;
+  std::vector<std::vector<std::string>> ahead_;  // batches sent ahead, unread: their names
 };
 
 // Connections made on demand up to `size`, handed out one at a time.

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "common/crypto.h"
 #include "store/audit_chain.h"
@@ -880,10 +881,17 @@ class PgTransaction final : public Transaction, public PgReads {
     if (notify_) write({}, {"notify", {text(handoff_.node)}});
     if (unchained_.empty() || head_) return finish();
     // What does not need the head goes first, so that the node's serial
-    // section below holds the head's statements and the commit alone.
+    // section below holds the head's statements and the commit alone. It
+    // goes without waiting for its results (the commit reads them) when it
+    // takes no lock the transaction does not hold yet: then it waits for no
+    // other transaction, and none of this node's can wait on it under the
+    // serial section.
     if (staged()) {
-      auto sent = send();
-      if (!sent) return sent.error();
+      if (locking_ && unsent_locks_.empty()) {
+        OPGATE_TRY(send_ahead());
+      } else if (auto sent = send(); !sent) {
+        return sent.error();
+      }
     }
     MutexLock lock(guess_.mu);
     if (guess_.head && guess_.skip == 0) {
@@ -1040,17 +1048,27 @@ class PgTransaction final : public Transaction, public PgReads {
                {array(Oid::int8, kinds), array(Oid::int8, values), array(Oid::int8, deltas)}});
   }
 
+  // The statements staged, sent without waiting (Conn::send_ahead).
+  Status send_ahead() {
+    if (opens()) begun_ = true;
+    Status s = conn_.send_ahead(std::exchange(batch_, {}));
+    if (!s) return fail(s.error());
+    return s;
+  }
+
   Result<std::vector<Rows>> send() {
     lock_ahead();
     if (opens()) begun_ = true;
-    auto r = conn_.pipeline(batch_);
-    batch_.clear();
-    if (!r) {
-      failed_ = r.error();
-      retryable_ = conn_.last_failure_retryable();
-      return r.error();
-    }
+    auto r = conn_.pipeline(std::exchange(batch_, {}));
+    if (!r) return fail(r.error());
     return r;
+  }
+
+  // The transaction's failure, kept: what is asked of it after fails alike.
+  Error fail(Error e) {
+    failed_ = e;
+    retryable_ = conn_.last_failure_retryable();
+    return e;
   }
 
   Stmt put_statement(const pb::Operation& op) const {
