@@ -256,9 +256,12 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
                {{"result", std::string(operations::to_string(result.verdict))}});
   const int64_t reconcile_in = backoff(0);
   bool fenced = false;
-  // Its settlement reads the calls that asked for it too.
+  // Its settlement reads the calls that asked for it too, the ledger entry
+  // a success writes, and the order's own record only to cancel the order.
   store::ReadAhead ahead = item_and_operation(entry, &claimed);
+  if (claimed.proposal().kind() != operations::kCancelOrder) ahead.orders.clear();
   ahead.calls.assign(claimed.calls().begin(), claimed.calls().end());
+  if (result.verdict == operations::Verdict::succeeded) ahead.ledger = {claimed.key()};
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
     OPGATE_TRY(txn.read_ahead(ahead));
     // The lease ran out and another process took the work over: the answer

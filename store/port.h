@@ -119,6 +119,7 @@ struct ReadAhead {
   std::vector<std::string> orders;        // by order id
   std::vector<std::string> funds;         // by order id
   std::vector<pb::CallRef> calls;
+  std::vector<std::string> ledger;  // entries by operation key
 };
 
 class Reader {

@@ -318,6 +318,9 @@ RecordRead call_read(const pb::CallRef& ref) {
   return {lock_name('c', {ref.session_id(), ref.turn_id(), ref.call_id()}),
           {"c_get", {text(ref.session_id()), text(ref.turn_id()), text(ref.call_id())}}};
 }
+RecordRead ledger_read(const std::string& operation_key) {
+  return {lock_name('l', {operation_key}), {"l_get", {text(operation_key)}}};
+}
 // None for an id no item can have.
 std::optional<RecordRead> outbox_read(const std::string& id) {
   auto n = parse_fixed_id(id);
@@ -472,7 +475,7 @@ class PgReads : public virtual Reader {
   }
 
   Result<std::optional<pb::LedgerEntry>> ledger_entry(const std::string& key) override {
-    OPGATE_ASSIGN_OR_RETURN(auto data, record({lock_name('l', {key}), {"l_get", {text(key)}}}));
+    OPGATE_ASSIGN_OR_RETURN(auto data, record(ledger_read(key)));
     return parsed<pb::LedgerEntry>(data, "ledger row");
   }
 
@@ -961,6 +964,7 @@ class PgTransaction final : public Transaction, public PgReads {
     for (const auto& id : r.orders) add(order_read(id));
     for (const auto& id : r.funds) add(funds_read(id));
     for (const auto& ref : r.calls) add(call_read(ref));
+    for (const auto& key : r.ledger) add(ledger_read(key));
     if (reads.empty()) return Status::Ok();
     if (!r.operations.empty()) write_unwritten();
     write_links();

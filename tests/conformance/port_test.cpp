@@ -179,6 +179,10 @@ TEST_CASE("records read ahead read as they would without it, and as written afte
     funds.set_refunded_minor(3);
     t.put_funds(funds);
     t.put_call(call("sess_1", "t1", "c1"));
+    pb::LedgerEntry entry;
+    entry.set_operation_key("k1");
+    entry.set_amount_minor(3);
+    t.put_ledger(entry);
     pb::OutboxItem item;
     item.set_kind(pb::OUTBOX_EXECUTE);
     item.set_operation_key("k1");
@@ -192,6 +196,7 @@ TEST_CASE("records read ahead read as they would without it, and as written afte
     ahead.orders = {"O1", "O2"};
     ahead.funds = {"O1", "O2"};
     ahead.calls = {ref("sess_1", "t1", "c1"), ref("sess_1", "t1", "c2")};
+    ahead.ledger = {"k1", "k2"};
     REQUIRE(t.read_ahead(ahead).ok());
     CHECK((*t.outbox_item(id))->operation_key() == "k1");
     CHECK_FALSE(t.outbox_item("no-such-item")->has_value());
@@ -204,7 +209,13 @@ TEST_CASE("records read ahead read as they would without it, and as written afte
     CHECK(t.funds("O2")->order_id() == "O2");
     CHECK(t.call(ref("sess_1", "t1", "c1"))->has_value());
     CHECK_FALSE(t.call(ref("sess_1", "t1", "c2"))->has_value());
+    CHECK((*t.ledger_entry("k1"))->amount_minor() == 3);
+    CHECK_FALSE(t.ledger_entry("k2")->has_value());
     REQUIRE(t.put_operation(op("k1", pb::STATE_EXECUTING)).ok());
+    pb::LedgerEntry entry;
+    entry.set_operation_key("k2");
+    entry.set_amount_minor(5);
+    t.put_ledger(entry);
     pb::OrderFunds funds = *t.funds("O1");
     funds.set_reserved_minor(4);
     t.put_funds(funds);
@@ -213,6 +224,7 @@ TEST_CASE("records read ahead read as they would without it, and as written afte
     CHECK((*t.operation("k1"))->state() == pb::STATE_EXECUTING);
     CHECK(t.funds("O1")->reserved_minor() == 4);
     CHECK_FALSE(t.outbox_item(id)->has_value());
+    CHECK((*t.ledger_entry("k2"))->amount_minor() == 5);
     CHECK(t.read_ahead({}).ok());
   });
   CHECK((*f.s->reader().operation("k1"))->state() == pb::STATE_EXECUTING);
