@@ -28,6 +28,12 @@ namespace {
 #define OPGATE_LIVE_NODES                                                          \
   "(SELECT substr(name, 6) FROM leases WHERE name LIKE 'node:%' AND expires_at > " \
   "clock_timestamp())"
+// Another node's item this node may take: due, a handoff ($5 ms) after its
+// node wrote it, and its node gone or it left due too long ($7 ms); not one
+// of this node's lanes' ($6).
+#define OPGATE_TAKEN_OVER                                                          \
+  "not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND (GREATEST(not_before_ms, " \
+  "node_since_ms) <= $2 - $7 OR node NOT IN " OPGATE_LIVE_NODES ") AND id <> ALL($6::bigint[])"
 
 // name -> SQL. Integer parameters are bigint; text keys compare in "C" order.
 const std::vector<std::pair<const char*, const char*>> kStatements = {
@@ -184,15 +190,23 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Items of $6 (the node's own, in its lanes) are left out.
     // The node's own and other nodes' due items by when they fell due, so
     // that a steady stream of its own never crowds out what it takes over.
+    // Each part reads its own range of the index by node (its own items,
+    // those of no node, and other nodes' either side of its own), so a
+    // node never walks its own backlog for others' items, nor others' for
+    // its own.
     {"ob_due",
      "SELECT id, data FROM ("
-     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node IN ($4, '') "
+     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node = $4 "
      "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
      "UNION ALL "
-     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND "
-     "node NOT IN ($4, '') AND not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND "
-     "(GREATEST(not_before_ms, node_since_ms) <= $2 - $7 OR node NOT IN " OPGATE_LIVE_NODES ") AND "
-     "id <> ALL($6::bigint[]) ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
+     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node = '' "
+     "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
+     "UNION ALL "
+     "(SELECT id, data, not_before_ms FROM ("
+     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node > '' "
+     "AND node < $4 AND " OPGATE_TAKEN_OVER ") UNION ALL "
+     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node > $4 "
+     "AND " OPGATE_TAKEN_OVER ")) others ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
      ") due ORDER BY not_before_ms, id LIMIT $3"},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
@@ -250,6 +264,7 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) "
      "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"},
 };
+#undef OPGATE_TAKEN_OVER
 #undef OPGATE_LIVE_NODES
 
 // The SQL of one of kStatements.

@@ -194,6 +194,14 @@ ALTER TABLE outbox ADD COLUMN node_since_ms bigint NOT NULL DEFAULT 0;
 CREATE INDEX outbox_node_due ON outbox (queue, node, not_before_ms);
 )SQL";
 
+// A node's items in the order they fall due, ties by id: its due items
+// are read from its own part of the index, in order, without walking
+// other nodes' items or sorting.
+constexpr const char* kV7 = R"SQL(
+CREATE INDEX outbox_node_due_id ON outbox (queue, node, not_before_ms, id);
+DROP INDEX outbox_node_due;
+)SQL";
+
 // Runs `fn` on each record the prepared statement `stmt` returns (its id
 // or key in column 0, the record's bytes in column 1).
 template <typename Message>
@@ -258,6 +266,7 @@ const std::vector<Migration>& migrations() {
       {4, "kept records: agent tokens and what other features keep by kind and key", kV4},
       {5, "count changes, inserted by the transactions and folded into the counts", kV5},
       {6, "outbox items by the node that queued them", kV6},
+      {7, "each node's outbox items in the order they fall due", kV7},
   };
   return all;
 }
