@@ -103,8 +103,9 @@ class Conn {
   Result<std::vector<Rows>> pipeline(const std::vector<Stmt>& stmts);
   // Sends prepared statements in a pipeline without waiting for them, for
   // statements whose results nobody reads: the next call on the connection
-  // reads them first and fails with their first failure, if any (and the
-  // statements it sends are then not executed either).
+  // reads them first and fails with their first failure, if any. Inside a
+  // transaction that failure aborted it, so what the call sends does
+  // nothing; exec() still runs its statement, so that a ROLLBACK ends it.
   Status send_ahead(const std::vector<Stmt>& stmts);
 
   // The SQLSTATE of the last failure ("" if none or not from the server).
