@@ -160,7 +160,7 @@ Status Conn::exec(const std::string& sql) {
   sqlstate_.clear();
   // What was sent ahead fails this call, but the statement still runs: a
   // ROLLBACK after a failed batch must.
-  const Status ahead = catch_up();
+  const Status ahead = read_sent(nullptr);
   const std::string ahead_state = sqlstate_;
   if (broken()) return ahead ? failure("exec", nullptr) : ahead;
   PQsendQuery(c_, sql.c_str());
@@ -181,7 +181,7 @@ Status Conn::exec(const std::string& sql) {
 
 Status Conn::prepare(const std::string& name, const std::string& sql) {
   sqlstate_.clear();
-  OPGATE_TRY(catch_up());
+  OPGATE_TRY(read_sent(nullptr));
   pg_result* r = PQprepare(c_, name.c_str(), sql.c_str(), 0, nullptr);
   Rows owned(r);
   if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) return failure("prepare " + name, r);
@@ -205,7 +205,7 @@ struct Packed {
 
 Result<Rows> Conn::run(const std::string& name, const std::vector<Param>& params) {
   sqlstate_.clear();
-  OPGATE_TRY(catch_up());
+  OPGATE_TRY(read_sent(nullptr));
   Packed p(params);
   pg_result* r = PQexecPrepared(c_, name.c_str(), static_cast<int>(params.size()), p.values.data(),
                                 p.lengths.data(), p.formats.data(), 1);
@@ -222,12 +222,17 @@ Status Conn::send_batch(const std::vector<Stmt>& stmts) {
     sent = PQsendQueryPrepared(c_, stmts[i].name.c_str(), static_cast<int>(stmts[i].params.size()),
                                p.values.data(), p.lengths.data(), p.formats.data(), 1) == 1;
   }
-  if (sent && PQpipelineSync(c_) == 1) return Status::Ok();
+  if (sent && PQpipelineSync(c_) == 1) {
+    std::vector<std::string> names;
+    for (const auto& s : stmts) names.push_back(s.name);
+    sent_.push_back(std::move(names));
+    return Status::Ok();
+  }
   Error e = failure("pipeline", nullptr);
   // The connection's state is unknown: the caller drops it.
   PQfinish(c_);
   c_ = nullptr;
-  ahead_.clear();
+  sent_.clear();
   return e;
 }
 
@@ -263,11 +268,12 @@ void Conn::read_batch(const std::vector<std::string>& names, std::vector<Rows>* 
   }
 }
 
-Status Conn::catch_up() {
-  if (ahead_.empty()) return Status::Ok();
+Status Conn::read_sent(std::vector<Rows>* last) {
+  if (sent_.empty()) return Status::Ok();
   std::optional<Error> err;
-  for (const auto& names : ahead_) read_batch(names, nullptr, err);
-  ahead_.clear();
+  for (size_t i = 0; i < sent_.size(); ++i)
+    read_batch(sent_[i], i + 1 == sent_.size() ? last : nullptr, err);
+  sent_.clear();
   PQexitPipelineMode(c_);
   if (err) return *err;
   if (broken()) return failure("pipeline", nullptr);
@@ -277,37 +283,20 @@ Status Conn::catch_up() {
 Status Conn::send_ahead(const std::vector<Stmt>& stmts) {
   if (stmts.empty()) return Status::Ok();
   if (broken()) return failure("pipeline", nullptr);
-  OPGATE_TRY(send_batch(stmts));
-  std::vector<std::string> names;
-  for (const auto& s : stmts) names.push_back(s.name);
-  ahead_.push_back(std::move(names));
-  return Status::Ok();
+  return send_batch(stmts);
 }
 
 Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
   sqlstate_.clear();
-  if (stmts.empty()) {
-    OPGATE_TRY(catch_up());
-    return std::vector<Rows>();
-  }
-  if (stmts.size() == 1 && ahead_.empty()) {
+  std::vector<Rows> out;
+  if (stmts.size() == 1 && sent_.empty()) {
     auto r = run(stmts[0].name, stmts[0].params);
     if (!r) return r.error();
-    std::vector<Rows> out;
     out.push_back(std::move(*r));
     return out;
   }
-  OPGATE_TRY(send_batch(stmts));
-  std::optional<Error> err;
-  for (const auto& names : ahead_) read_batch(names, nullptr, err);
-  ahead_.clear();
-  std::vector<std::string> names;
-  for (const auto& s : stmts) names.push_back(s.name);
-  std::vector<Rows> out;
-  read_batch(names, &out, err);
-  PQexitPipelineMode(c_);
-  if (err) return *err;
-  if (broken()) return failure("pipeline", nullptr);
+  if (!stmts.empty()) OPGATE_TRY(send_batch(stmts));
+  OPGATE_TRY(read_sent(&out));
   return out;
 }
 

@@ -121,18 +121,19 @@ class Conn {
  private:
   Conn() = default;
   Error failure(std::string_view what, pg_result* r);
-  // Sends a batch and its sync, entering pipeline mode if not in it; on
-  // failure the connection is closed.
+  // Sends a batch and its sync, entering pipeline mode if not in it, and
+  // remembers it as sent; on failure the connection is closed.
   Status send_batch(const std::vector<Stmt>& stmts);
   // Reads one batch's results (and its sync) into out; the first failure
   // is kept in err.
   void read_batch(const std::vector<std::string>& names, std::vector<Rows>* out,
                   std::optional<Error>& err);
-  // Reads what send_ahead() sent and leaves pipeline mode.
-  Status catch_up();
+  // Reads every batch sent, the last one's results into last (if given),
+  // and leaves pipeline mode; fails with the first failure.
+  Status read_sent(std::vector<Rows>* last);
   pg_conn* c_ = nullptr;
   std::string sqlstate_;
-  std::vector<std::vector<std::string>> ahead_;  // batches sent ahead, unread: their names
+  std::vector<std::vector<std::string>> sent_;  // batches sent, unread: their names
 };
 
 // Connections made on demand up to `size`, handed out one at a time.

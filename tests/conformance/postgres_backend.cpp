@@ -823,8 +823,9 @@ TEST_CASE("postgres: an audited change writes its operation once; a record is re
 
 // PostgreSQL only: a node's audited commits from many threads, some of
 // which fail in the pipeline that carries their guess of the head or in
-// the one sent ahead of it (a key the database refuses): each commit that succeeded is in the one
-// chain once, each that failed is not, and every node sees the head the last one left.
+// the one sent ahead of it (a key the database refuses): each commit that
+// succeeded is in the one chain once, each that failed is not, and every
+// node sees the head the last one left.
 TEST_CASE("postgres: audited commits of many threads keep one chain when some fail to commit") {
   using opgate::conformance::backend;
   namespace pb = opgate::pb;
