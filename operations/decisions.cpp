@@ -25,6 +25,14 @@ Result<pb::Operation> visible_operation(store::Reader& reader, const std::string
   return std::move(*op);
 }
 
+Result<store::OperationHistory> visible_history(store::Reader& reader, const std::string& key,
+                                                const Principal& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto found, reader.operation_history(key));
+  if (!found || !principal.may_act_for(found->operation.proposal().owner()))
+    return make_error(errc::not_found, "No operation with that key.");
+  return std::move(*found);
+}
+
 namespace {
 
 constexpr std::string_view kExpiredReason = "No decision was made before the approval time limit.";

@@ -20,6 +20,9 @@ namespace opgate::operations {
 // The operation, if it exists and the principal may see its owner.
 Result<pb::Operation> visible_operation(store::Reader& reader, const std::string& key,
                                         const Principal& principal);
+// Likewise, with its audit records, as of one moment.
+Result<store::OperationHistory> visible_history(store::Reader& reader, const std::string& key,
+                                                const Principal& principal);
 
 struct Approved {
   ApprovalStep step = ApprovalStep::repeat;

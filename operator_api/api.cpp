@@ -340,14 +340,11 @@ class Api {
   }
 
   Response get_operation(const std::string& key, const Principal& p) {
-    auto& reader = d_.storage.reader();
-    auto op = operations::visible_operation(reader, key, p);
-    if (!op) return from_error(op.error());
-    auto history = reader.audit_of(key);
-    if (!history) return from_error(history.error());
-    auto o = op_json(*op);
+    auto found = operations::visible_history(d_.storage.reader(), key, p);
+    if (!found) return from_error(found.error());
+    auto o = op_json(found->operation);
     json::array rows;
-    for (const auto& r : *history) rows.push_back(operations::audit_json(r));
+    for (const auto& r : found->records) rows.push_back(operations::audit_json(r));
     o["history"] = std::move(rows);
     return ok_json(o);
   }
@@ -897,13 +894,16 @@ class Api {
     if (auto key = req.query_param("operation"); key && !key->empty()) {
       // A principal's passkey records are its own, and those of a token
       // that sees every owner; an operation's, of those who may see it.
+      Result<std::vector<pb::AuditRecord>> records = std::vector<pb::AuditRecord>();
       if (key->starts_with("passkey:")) {
         if (*key != "passkey:" + p.name && !p.sees_every_owner())
           return error_response(errc::not_found, "No operation with that key.");
-      } else if (auto op = operations::visible_operation(reader, *key, p); !op) {
-        return from_error(op.error());
+        records = reader.audit_of(*key);
+      } else if (auto found = operations::visible_history(reader, *key, p); found) {
+        records = std::move(found->records);
+      } else {
+        records = found.error();
       }
-      auto records = reader.audit_of(*key);
       if (!records) return from_error(records.error());
       for (const auto& r : *records) rows.push_back(operations::audit_json(r));
       return ok_json(json::object{{"audit", rows}, {"next_after", nullptr}});

@@ -80,6 +80,12 @@ struct OperationPage {
   std::string next_after;  // "" when there are no more
 };
 
+// An operation and its audit records in chain order.
+struct OperationHistory {
+  pb::Operation operation;
+  std::vector<pb::AuditRecord> records;
+};
+
 struct LedgerQuery {
   std::string session_id;  // "" matches any
   std::string owner;       // "" matches any
@@ -182,6 +188,15 @@ class Reader {
   // --- Audit chain
   // An operation's records in chain order.
   virtual Result<std::vector<pb::AuditRecord>> audit_of(const std::string& operation_key) = 0;
+  // The operation with that key and its records; none if there is no such
+  // operation. A backend may read both at one moment, in one round trip; by
+  // default, two reads.
+  virtual Result<std::optional<OperationHistory>> operation_history(const std::string& key) {
+    OPGATE_ASSIGN_OR_RETURN(auto op, operation(key));
+    if (!op) return std::optional<OperationHistory>();
+    OPGATE_ASSIGN_OR_RETURN(auto records, audit_of(key));
+    return std::optional<OperationHistory>(OperationHistory{std::move(*op), std::move(records)});
+  }
   // Records with seq > after_seq in chain order, at most `limit`.
   virtual Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) = 0;
   virtual Result<AuditHead> audit_head() = 0;

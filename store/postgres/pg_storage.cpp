@@ -159,6 +159,11 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "data = EXCLUDED.data"},
     // Audit chain.
     {"a_of", "SELECT data FROM audit WHERE operation_key = $1 ORDER BY seq"},
+    // An operation (part 0) and its records (part 1), in one snapshot. Named
+    // "o_" as it reads the operations table.
+    {"o_history",
+     "SELECT 0::bigint AS part, 0::bigint AS seq, data FROM operations WHERE key = $1 UNION ALL "
+     "SELECT 1::bigint, seq, data FROM audit WHERE operation_key = $1 ORDER BY 1, 2"},
     {"a_page", "SELECT seq, data FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2"},
     {"a_head", "SELECT seq, hash FROM audit_head WHERE id = 1"},
     {"a_head_lock", "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE"},
@@ -505,6 +510,22 @@ class PgReads : public virtual Reader {
     return every<pb::AuditRecord>(rows, "audit record");
   }
 
+  Result<std::optional<OperationHistory>> operation_history(const std::string& key) override {
+    OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"o_history", {text(key)}}));
+    if (rows.empty() || rows.int8(0, 0) != 0) return std::optional<OperationHistory>();
+    OperationHistory h;
+    auto b = rows.bytes(0, 2);
+    if (!h.operation.ParseFromArray(b.data(), static_cast<int>(b.size())))
+      return corrupt("operation");
+    h.records.reserve(rows.size() - 1);
+    for (int i = 1; i < rows.size(); ++i) {
+      auto r = rows.bytes(i, 2);
+      if (!h.records.emplace_back().ParseFromArray(r.data(), static_cast<int>(r.size())))
+        return corrupt("audit record");
+    }
+    return std::optional<OperationHistory>(std::move(h));
+  }
+
   Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
     OPGATE_ASSIGN_OR_RETURN(
         auto rows,
@@ -720,6 +741,10 @@ class PgTransaction final : public Transaction, public PgReads {
   Result<std::vector<pb::AuditRecord>> audit_of(const std::string& key) override {
     if (!unchained_.empty()) OPGATE_TRY(lock_head());
     return PgReads::audit_of(key);
+  }
+  // Read as a transaction reads each record, with its lock.
+  Result<std::optional<OperationHistory>> operation_history(const std::string& key) override {
+    return Reader::operation_history(key);
   }
   Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
     if (!unchained_.empty()) OPGATE_TRY(lock_head());

@@ -76,6 +76,14 @@ pb::CallRef ref(const std::string& session, const std::string& turn, const std::
   return r;
 }
 
+pb::AuditRecord record(const std::string& key, const std::string& action) {
+  pb::AuditRecord a;
+  a.set_operation_key(key);
+  a.set_action(action);
+  a.set_principal("system");
+  return a;
+}
+
 }  // namespace
 
 TEST_CASE("a transaction commits all of its writes or, when it fails, none") {
@@ -569,13 +577,6 @@ TEST_CASE("an operation that records a head not chained yet reads back in its tr
 
 TEST_CASE("the audit chain links every record, across transactions and restarts") {
   Fixture f;
-  auto record = [](const std::string& key, const std::string& action) {
-    pb::AuditRecord a;
-    a.set_operation_key(key);
-    a.set_action(action);
-    a.set_principal("system");
-    return a;
-  };
   f.write([&](Transaction& t) {
     t.append_audit(record("k1", "propose"));
     t.append_audit(record("k2", "propose"));
@@ -597,6 +598,43 @@ TEST_CASE("the audit chain links every record, across transactions and restarts"
   CHECK(v->ok);
   CHECK(v->records == 3);
   CHECK(v->head.hash == head->hash);
+}
+
+TEST_CASE("an operation is read with its records, in a transaction as it would be outside") {
+  Fixture f;
+  f.write([&](Transaction& t) {
+    REQUIRE(t.put_operation(op("k1", pb::STATE_PENDING)).ok());
+    t.append_audit(record("k1", "propose"));
+    t.append_audit(record("k2", "propose"));
+    t.append_audit(record("k1", "approve"));
+  });
+  f.write([&](Transaction& t) { t.append_audit(record("k1", "claim")); });
+  auto& r = f.s->reader();
+  auto found = r.operation_history("k1");
+  REQUIRE(found.ok());
+  REQUIRE(found->has_value());
+  CHECK((*found)->operation.key() == "k1");
+  CHECK((*found)->operation.state() == pb::STATE_PENDING);
+  REQUIRE((*found)->records.size() == 3);
+  CHECK((*found)->records[0].action() == "propose");
+  CHECK((*found)->records[1].action() == "approve");
+  CHECK((*found)->records[2].action() == "claim");
+  CHECK((*found)->records[2].seq() == 4);
+  // Records alone are not an operation; neither is a key never used.
+  CHECK_FALSE(r.operation_history("k2")->has_value());
+  CHECK_FALSE(r.operation_history("nope")->has_value());
+  // A transaction reads its own writes, the new record chained.
+  f.write([&](Transaction& t) {
+    REQUIRE(t.put_operation(op("k1", pb::STATE_APPROVED)).ok());
+    t.append_audit(record("k1", "settle"));
+    auto mine = t.operation_history("k1");
+    REQUIRE(mine.ok());
+    REQUIRE(mine->has_value());
+    CHECK((*mine)->operation.state() == pb::STATE_APPROVED);
+    REQUIRE((*mine)->records.size() == 4);
+    CHECK((*mine)->records[3].action() == "settle");
+  });
+  CHECK(r.operation_history("k1")->value().records.size() == 4);
 }
 
 TEST_CASE("outbox items are due by time, rescheduled and removed") {
