@@ -192,6 +192,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   pb::OutboxItem item;
   item.set_kind(pb::OUTBOX_EXECUTE);
   item.set_operation_key(key);
+  item.set_order_id(op.proposal().order_id());
   txn.enqueue(std::move(item));
   return out;
 }

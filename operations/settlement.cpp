@@ -63,6 +63,7 @@ void stage_result(store::Transaction& txn, pb::ToolCall& call, const pb::ToolRes
   item.mutable_call()->set_session_id(call.session_id());
   item.mutable_call()->set_turn_id(call.turn_id());
   item.mutable_call()->set_call_id(call.call_id());
+  *item.mutable_result() = call.result();
   txn.enqueue(std::move(item));
 }
 

@@ -190,26 +190,34 @@ Result<std::optional<operations::SourcedOrder>> Drainer::source_order(
 
 namespace {
 // What a transaction of an operation's item reads first: the item, the
-// operation, and its order's records.
-store::ReadAhead item_and_operation(const store::OutboxEntry& entry, const pb::Operation* op) {
+// operation, and its order's records (if the order is known).
+store::ReadAhead item_and_operation(const store::OutboxEntry& entry, const std::string& order_id) {
   store::ReadAhead ahead;
   ahead.outbox_items = {entry.id};
   ahead.operations = {entry.item.operation_key()};
-  if (op) ahead.orders = ahead.funds = {op->proposal().order_id()};
+  if (!order_id.empty()) ahead.orders = ahead.funds = {order_id};
   return ahead;
 }
 }  // namespace
 
 void Drainer::execute(const store::OutboxEntry& entry) {
   const std::string& key = entry.item.operation_key();
-  // The order is re-read before the claim: nothing is executed on an order
-  // the service could not confirm just now.
-  auto seen = storage_.reader().operation(key);
-  if (!seen) {
-    spdlog::warn("operation {} waits: {}", key, seen.error().message);
-    return retry_later(entry, seen.error().message);
+  // The item names its order (one made before items did is read for it).
+  // With an order service, the operation is read first, and its order
+  // re-read before the claim: nothing is executed on an order the service
+  // could not confirm just now.
+  std::optional<pb::Operation> seen;
+  std::string order_id = entry.item.order_id();
+  if (order_id.empty() || orders_) {
+    auto read = storage_.reader().operation(key);
+    if (!read) {
+      spdlog::warn("operation {} waits: {}", key, read.error().message);
+      return retry_later(entry, read.error().message);
+    }
+    seen = std::move(*read);
+    if (seen) order_id = seen->proposal().order_id();
   }
-  auto sourced = source_order(*seen);
+  auto sourced = source_order(seen);
   if (!sourced) {
     spdlog::warn("operation {} waits: {}", key, sourced.error().message);
     return retry_later(entry, sourced.error().message);
@@ -218,7 +226,7 @@ void Drainer::execute(const store::OutboxEntry& entry) {
   store::OutboxEntry leased;
   auto policy = policy_.get();
   const std::string token = crypto::random_hex(8);
-  const auto ahead = item_and_operation(entry, *seen ? &**seen : nullptr);
+  const auto ahead = item_and_operation(entry, order_id);
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
     claimed.reset();
     OPGATE_TRY(txn.read_ahead(ahead));
@@ -258,7 +266,7 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
   bool fenced = false;
   // Its settlement reads the calls that asked for it too, the ledger entry
   // a success writes, and the order's own record only to cancel the order.
-  store::ReadAhead ahead = item_and_operation(entry, &claimed);
+  store::ReadAhead ahead = item_and_operation(entry, claimed.proposal().order_id());
   if (claimed.proposal().kind() != operations::kCancelOrder) ahead.orders.clear();
   ahead.calls.assign(claimed.calls().begin(), claimed.calls().end());
   if (result.verdict == operations::Verdict::succeeded) ahead.ledger = {claimed.key()};
@@ -441,14 +449,19 @@ Status Drainer::reconcile_due_now(const std::string& key) {
 
 void Drainer::deliver(const store::OutboxEntry& entry) {
   const auto& ref = entry.item.call();
-  auto call = storage_.reader().call(ref);
-  if (!call) {
-    spdlog::error("cannot read call {}: {}", call_text(ref), call.error().message);
-    return;
+  // The item carries the result; one made before items did reads the call.
+  std::optional<pb::ToolCall> call;
+  if (!entry.item.has_result()) {
+    auto read = storage_.reader().call(ref);
+    if (!read) {
+      spdlog::error("cannot read call {}: {}", call_text(ref), read.error().message);
+      return;
+    }
+    if (!*read || !(*read)->result_saved()) return remove(entry);
+    call = std::move(*read);
   }
-  if (!*call || !(*call)->result_saved()) return remove(entry);
-  auto verdict =
-      agents_.submit_result(ref.session_id(), ref, (*call)->result(), result_idempotency_key(ref));
+  const pb::ToolResult& result = call ? call->result() : entry.item.result();
+  auto verdict = agents_.submit_result(ref.session_id(), ref, result, result_idempotency_key(ref));
   if (!verdict) {
     metrics_.inc("opgate_result_deliveries_total", {{"result", "retry"}});
     return retry_later(entry, verdict.error().message, verdict.error().retry_after_ms);

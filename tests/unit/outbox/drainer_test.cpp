@@ -89,6 +89,14 @@ struct World : testing::World {
   std::optional<pb::LedgerEntry> ledger(const std::string& key) {
     return *storage->reader().ledger_entry(key);
   }
+  // Stores the item as given, as an earlier version could have made it.
+  void rewrite(const store::OutboxEntry& entry) {
+    Status s = storage->transact([&](store::Transaction& txn) {
+      txn.update_outbox(entry);
+      return Status::Ok();
+    });
+    REQUIRE(s.ok());
+  }
   size_t items_of(pb::OutboxKind kind, int64_t at_ms) {
     size_t n = 0;
     for (const auto& e : due(at_ms))
@@ -129,6 +137,29 @@ TEST_CASE("an approved refund is claimed, executed once, settled with its ledger
   auto call = w.call("sess_1", "turn_1", "call_refund");
   CHECK(call->delivery() == pb::DELIVERY_DELIVERED);
   CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
+}
+
+TEST_CASE("an execute item names its order; one made before items did is executed the same") {
+  for (const bool named : {true, false}) {
+    CAPTURE(named);
+    World w;
+    w.propose_refund();
+    REQUIRE(w.approve(kRefund).ok());
+    auto items = w.due(w.clock.now_ms());
+    REQUIRE(items.size() == 1);
+    CHECK(items[0].item.kind() == pb::OUTBOX_EXECUTE);
+    CHECK(items[0].item.order_id() == "ORDER-100");
+    if (!named) {
+      auto old = items[0];
+      old.item.clear_order_id();
+      w.rewrite(old);
+    }
+    w.pump();
+    CHECK(w.state(kRefund) == "settled/succeeded");
+    CHECK(w.provider.executed.size() == 1);
+    CHECK(w.funds().refunded_minor() == 2500);
+    CHECK(w.funds().reserved_minor() == 0);
+  }
 }
 
 TEST_CASE("a definite refusal settles failed: no ledger row, the held amount released") {
@@ -574,6 +605,30 @@ TEST_CASE("a conflicting result is flagged, never overwritten or retried") {
   CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_CONFLICT);
   CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
   CHECK(w.agents.idempotency_keys.size() == 1);
+}
+
+TEST_CASE("a deliver item carries its result; one made before items did reads the call") {
+  for (const bool carried : {true, false}) {
+    CAPTURE(carried);
+    World w;
+    w.agents.verdict = make_error(errc::agents_unavailable, "agents API answered 503");
+    w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
+    const auto saved = w.call("sess_1", "turn_1", "call_1")->result();
+    auto items = w.due(w.clock.now_ms() + 3'600'000);
+    REQUIRE(items.size() == 1);
+    CHECK(items[0].item.result().SerializeAsString() == saved.SerializeAsString());
+    if (!carried) {
+      auto old = items[0];
+      old.item.clear_result();
+      w.rewrite(old);
+    }
+    w.clock.advance_ms(3'600'000);
+    w.agents.verdict = operations::SubmitVerdict::accepted;
+    w.pump();
+    CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_DELIVERED);
+    REQUIRE(w.agents.submitted.size() == 2);
+    CHECK(w.agents.submitted.back().second.SerializeAsString() == saved.SerializeAsString());
+  }
 }
 
 TEST_CASE("a retryable failure waits for Retry-After and resends under the same key") {
