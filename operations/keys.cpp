@@ -22,6 +22,17 @@ int key_version(std::string_view key) {
   return v;
 }
 
+std::string_view key_order(std::string_view key) {
+  if (key_version(key) == 0) return {};
+  const auto first = key.find(':');
+  const auto second = key.find(':', first + 1);
+  const auto third = key.find(':', second + 1);
+  if (first == 0 || second == std::string_view::npos || third == std::string_view::npos ||
+      key.find(':', third + 1) != std::string_view::npos)
+    return {};
+  return key.substr(first + 1, second - first - 1);
+}
+
 std::string fingerprint(const pb::Proposal& p) {
   // One field per line, "name=value", values length-prefixed so no value can
   // forge a field boundary.

@@ -23,6 +23,9 @@ std::string operation_key(std::string_view owner, std::string_view order_id, std
                           int version = 1);
 // The version of an operation key (0 if it has none).
 int key_version(std::string_view operation_key);
+// The order an operation key names ("" if it is not a key operation_key()
+// makes): a hint for what to read ahead, never a check.
+std::string_view key_order(std::string_view operation_key);
 
 // SHA-256 (hex) over the canonical fields an approval binds.
 std::string fingerprint(const pb::Proposal& proposal);

@@ -607,19 +607,6 @@ class Api {
       if (!r) return error_response(errc::bad_request, "edit_reason must be 1-500 characters.");
       edit_reason = *r;
     }
-    // An approval never names another order, owner or kind: the key does.
-    const auto shown = operations::visible_operation(d_.storage.reader(), key, p);
-    if (shown) {
-      const auto& proposal = shown->proposal();
-      for (const auto& [field, value] :
-           {std::pair<const char*, const std::string&>{"order_id", proposal.order_id()},
-            {"owner", proposal.owner()},
-            {"kind", proposal.kind()}})
-        if (auto* given = body.if_contains(field);
-            given && !(given->is_string() && given->as_string() == value))
-          return error_response(errc::widening_refused,
-                                fmt::format("An approval cannot change the {}.", field));
-    }
     std::optional<operations::StepUpProof> step_up;
     if (const auto* proof = body.if_contains("step_up")) {
       auto parsed = parse_step_up(*proof, site);
@@ -628,15 +615,27 @@ class Api {
     }
     const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp, edit_reason,
                                               std::move(step_up)};
-    auto sourced = source_order(shown);
-    if (!sourced) return from_error(sourced.error());
+    // The order is read ahead with the operation: the one its key names, or
+    // with an order service, the one the operation names, read first to
+    // source the order there.
+    std::string order_id(operations::key_order(key));
+    Result<std::optional<operations::SourcedOrder>> sourced =
+        std::optional<operations::SourcedOrder>();
+    if (d_.orders) {
+      const auto shown = operations::visible_operation(d_.storage.reader(), key, p);
+      if (shown) order_id = shown->proposal().order_id();
+      sourced = source_order(shown);
+      if (!sourced) return from_error(sourced.error());
+    }
     auto policy = d_.policy.get();
     std::optional<Error> refusal;
     store::ReadAhead ahead;
     ahead.operations = {key};
-    if (shown) ahead.orders = ahead.funds = {shown->proposal().order_id()};
+    if (!order_id.empty()) ahead.orders = ahead.funds = {order_id};
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       OPGATE_TRY(txn.read_ahead(ahead));
+      if (auto shown = operations::visible_operation(txn, key, p); shown)
+        OPGATE_TRY(names_only_its_own(*shown, body));
       OPGATE_ASSIGN_OR_RETURN(auto approved,
                               operations::approve(txn, key, p, request, *policy, *sourced));
       refusal = approved.refusal;
@@ -647,6 +646,20 @@ class Api {
       return conflict_with_state(key, *refusal, p);
     }
     return after_decision(s, key, p);
+  }
+
+  // An approval never names another order, owner or kind: the key does.
+  static Status names_only_its_own(const pb::Operation& op, const json::object& body) {
+    const auto& proposal = op.proposal();
+    for (const auto& [field, value] :
+         {std::pair<const char*, const std::string&>{"order_id", proposal.order_id()},
+          {"owner", proposal.owner()},
+          {"kind", proposal.kind()}})
+      if (auto* given = body.if_contains(field);
+          given && !(given->is_string() && given->as_string() == value))
+        return make_error(errc::widening_refused,
+                          fmt::format("An approval cannot change the {}.", field));
+    return Status::Ok();
   }
 
   // Where passkeys are registered and used for this request: the console.

@@ -186,6 +186,18 @@ TEST_CASE(
     CHECK(r.status == 422);
     CHECK(str(r.body.at("error"), "code") == "widening_refused");
   }
+  // Another order, owner or kind named: the key names them.
+  for (const char* field : {"order_id", "owner", "kind"}) {
+    auto r = c.op(
+        "POST", "/v1/operations/" + kKey + "/approve",
+        fmt::format(R"({{"amount_minor":2500,"currency":"USD","fingerprint":"{}","{}":"other"}})",
+                    fp, field),
+        kAliceToken);
+    CHECK(r.status == 422);
+    CHECK(str(r.body.at("error"), "code") == "widening_refused");
+    CHECK(str(r.body.at("error"), "message") ==
+          fmt::format("An approval cannot change the {}.", field));
+  }
   // Another fingerprint: what was shown is not what is stored.
   for (const auto& body :
        {std::string(R"({"amount_minor":2500,"currency":"USD","fingerprint":"00"})"),

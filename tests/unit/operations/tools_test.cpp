@@ -119,6 +119,15 @@ TEST_CASE("request_refund proposes the server-computed owner, amount and currenc
         "demo-user:ORDER-100:full-refund:v1");
 }
 
+TEST_CASE("an operation key names its order; anything else names none") {
+  CHECK(operations::key_order(
+            operations::operation_key("demo-user", "ORDER-100", "full-refund", 3)) == "ORDER-100");
+  for (const char* other :
+       {"", "ORDER-100", "demo-user:ORDER-100:full-refund", "demo-user:ORDER-100:full-refund:x",
+        ":ORDER-100:full-refund:v1", "a:b:c:d:v1", "passkey:alice"})
+    CHECK_MESSAGE(operations::key_order(other).empty(), other);
+}
+
 TEST_CASE("a model-supplied owner, amount or key is rejected") {
   Fixture f;
   f.orders["ORDER-100"] = order("ORDER-100", "demo-user");
