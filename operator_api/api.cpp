@@ -623,7 +623,10 @@ class Api {
         std::optional<operations::SourcedOrder>();
     if (d_.orders) {
       const auto shown = operations::visible_operation(d_.storage.reader(), key, p);
-      if (shown) order_id = shown->proposal().order_id();
+      if (shown) {
+        if (Status own = names_only_its_own(*shown, body); !own) return from_error(own.error());
+        order_id = shown->proposal().order_id();
+      }
       sourced = source_order(shown);
       if (!sourced) return from_error(sourced.error());
     }
@@ -634,6 +637,7 @@ class Api {
     if (!order_id.empty()) ahead.orders = ahead.funds = {order_id};
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       OPGATE_TRY(txn.read_ahead(ahead));
+      // Checked on the operation as the transaction reads it.
       if (auto shown = operations::visible_operation(txn, key, p); shown)
         OPGATE_TRY(names_only_its_own(*shown, body));
       OPGATE_ASSIGN_OR_RETURN(auto approved,

@@ -93,6 +93,13 @@ TEST_CASE(
   auto down = c.op("POST", "/v1/operations/" + kRefund + "/approve", approval, kAliceToken);
   CHECK(down.status == 503);
   CHECK(str(down.body.at("error"), "code") == "orders_unavailable");
+  // One that names another order is refused as that, before the service.
+  auto other = json::parse(approval).as_object();
+  other["order_id"] = "ORDER-300";
+  auto widened =
+      c.op("POST", "/v1/operations/" + kRefund + "/approve", json::serialize(other), kAliceToken);
+  CHECK(widened.status == 422);
+  CHECK(str(widened.body.at("error"), "code") == "widening_refused");
   CHECK(str(c.operation(kRefund), "state") == "pending");
   c.orders_admin("DELETE", "/_sim/faults");
   auto order = c.orders_admin("GET", "/_sim/orders/ORDER-100").body.as_object();
