@@ -617,17 +617,23 @@ TEST_CASE("a deliver item carries its result; one made before items did reads th
     auto items = w.due(w.clock.now_ms() + 3'600'000);
     REQUIRE(items.size() == 1);
     CHECK(items[0].item.result().SerializeAsString() == saved.SerializeAsString());
-    if (!carried) {
-      auto old = items[0];
-      old.item.clear_result();
-      w.rewrite(old);
+    // What is submitted: the item's result if it has one (made different
+    // here to tell the two apart), else the call's.
+    auto item = items[0];
+    pb::ToolResult expected = saved;
+    if (carried) {
+      expected.set_output(R"({"carried":true})");
+      *item.item.mutable_result() = expected;
+    } else {
+      item.item.clear_result();
     }
+    w.rewrite(item);
     w.clock.advance_ms(3'600'000);
     w.agents.verdict = operations::SubmitVerdict::accepted;
     w.pump();
     CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_DELIVERED);
     REQUIRE(w.agents.submitted.size() == 2);
-    CHECK(w.agents.submitted.back().second.SerializeAsString() == saved.SerializeAsString());
+    CHECK(w.agents.submitted.back().second.SerializeAsString() == expected.SerializeAsString());
   }
 }
 
