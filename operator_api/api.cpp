@@ -916,10 +916,10 @@ class Api {
         if (*key != "passkey:" + p.name && !p.sees_every_owner())
           return error_response(errc::not_found, "No operation with that key.");
         records = reader.audit_of(*key);
-      } else if (auto found = operations::visible_history(reader, *key, p); found) {
-        records = std::move(found->records);
       } else {
-        records = found.error();
+        auto found = operations::visible_history(reader, *key, p);
+        if (!found) return from_error(found.error());
+        records = std::move(found->records);
       }
       if (!records) return from_error(records.error());
       for (const auto& r : *records) rows.push_back(operations::audit_json(r));

@@ -295,8 +295,9 @@ Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
     out.push_back(std::move(*r));
     return out;
   }
+  // An empty call collects the batches sent ahead and returns no results.
   if (!stmts.empty()) OPGATE_TRY(send_batch(stmts));
-  OPGATE_TRY(read_sent(&out));
+  OPGATE_TRY(read_sent(stmts.empty() ? nullptr : &out));
   return out;
 }
 

@@ -293,15 +293,20 @@ Result<std::optional<Message>> parsed(const std::optional<std::string>& data,
 }
 
 template <typename Message>
-Result<std::vector<Message>> every(const Rows& rows, std::string_view what, int col = 0) {
+Status parse_cell(const Rows& rows, int row, int col, std::string_view what, Message& m) {
+  auto b = rows.bytes(row, col);
+  if (!m.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt(what);
+  return Status::Ok();
+}
+
+// Every row's message in column `col`, from row `first` on.
+template <typename Message>
+Result<std::vector<Message>> every(const Rows& rows, std::string_view what, int col = 0,
+                                   int first = 0) {
   std::vector<Message> out;
-  out.reserve(rows.size());
-  for (int i = 0; i < rows.size(); ++i) {
-    Message m;
-    auto b = rows.bytes(i, col);
-    if (!m.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt(what);
-    out.push_back(std::move(m));
-  }
+  out.reserve(static_cast<size_t>(std::max(0, rows.size() - first)));
+  for (int i = first; i < rows.size(); ++i)
+    OPGATE_TRY(parse_cell(rows, i, col, what, out.emplace_back()));
   return out;
 }
 
@@ -514,15 +519,8 @@ class PgReads : public virtual Reader {
     OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"o_history", {text(key)}}));
     if (rows.empty() || rows.int8(0, 0) != 0) return std::optional<OperationHistory>();
     OperationHistory h;
-    auto b = rows.bytes(0, 2);
-    if (!h.operation.ParseFromArray(b.data(), static_cast<int>(b.size())))
-      return corrupt("operation");
-    h.records.reserve(rows.size() - 1);
-    for (int i = 1; i < rows.size(); ++i) {
-      auto r = rows.bytes(i, 2);
-      if (!h.records.emplace_back().ParseFromArray(r.data(), static_cast<int>(r.size())))
-        return corrupt("audit record");
-    }
+    OPGATE_TRY(parse_cell(rows, 0, 2, "operation", h.operation));
+    OPGATE_ASSIGN_OR_RETURN(h.records, every<pb::AuditRecord>(rows, "audit record", 2, 1));
     return std::optional<OperationHistory>(std::move(h));
   }
 
