@@ -12,10 +12,11 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 
 def machine():
-    """Busy and steal clock ticks of the whole machine (/proc/stat)."""
+    """Busy clock ticks of the whole machine (/proc/stat: user, nice,
+    system, irq, softirq)."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
-    return v[0] + v[1] + v[2] + v[5] + v[6], v[7]
+    return v[0] + v[1] + v[2] + v[5] + v[6]
 
 
 def processes():
@@ -64,10 +65,9 @@ def round_of(bin_dir, pg_url, n):
             mark["machine"], mark["processes"] = machine(), processes()
 
         rate, done = settle(c, bin_dir, 1, [f"S{i}" for i in range(n)], before)
-        busy, steal = machine()
-        procs = processes()
-        cpu = (busy - mark["machine"][0]) * 1000 / HZ / max(done, 1)
-        return rate, cpu, split(mark["processes"], procs, max(done, 1))
+        busy, procs, done = machine(), processes(), max(done, 1)
+        cpu = (busy - mark["machine"]) * 1000 / HZ / done
+        return rate, cpu, split(mark["processes"], procs, done)
     finally:
         c.close()
 

@@ -387,11 +387,7 @@ class PgReads : public virtual Reader {
       QueuedEvent q{fixed_id(rows.int8(i, 0)), {}};
       // An entry whose event is gone stays with an empty event: finishing it
       // removes the entry.
-      if (!rows.null(i, 1)) {
-        auto b = rows.bytes(i, 1);
-        if (!q.event.ParseFromArray(b.data(), static_cast<int>(b.size())))
-          return corrupt("inbox event");
-      }
+      if (!rows.null(i, 1)) OPGATE_TRY(parse_cell(rows, i, 1, "inbox event", q.event));
       out.push_back(std::move(q));
     }
     return out;
@@ -602,9 +598,7 @@ class PgReads : public virtual Reader {
     std::vector<OutboxEntry> out;
     for (int i = 0; i < rows.size(); ++i) {
       OutboxEntry e{fixed_id(rows.int8(i, 0)), {}};
-      auto b = rows.bytes(i, 1);
-      if (!e.item.ParseFromArray(b.data(), static_cast<int>(b.size())))
-        return corrupt("outbox item");
+      OPGATE_TRY(parse_cell(rows, i, 1, "outbox item", e.item));
       out.push_back(std::move(e));
     }
     return out;
@@ -636,9 +630,8 @@ class PgReads : public virtual Reader {
     for (int i = 0; i < rows.size(); ++i) {
       const auto at = static_cast<size_t>(rows.int8(i, 0) - 1);
       if (at >= out.size() || rows.null(i, 1)) continue;
-      auto b = rows.bytes(i, 1);
       pb::OutboxItem item;
-      if (!item.ParseFromArray(b.data(), static_cast<int>(b.size()))) return corrupt("outbox item");
+      OPGATE_TRY(parse_cell(rows, i, 1, "outbox item", item));
       out[at] = std::move(item);
     }
     return out;
