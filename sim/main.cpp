@@ -2,7 +2,7 @@
 //   opgate-sim payments --listen 127.0.0.1:0 --port-file FILE [--orders F] [--secret-key K]
 //   opgate-sim agent --listen 127.0.0.1:0 --port-file FILE [--webhook-url URL]
 //                    --webhook-secret whsec_... [--api-key K]
-//   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet]
+//   opgate-sim eval DIR [--opgate PATH] [--only NAME] [--keep] [--quiet] [--jobs N]
 //   opgate-sim load --port P --secret whsec_... [--connections N] [--seconds S]
 //   opgate-sim receiver --listen 127.0.0.1:0 --port-file FILE --secret whsec_...
 //   opgate-sim executor --listen 127.0.0.1:0 --port-file FILE [--token T]
@@ -215,6 +215,8 @@ int main(int argc, char** argv) {
   eval->add_option("--only", only, "run only the scenario with this file stem");
   eval->add_flag("--keep", keep, "keep each scenario's directory (logs and data)");
   eval->add_flag("--quiet", quiet, "show evidence only for properties that failed");
+  eval->add_option("--jobs", eval_options.jobs, "scenarios run at once (default 1)")
+      ->check(CLI::Range(1, 64));
 
   opgate::sim::LoadOptions load_options;
   auto* load = app.add_subcommand(

@@ -73,11 +73,23 @@ Result<bp::child> start_child(const std::string& what, Args&&... args) {
   }
 }
 
-void stop_child(bp::child& c) {
-  if (!c.valid() || !c.running()) return;
-  ::kill(c.id(), SIGTERM);
+// Whether the child exited within the deadline (its exit code is then kept).
+// Not bp::child::wait_for: Boost 1.81's swaps the process's SIGCHLD handler
+// for the wait, which spins or sleeps out its whole deadline when several
+// threads wait at once (the gate's --jobs).
+bool exited_within(bp::child& c, std::chrono::milliseconds deadline) {
   std::error_code ec;
-  if (!c.wait_for(std::chrono::seconds(10), ec)) c.terminate(ec);
+  return poll_until([&] { return !c.running(ec) || ec; }, deadline) && !ec;
+}
+
+void stop_child(bp::child& c) {
+  std::error_code ec;
+  if (!c.valid() || !c.running(ec)) return;
+  ::kill(c.id(), SIGTERM);
+  if (!exited_within(c, std::chrono::seconds(10))) {
+    c.terminate(ec);
+    c.wait(ec);
+  }
 }
 
 }  // namespace
@@ -528,8 +540,7 @@ Status Cluster::reload(const std::string& extra_toml) {
 }
 
 Result<int> Cluster::wait_daemon_exit() {
-  std::error_code ec;
-  if (!daemon_.wait_for(std::chrono::seconds(20), ec))
+  if (!exited_within(daemon_, std::chrono::seconds(20)))
     return failed("the daemon did not exit within 20 s");
   return daemon_.exit_code();
 }

@@ -4,13 +4,17 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/crypto.h"
@@ -898,20 +902,47 @@ int run_gate(const std::filesystem::path& dir, const std::string& only, const Ru
     out << fmt::format("no scenarios (*.json) in {}\n", dir.string());
     return 2;
   }
-  int passed = 0, failed = 0;
+  // Workers take the next file; each report is printed, in the files'
+  // order, as soon as it and those before it are done.
   const int64_t now_s = SystemClock().now_s();
-  for (const auto& file : files) {
-    auto scenario = load_scenario(file, now_s);
-    if (!scenario) {
-      out << fmt::format("FAIL {}\n  [FAIL] the scenario is valid\n         {}\n",
-                         file.stem().string(), scenario.error().message);
-      ++failed;
-      continue;
+  std::vector<std::optional<std::pair<std::string, bool>>> done(files.size());
+  std::mutex mu;
+  std::condition_variable ready;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < files.size(); i = next++) {
+      std::ostringstream text;
+      bool ok = false;
+      if (auto scenario = load_scenario(files[i], now_s); !scenario) {
+        text << fmt::format("FAIL {}\n  [FAIL] the scenario is valid\n         {}\n",
+                            files[i].stem().string(), scenario.error().message);
+      } else {
+        const auto report = run_scenario(*scenario, options);
+        print_report(text, report, verbose);
+        ok = report.passed();
+      }
+      std::lock_guard lock(mu);
+      done[i].emplace(text.str(), ok);
+      ready.notify_all();
     }
-    auto report = run_scenario(*scenario, options);
-    print_report(out, report, verbose);
-    report.passed() ? ++passed : ++failed;
-  }
+  };
+  const size_t workers =
+      std::clamp<size_t>(static_cast<size_t>(std::max(options.jobs, 1)), 1, files.size());
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  std::thread printer([&] {
+    for (size_t i = 0; i < files.size(); ++i) {
+      std::unique_lock lock(mu);
+      ready.wait(lock, [&] { return done[i].has_value(); });
+      out << done[i]->first << std::flush;
+    }
+  });
+  work();
+  for (auto& t : threads) t.join();
+  printer.join();
+  const size_t passed = static_cast<size_t>(
+      std::count_if(done.begin(), done.end(), [](auto& d) { return d->second; }));
+  const size_t failed = done.size() - passed;
   out << fmt::format("{} passed, {} failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -17,6 +17,9 @@ struct RunOptions {
   std::filesystem::path opgate_bin;
   std::filesystem::path sim_bin;
   bool keep_dirs = false;  // keep each scenario's directory (logs and data)
+  // Scenarios run at once, each in its own cluster; their clusters spend
+  // most of their time waiting, so more than the cores can pay.
+  int jobs = 1;
 };
 
 struct ScenarioReport {
@@ -32,8 +35,9 @@ ScenarioReport run_scenario(const Scenario& scenario, const RunOptions& options)
 void print_report(std::ostream& out, const ScenarioReport& report, bool verbose);
 
 // Runs every *.json under `dir` (sorted by name; `only`, if not empty, picks
-// one by stem), prints each report and the summary line "N passed, M
-// failed". Returns 0 if all passed, 1 if any failed, 2 if none could run.
+// one by stem), `options.jobs` at a time, prints each report in that order
+// and the summary line "N passed, M failed". Returns 0 if all passed, 1 if
+// any failed, 2 if none could run.
 int run_gate(const std::filesystem::path& dir, const std::string& only, const RunOptions& options,
              bool verbose, std::ostream& out);
 
