@@ -17,8 +17,8 @@ struct RunOptions {
   std::filesystem::path opgate_bin;
   std::filesystem::path sim_bin;
   bool keep_dirs = false;  // keep each scenario's directory (logs and data)
-  // Scenarios run at once, each in its own cluster; their clusters spend
-  // most of their time waiting, so more than the cores can pay.
+  // Scenarios run at once, each in its own cluster. A cluster mostly
+  // waits, so this may well exceed the cores.
   int jobs = 1;
 };
 
