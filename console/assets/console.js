@@ -209,7 +209,11 @@
     const saved = new URLSearchParams(window.location.search);
     if (saved.get("tier")) tier.value = saved.get("tier");
     if (saved.get("owner")) owner.value = saved.get("owner");
+    // A filter change and the timer can both start a refresh; only the one
+    // started last is drawn, so an older answer never replaces a newer one.
+    let started = 0;
     const refresh = async () => {
+      const mine = ++started;
       const q = new URLSearchParams({ state: "pending", sort: "created_at", limit: "500" });
       if (tier.value) q.set("tier", tier.value);
       if (owner.value.trim()) q.set("owner", owner.value.trim());
@@ -218,6 +222,7 @@
           api("GET", "/v1/operations?" + q.toString()),
           api("GET", "/v1/operations?state=outcome_unknown&sort=created_at&limit=500"),
         ]);
+        if (mine !== started) return;
         renderPending(pending.operations);
         renderUnknown(unknown.operations);
         setText($("pending-updated"), `Updated ${when(serverNow())}; refreshes every few seconds.`);
@@ -308,18 +313,48 @@
     });
   }
 
+  // Draws `rows` (each with a data-key) into `body`, keeping the row already
+  // there for a key and replacing only the cells whose content changed: a
+  // refresh never swaps a row, a link or a checkbox under the pointer.
+  function patchRows(body, rows) {
+    const old = new Map();
+    for (const r of [...body.children]) {
+      if (r.dataset.key) old.set(r.dataset.key, r);
+      else body.removeChild(r);
+    }
+    rows.forEach((row, i) => {
+      let kept = old.get(row.dataset.key);
+      if (kept) {
+        old.delete(row.dataset.key);
+        [...row.children].forEach((cell, j) => {
+          const was = kept.children[j];
+          if (!was) kept.appendChild(cell);
+          else if (was.outerHTML !== cell.outerHTML) kept.replaceChild(cell, was);
+        });
+      } else {
+        kept = row;
+      }
+      if (body.children[i] !== kept) body.insertBefore(kept, body.children[i] || null);
+    });
+    for (const r of old.values()) body.removeChild(r);
+  }
+
+  // The pending operations as last drawn, by key: what a checkbox selects.
+  const shown = new Map();
+
   function renderPending(ops) {
-    const body = $("pending");
-    clear(body);
     const now = serverNow();
+    const rows = [];
+    shown.clear();
     for (const op of ops) {
+      shown.set(op.key, op);
       const needed = op.approvals_needed || 1;
       const got = (op.approvals || []).length;
       const box = el("input", { type: "checkbox", "data-test": "select",
                                 "aria-label": `Select ${op.order_id}` });
       box.checked = selected.has(op.key);
       box.addEventListener("change", () => {
-        if (box.checked) selected.set(op.key, op);
+        if (box.checked) selected.set(op.key, shown.get(op.key) || op);
         else selected.delete(op.key);
         show($("batch-bar"), selected.size > 0);
       });
@@ -340,18 +375,20 @@
         if (ev.target.closest("a") || ev.target.closest("input")) return;
         window.location.assign("/console/operations/" + encodeURIComponent(op.key));
       });
-      body.appendChild(row);
+      rows.push(row);
     }
+    patchRows($("pending"), rows);
+    for (const box of $("pending").querySelectorAll('[data-test="select"]'))
+      box.checked = selected.has(box.closest("tr").dataset.key);
     show($("pending-empty"), ops.length === 0);
     show($("batch-bar"), selected.size > 0);
   }
 
   function renderUnknown(ops) {
-    const body = $("unknown");
-    clear(body);
     const now = serverNow();
+    const rows = [];
     for (const op of ops) {
-      body.appendChild(el("tr", { "data-test": "unknown-row", "data-key": op.key },
+      rows.push(el("tr", { "data-test": "unknown-row", "data-key": op.key },
         el("td", {}, op.owner),
         el("td", {}, opLink(op.key, op.order_id)),
         el("td", {}, kindText(op.kind)),
@@ -361,6 +398,7 @@
         el("td", { className: "num" }, String(op.attempts)),
         el("td", { className: "inert" }, op.last_error || "")));
     }
+    patchRows($("unknown"), rows);
     show($("unknown-empty"), ops.length === 0);
   }
 

@@ -60,7 +60,8 @@ def find_tools():
 CHROMIUM, CHROMEDRIVER = find_tools()
 
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoAlertPresentException, TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException, StaleElementReferenceException, TimeoutException)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.virtual_authenticator import (  # noqa: E402
@@ -416,10 +417,18 @@ def queue_updates_itself(run):
     a.wait(lambda: len(a.all("pending-row")) == 3, "the queue without the settled refund")
     marker = a.d.execute_script("window.__same_page = 1; return 1;")
     check(marker == 1, "marked the page")
+    # A row already shown, and its link, stay the same elements through the
+    # refreshes: a person's click on them is never lost to a redraw.
+    link = a.all("pending-row")[0].find_element(By.CSS_SELECTOR, "a")
     run.propose("ORDER-400")
     a.wait(lambda: a.all("pending-row", f'[data-key="{key("ORDER-400")}"]'),
            "the new proposal to appear")
     check(a.d.execute_script("return window.__same_page") == 1, "no reload happened")
+    try:
+        kept = a.d.execute_script("return arguments[0].isConnected", link)
+    except StaleElementReferenceException:
+        kept = False
+    check(kept, "the row's link was kept through the refresh, not drawn again")
 
 
 def deny_with_reason(run):
