@@ -268,16 +268,22 @@ void Conn::read_batch(const std::vector<std::string>& names, std::vector<Rows>* 
   }
 }
 
-Status Conn::read_sent(std::vector<Rows>* last) {
-  if (sent_.empty()) return Status::Ok();
+Status Conn::read_sent_but(size_t keep, std::vector<Rows>* out) {
+  const size_t n = sent_.size() > keep ? sent_.size() - keep : 0;
   std::optional<Error> err;
-  for (size_t i = 0; i < sent_.size(); ++i)
-    read_batch(sent_[i], i + 1 == sent_.size() ? last : nullptr, err);
-  sent_.clear();
-  PQexitPipelineMode(c_);
+  for (size_t i = 0; i < n; ++i) read_batch(sent_[i], i + 1 == n ? out : nullptr, err);
+  sent_.erase(sent_.begin(), sent_.begin() + static_cast<std::ptrdiff_t>(n));
   if (err) return *err;
   if (broken()) return failure("pipeline", nullptr);
   return Status::Ok();
+}
+
+Status Conn::read_sent(std::vector<Rows>* last) {
+  if (sent_.empty()) return Status::Ok();
+  Status s = read_sent_but(0, last);
+  sent_.clear();
+  PQexitPipelineMode(c_);
+  return s;
 }
 
 Status Conn::send_ahead(const std::vector<Stmt>& stmts) {
@@ -298,6 +304,16 @@ Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
   // An empty call collects the batches sent ahead and returns no results.
   if (!stmts.empty()) OPGATE_TRY(send_batch(stmts));
   OPGATE_TRY(read_sent(stmts.empty() ? nullptr : &out));
+  return out;
+}
+
+Result<std::vector<Rows>> Conn::pipeline_then(const std::vector<Stmt>& stmts,
+                                              const std::vector<Stmt>& then) {
+  sqlstate_.clear();
+  std::vector<Rows> out;
+  OPGATE_TRY(send_batch(stmts));
+  OPGATE_TRY(send_batch(then));
+  OPGATE_TRY(read_sent_but(1, &out));
   return out;
 }
 

@@ -107,6 +107,11 @@ class Conn {
   // transaction that failure aborted it, so what the call sends does
   // nothing; exec() still runs its statement, so that a ROLLBACK ends it.
   Status send_ahead(const std::vector<Stmt>& stmts);
+  // pipeline(stmts), with `then` sent in the same round trip as a batch of
+  // its own (its own sync) and left unread: the next call reads it first, as
+  // with send_ahead, and pipeline({}) waits for it alone.
+  Result<std::vector<Rows>> pipeline_then(const std::vector<Stmt>& stmts,
+                                          const std::vector<Stmt>& then);
 
   // The SQLSTATE of the last failure ("" if none or not from the server).
   const std::string& last_sqlstate() const { return sqlstate_; }
@@ -131,6 +136,9 @@ class Conn {
   // Reads every batch sent, the last one's results into last (if given),
   // and leaves pipeline mode; fails with the first failure.
   Status read_sent(std::vector<Rows>* last);
+  // Reads every batch sent but the `keep` last ones, the last one read's
+  // results into out; stays in pipeline mode.
+  Status read_sent_but(size_t keep, std::vector<Rows>* out);
   pg_conn* c_ = nullptr;
   std::string sqlstate_;
   std::vector<std::vector<std::string>> sent_;  // batches sent, unread: their names

@@ -46,6 +46,11 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // The database's clock (store/postgres/database_clock.h).
     {"db_now", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"},
     {"commit", "COMMIT"},
+    // The audit head's early release (PgTransaction::finish): the commit that
+    // holds the head does not wait for its flush; a transaction of its own,
+    // writing WAL and committed synchronously, waits for it after.
+    {"commit_early", "SELECT set_config('synchronous_commit', 'off', true)"},
+    {"durable", "SELECT pg_logical_emit_message(true, 'opgate', 'durable')"},
     // Inbox.
     {"ev_get", "SELECT data FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
     {"ev_hash", "SELECT body_sha256 FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
@@ -897,6 +902,33 @@ class PgTransaction final : public Transaction, public PgReads {
 
   void probe() { write({}, {"probe", {text(std::to_string(now_ms_))}}); }
 
+  // Commits: in the node's turn (commit_in_turn), then, for an audited
+  // commit, out of it, waits for the flush (finish()).
+  Status commit() {
+    Status s = commit_in_turn();
+    if (!s || !flush_unread_) return s;
+    // The flush of an early release (finish()), out of the node's turn.
+    flush_unread_ = false;
+    if (auto flushed = conn_.pipeline({}); !flushed) return fail(flushed.error());
+    return Status::Ok();
+  }
+
+  // Whether this one changed any count.
+  bool counted() const { return counted_; }
+
+  void rollback() {
+    if (conn_.broken()) return;
+    if (begun_ || conn_.in_transaction()) (void)conn_.exec("ROLLBACK");
+  }
+
+ protected:
+  Result<Rows> query(std::vector<std::string> locks, Stmt stmt) override {
+    if (failed_) return *failed_;
+    if (reads_operations(stmt)) write_unwritten();
+    return query_head(std::move(locks), std::move(stmt));
+  }
+
+ private:
   // Chains the audit records, writes the counts, and commits.
   // What does not depend on the chain's head (the counts, the wake-up) goes
   // ahead of the head's lock, so that the serial section holds only the
@@ -909,7 +941,7 @@ class PgTransaction final : public Transaction, public PgReads {
   // and takes the head's lock as usual; after a wrong guess the next few
   // commits do not guess (more after each miss), so that nodes committing
   // side by side do not pay for guesses that keep missing.
-  Status commit() {
+  Status commit_in_turn() {
     if (failed_) return *failed_;
     write_count_changes();
     if (notify_) write({}, {"notify", {text(handoff_.node)}});
@@ -949,21 +981,7 @@ class PgTransaction final : public Transaction, public PgReads {
     return s;
   }
 
-  // Whether this one changed any count.
-  bool counted() const { return counted_; }
-
-  void rollback() {
-    if (conn_.broken()) return;
-    if (begun_ || conn_.in_transaction()) (void)conn_.exec("ROLLBACK");
-  }
-
  protected:
-  Result<Rows> query(std::vector<std::string> locks, Stmt stmt) override {
-    if (failed_) return *failed_;
-    if (reads_operations(stmt)) write_unwritten();
-    return query_head(std::move(locks), std::move(stmt));
-  }
-
   // A record read before in this transaction, and not written since, is not
   // read again: its lock has been held since, so no other transaction has
   // changed it (and at SERIALIZABLE the snapshot has not moved).
@@ -1166,13 +1184,37 @@ class PgTransaction final : public Transaction, public PgReads {
   }
 
   // The head chained, what carries it resolved, and the COMMIT.
+  //
+  // A transaction that holds the audit head would hold it through its
+  // commit's flush to disk, and every audited transaction on every node waits
+  // for that lock: their flushes would go one at a time. So the head's holder
+  // releases it early (as Aether and DeWitt et al. describe): it commits
+  // without waiting for the flush, and a second transaction right behind it
+  // on the same connection, in the same round trip, writes a WAL record and
+  // commits synchronously. The log is flushed in order, so when that one
+  // returns the first is on disk too, and only then is the commit reported.
+  // The flushes of many such commits are then one (PostgreSQL's group
+  // flush). Another transaction may see the released records before they
+  // are on disk; anything it then writes comes later in the log, so a crash
+  // loses it with them, and nothing acts outside the database without a
+  // synchronous commit of its own first.
   Status finish() {
     OPGATE_TRY(resolve_provisional());
     write_links();
     if (!begun_ && !staged()) return Status::Ok();  // nothing was ever sent
+    if (chained_.empty()) {
+      batch_.push_back({"commit", {}});
+      auto r = send();
+      if (!r) return r.error();
+      return Status::Ok();
+    }
+    batch_.push_back({"commit_early", {}});
     batch_.push_back({"commit", {}});
-    auto r = send();
-    if (!r) return r.error();
+    lock_ahead();
+    if (opens()) begun_ = true;
+    auto r = conn_.pipeline_then(std::exchange(batch_, {}), {{"durable", {}}});
+    flush_unread_ = true;  // sent; read by commit(), or by the next call
+    if (!r) return fail(r.error());
     return Status::Ok();
   }
 
@@ -1194,6 +1236,8 @@ class PgTransaction final : public Transaction, public PgReads {
     if (conn_.broken() || conn_.last_sqlstate() != "22012") return s.error();
     failed_.reset();
     retryable_ = false;
+    if (std::exchange(flush_unread_, false))
+      (void)conn_.pipeline({});  // refused: the transaction is aborted until the rollback below
     batch_.push_back({"guess_rollback", {}});
     if (auto back = send(); !back) return back.error();
     head_.reset();
@@ -1273,6 +1317,7 @@ class PgTransaction final : public Transaction, public PgReads {
 
   HeadGuess& guess_;
   Conn& conn_;
+  bool flush_unread_ = false;  // finish() sent the flush of an early release
   const bool locking_;
   const int64_t now_ms_;
   std::vector<Stmt> batch_;
@@ -1355,6 +1400,12 @@ Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, con
   if (!first) return first.error();
   auto version = (*first)->run("a_head", {});
   if (!version) return version.error();
+  if (auto durable = (*first)->run("durable", {}); !durable)
+    return make_error(errc::storage_unavailable,
+                      fmt::format("the database role cannot write the WAL record with which an "
+                                  "audited commit waits for its flush (GRANT EXECUTE ON FUNCTION "
+                                  "pg_logical_emit_message(boolean, text, text) to it): {}",
+                                  durable.error().message));
   if (s->db_clock_) {
     OPGATE_TRY(s->db_clock_->sync(**first));
     if (std::abs(s->db_clock_->offset_ms()) > 1000)

@@ -384,6 +384,23 @@ struct TwoNodes {
   TwoNodes& operator=(const TwoNodes&) = delete;
 };
 
+// A connection of the test's own to the nodes' schema, after `setup` (SQL)
+// and a trigger `name` that runs `body` (PL/pgSQL) `when` ("AFTER INSERT ON
+// audit FOR EACH STATEMENT").
+std::unique_ptr<opgate::store::pg::Conn> watching(TwoNodes& nodes, const std::string& setup,
+                                                  const std::string& name, const std::string& body,
+                                                  const std::string& when) {
+  auto conn = opgate::store::pg::Conn::connect(nodes.a->options().conn);
+  REQUIRE(conn.ok());
+  REQUIRE((*conn)
+              ->exec(setup + fmt::format("; CREATE FUNCTION {0}() RETURNS trigger LANGUAGE "
+                                         "plpgsql AS $$ BEGIN {1} RETURN NULL; END $$; "
+                                         "CREATE TRIGGER {0} {2} EXECUTE FUNCTION {0}()",
+                                         name, body, when))
+              .ok());
+  return std::move(*conn);
+}
+
 // How many work items are due for the node at `at` (at most 10).
 size_t due(opgate::store::pg::PgStorage& s, int64_t at) {
   auto items = s.reader().due(opgate::store::Queue::work, at, 10, {});
@@ -732,15 +749,12 @@ TEST_CASE("postgres: an audited change writes its operation once; a record is re
   namespace pb = opgate::pb;
   if (backend().name() != "postgres") return;
   TwoNodes nodes;
-  auto conn = pg::Conn::connect(nodes.a->options().conn);
-  REQUIRE(conn.ok());
-  auto& c = **conn;
-  REQUIRE(c.exec("CREATE TABLE op_writes (n bigint NOT NULL); INSERT INTO op_writes VALUES (0); "
-                 "CREATE FUNCTION count_op_write() RETURNS trigger LANGUAGE plpgsql AS "
-                 "$$ BEGIN UPDATE op_writes SET n = n + 1; RETURN NULL; END $$; "
-                 "CREATE TRIGGER count_op_write AFTER INSERT OR UPDATE ON operations "
-                 "FOR EACH ROW EXECUTE FUNCTION count_op_write()")
-              .ok());
+  auto conn = watching(nodes,
+                       "CREATE TABLE op_writes (n bigint NOT NULL); "
+                       "INSERT INTO op_writes VALUES (0)",
+                       "count_op_write", "UPDATE op_writes SET n = n + 1;",
+                       "AFTER INSERT OR UPDATE ON operations FOR EACH ROW");
+  auto& c = *conn;
   REQUIRE(c.prepare("writes", "SELECT n FROM op_writes").ok());
   auto writes = [&] {
     auto rows = c.run("writes", {});
@@ -819,6 +833,56 @@ TEST_CASE("postgres: an audited change writes its operation once; a record is re
   CHECK((*o)->state() == pb::STATE_SETTLED);
   CHECK((*o)->audit_seq() == records->at(0).seq());
   CHECK(nodes.b->reader().funds("O1")->refunded_minor() == 5);
+}
+
+// PostgreSQL only: a transaction holding the audit head commits without
+// waiting for its flush, so that it releases the head early; it is reported
+// only once a synchronous commit behind it has flushed the log past it. A
+// trigger notes where the log was as the record went in; when the commit
+// returns, the log is flushed that far. (Without the flush the log waits
+// for the WAL writer, 200 ms by default.) And a connection that holds the
+// head pays its turn once: a Conn's batch sent after the commit, read apart.
+TEST_CASE("postgres: an audited commit releases the head early and returns once it is flushed") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  TwoNodes nodes;
+  auto conn = watching(nodes, "CREATE TABLE audit_lsn (lsn pg_lsn NOT NULL)", "note_audit_lsn",
+                       "INSERT INTO audit_lsn VALUES (pg_current_wal_insert_lsn());",
+                       "AFTER INSERT ON audit FOR EACH STATEMENT");
+  auto& c = *conn;
+  REQUIRE(c.prepare("flushed",
+                    "SELECT (pg_current_wal_flush_lsn() >= max(lsn))::int::bigint, count(*) "
+                    "FROM audit_lsn")
+              .ok());
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
+      pb::AuditRecord r;
+      r.set_operation_key("k" + std::to_string(i));
+      r.set_action("propose");
+      t.append_audit(r);
+      return opgate::Status::Ok();
+    }));
+    auto flushed = c.run("flushed", {});
+    REQUIRE(flushed.ok());
+    CHECK(flushed->int8(0, 1) == i + 1);
+    CHECK(flushed->int8(0, 0) == 1);
+  }
+  // The batch behind: read by the next call, its failure that call's.
+  REQUIRE(c.prepare("one", "SELECT 1").ok());
+  REQUIRE(c.prepare("zero", "SELECT 1 / 0").ok());
+  auto first = c.pipeline_then({{"one", {}}, {"one", {}}}, {{"one", {}}});
+  REQUIRE(first.ok());
+  CHECK(first->size() == 2);
+  auto rest = c.pipeline({});
+  REQUIRE(rest.ok());
+  CHECK(rest->empty());
+  REQUIRE(c.pipeline_then({{"one", {}}}, {{"zero", {}}}).ok());
+  auto next = c.pipeline({{"one", {}}, {"one", {}}});
+  CHECK_FALSE(next.ok());
+  CHECK(c.last_sqlstate() == "22012");
+  CHECK(c.run("one", {}).ok());
 }
 
 // PostgreSQL only: a node's audited commits from many threads, some of
