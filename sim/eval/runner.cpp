@@ -917,9 +917,14 @@ int run_gate(const std::filesystem::path& dir, const std::string& only, const Ru
         text << fmt::format("FAIL {}\n  [FAIL] the scenario is valid\n         {}\n",
                             files[i].stem().string(), scenario.error().message);
       } else {
-        const auto report = run_scenario(*scenario, options);
-        print_report(text, report, verbose);
-        ok = report.passed();
+        try {
+          const auto report = run_scenario(*scenario, options);
+          print_report(text, report, verbose);
+          ok = report.passed();
+        } catch (const std::exception& e) {  // one scenario's, not the gate's, end
+          text << fmt::format("FAIL {}\n  [FAIL] the scenario ran to its end\n         {}\n",
+                              files[i].stem().string(), e.what());
+        }
       }
       std::lock_guard lock(mu);
       done[i].emplace(text.str(), ok);
@@ -929,17 +934,13 @@ int run_gate(const std::filesystem::path& dir, const std::string& only, const Ru
   const size_t workers =
       std::clamp<size_t>(static_cast<size_t>(std::max(options.jobs, 1)), 1, files.size());
   std::vector<std::thread> threads;
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work);
-  std::thread printer([&] {
-    for (size_t i = 0; i < files.size(); ++i) {
-      std::unique_lock lock(mu);
-      ready.wait(lock, [&] { return done[i].has_value(); });
-      out << done[i]->first << std::flush;
-    }
-  });
-  work();
+  for (size_t w = 0; w < workers; ++w) threads.emplace_back(work);
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::unique_lock lock(mu);
+    ready.wait(lock, [&] { return done[i].has_value(); });
+    out << done[i]->first << std::flush;
+  }
   for (auto& t : threads) t.join();
-  printer.join();
   const size_t passed = static_cast<size_t>(
       std::count_if(done.begin(), done.end(), [](auto& d) { return d->second; }));
   const size_t failed = done.size() - passed;
