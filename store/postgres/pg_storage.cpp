@@ -1194,10 +1194,11 @@ class PgTransaction final : public Transaction, public PgReads {
   // commits synchronously. The log is flushed in order, so when that one
   // returns the first is on disk too, and only then is the commit reported.
   // The flushes of many such commits are then one (PostgreSQL's group
-  // flush). Another transaction may see the released records before they
-  // are on disk; anything it then writes comes later in the log, so a crash
-  // loses it with them, and nothing acts outside the database without a
-  // synchronous commit of its own first.
+  // flush). For the moment of the flush another transaction may see the
+  // change before it is on disk; anything it writes comes later in the log,
+  // so a crash loses it with the change. The provider is called only after
+  // a synchronous commit of opgate's own (docs/postgres.md says what a read
+  // may see in that moment).
   Status finish() {
     OPGATE_TRY(resolve_provisional());
     write_links();
