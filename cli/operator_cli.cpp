@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
-#include <boost/url/encode.hpp>
-#include <boost/url/rfc/unreserved_chars.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -30,10 +28,6 @@ namespace opgate::cli {
 namespace json = boost::json;
 
 namespace {
-
-std::string seg(const std::string& s) {
-  return boost::urls::encode(s, boost::urls::unreserved_chars);
-}
 
 struct Reply {
   int status = 0;
@@ -107,7 +101,7 @@ std::optional<json::array> all_operations(const Context& c, const std::string& q
   std::string cursor;
   for (;;) {
     std::string path = fmt::format("/v1/operations?limit={}", c.page_size) + query;
-    if (!cursor.empty()) path += "&cursor=" + seg(cursor);
+    if (!cursor.empty()) path += "&cursor=" + http::url_component(cursor);
     auto r = call(c, "GET", path);
     if (!r) return std::nullopt;
     for (auto& op : r->body.as_object().at("operations").as_array()) ops.push_back(op);
@@ -208,7 +202,7 @@ bool linked_to(const json::value& op, const std::string& session) {
 // Fetches the operation; with a session given, it must belong to it.
 std::optional<Reply> operation_of_session(const Context& c, const std::string& key,
                                           const std::string& session) {
-  auto shown = call(c, "GET", "/v1/operations/" + seg(key));
+  auto shown = call(c, "GET", "/v1/operations/" + http::url_component(key));
   if (!shown) return std::nullopt;
   if (!session.empty() && !linked_to(shown->body, session)) {
     std::cerr << fmt::format("error: operation {} does not belong to session {}\n", key, session);
@@ -228,7 +222,7 @@ int print_json_or(const Context& c, const Reply& r, const std::function<void()>&
 }  // namespace
 
 int bind_session(const Context& c, const std::string& session, const std::string& owner) {
-  auto r = call(c, "POST", "/v1/sessions/" + seg(session) + "/bind",
+  auto r = call(c, "POST", "/v1/sessions/" + http::url_component(session) + "/bind",
                 json::serialize(json::object{{"owner", owner}}));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
@@ -237,7 +231,7 @@ int bind_session(const Context& c, const std::string& session, const std::string
 }
 
 int recover_session(const Context& c, const std::string& session) {
-  auto r = call(c, "POST", "/v1/sessions/" + seg(session) + "/recover");
+  auto r = call(c, "POST", "/v1/sessions/" + http::url_component(session) + "/recover");
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     std::cout << fmt::format("session {} synced: {} call(s) known\n", session,
@@ -246,9 +240,9 @@ int recover_session(const Context& c, const std::string& session) {
 }
 
 int inspect_session(const Context& c, const std::string& session) {
-  auto state = call(c, "GET", "/v1/sessions/" + seg(session));
+  auto state = call(c, "GET", "/v1/sessions/" + http::url_component(session));
   if (!state) return 1;
-  auto transcript = call(c, "GET", "/v1/sessions/" + seg(session) + "/transcript");
+  auto transcript = call(c, "GET", "/v1/sessions/" + http::url_component(session) + "/transcript");
   if (!transcript) return 1;
   if (c.json) {
     std::cout << json::serialize(
@@ -377,7 +371,8 @@ int approve(const Context& c, const std::string& key, const std::string& session
                     {"currency", s(op, "currency")},
                     {"fingerprint", s(op, "fingerprint")}};
   if (lower) body["edit_reason"] = reason;
-  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/approve", json::serialize(body));
+  auto r = call(c, "POST", "/v1/operations/" + http::url_component(key) + "/approve",
+                json::serialize(body));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     std::cout << fmt::format(
@@ -389,7 +384,7 @@ int approve(const Context& c, const std::string& key, const std::string& session
 int deny(const Context& c, const std::string& key, const std::string& reason,
          const std::string& session) {
   if (!session.empty() && !operation_of_session(c, key, session)) return 1;
-  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/deny",
+  auto r = call(c, "POST", "/v1/operations/" + http::url_component(key) + "/deny",
                 json::serialize(json::object{{"reason", reason}}));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
@@ -398,7 +393,7 @@ int deny(const Context& c, const std::string& key, const std::string& reason,
 }
 
 int list_operations(const Context& c, const std::string& state, bool attention) {
-  auto all = all_operations(c, state.empty() ? "" : "&state=" + seg(state));
+  auto all = all_operations(c, state.empty() ? "" : "&state=" + http::url_component(state));
   if (!all) return 1;
   json::array ops;
   for (const auto& op : *all)
@@ -417,7 +412,7 @@ int list_operations(const Context& c, const std::string& state, bool attention) 
 }
 
 int show_operation(const Context& c, const std::string& key) {
-  auto r = call(c, "GET", "/v1/operations/" + seg(key));
+  auto r = call(c, "GET", "/v1/operations/" + http::url_component(key));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     print_proposal(r->body);
@@ -431,7 +426,7 @@ int show_operation(const Context& c, const std::string& key) {
 }
 
 int reconcile(const Context& c, const std::string& key) {
-  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/reconcile");
+  auto r = call(c, "POST", "/v1/operations/" + http::url_component(key) + "/reconcile");
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     std::cout << fmt::format("reconciled: {} is now {}{}\n", key, s(r->body, "state"),
@@ -443,7 +438,8 @@ int resolve(const Context& c, const std::string& key, const std::string& outcome
             const std::string& evidence, const std::string& provider_object_id) {
   json::object body{{"outcome", outcome}, {"evidence", evidence}};
   if (!provider_object_id.empty()) body["provider_object_id"] = provider_object_id;
-  auto r = call(c, "POST", "/v1/operations/" + seg(key) + "/resolve", json::serialize(body));
+  auto r = call(c, "POST", "/v1/operations/" + http::url_component(key) + "/resolve",
+                json::serialize(body));
   if (!r) return 1;
   return print_json_or(
       c, *r, [&] { std::cout << fmt::format("resolved: {} is settled/{}\n", key, outcome); });
@@ -753,7 +749,9 @@ int report(const Context& c, const std::string& since) {
 }
 
 int list_drafts(const Context& c, const std::string& order_id) {
-  auto r = call(c, "GET", "/v1/drafts" + (order_id.empty() ? "" : "?order_id=" + seg(order_id)));
+  auto r =
+      call(c, "GET",
+           "/v1/drafts" + (order_id.empty() ? "" : "?order_id=" + http::url_component(order_id)));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     const auto& drafts = r->body.as_object().at("drafts").as_array();
@@ -771,10 +769,10 @@ int ledger(const Context& c, const std::string& session, const std::string& owne
   std::string path = "/v1/ledger";
   std::string sep = "?";
   if (!session.empty()) {
-    path += sep + "session=" + seg(session);
+    path += sep + "session=" + http::url_component(session);
     sep = "&";
   }
-  if (!owner.empty()) path += sep + "owner=" + seg(owner);
+  if (!owner.empty()) path += sep + "owner=" + http::url_component(owner);
   auto r = call(c, "GET", path);
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
@@ -798,7 +796,7 @@ static std::string witnessed_note(const std::string& expect_head) {
 
 int audit_verify_online(const Context& c, const std::string& expect_head) {
   std::string path = "/v1/audit/verify";
-  if (!expect_head.empty()) path += "?expect_head=" + seg(expect_head);
+  if (!expect_head.empty()) path += "?expect_head=" + http::url_component(expect_head);
   auto r = call(c, "GET", path);
   if (!r) return 1;
   bool ok = r->body.as_object().at("ok").as_bool();
@@ -822,7 +820,7 @@ int audit_verify_online(const Context& c, const std::string& expect_head) {
 }
 
 int audit_export(const Context& c, const std::string& key, const std::string& out_file) {
-  auto r = call(c, "GET", "/v1/operations/" + seg(key) + "/evidence");
+  auto r = call(c, "GET", "/v1/operations/" + http::url_component(key) + "/evidence");
   if (!r) return 1;
   // Written whole or not at all: a pack cut short would not verify.
   if (auto written = write_file_atomically(out_file, r->raw); !written) {
@@ -901,7 +899,9 @@ int import_orders(const Context& c, const std::string& file) {
   }
   const auto& orders = *read;
   for (const auto& o : orders)
-    if (!call(c, "PUT", "/v1/orders/" + seg(o.order_id()), operations::order_to_json(o))) return 1;
+    if (!call(c, "PUT", "/v1/orders/" + http::url_component(o.order_id()),
+              operations::order_to_json(o)))
+      return 1;
   std::cout << fmt::format("imported {} order(s)\n", orders.size());
   return 0;
 }
@@ -933,7 +933,8 @@ int notify_list(const Context& c) {
 int notify_release_held(const Context& c, const std::string& from, const std::string& to) {
   json::object body;
   if (!to.empty()) body["to"] = to;
-  auto r = call(c, "POST", "/v1/notify/held/" + seg(from) + "/release", json::serialize(body));
+  auto r = call(c, "POST", "/v1/notify/held/" + http::url_component(from) + "/release",
+                json::serialize(body));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     if (to.empty())
@@ -952,7 +953,7 @@ int notify_replay(const Context& c, const std::string& endpoint, const std::stri
     return 2;
   }
   const int64_t since_ms = d->second ? d->first : now_ms() - d->first;
-  auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/replay",
+  auto r = call(c, "POST", "/v1/notify/endpoints/" + http::url_component(endpoint) + "/replay",
                 json::serialize(json::object{{"since_ms", since_ms}}));
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
@@ -962,7 +963,7 @@ int notify_replay(const Context& c, const std::string& endpoint, const std::stri
 }
 
 int notify_enable(const Context& c, const std::string& endpoint) {
-  auto r = call(c, "POST", "/v1/notify/endpoints/" + seg(endpoint) + "/enable");
+  auto r = call(c, "POST", "/v1/notify/endpoints/" + http::url_component(endpoint) + "/enable");
   if (!r) return 1;
   return print_json_or(c, *r, [&] { std::cout << fmt::format("{} enabled\n", endpoint); });
 }
@@ -1035,7 +1036,7 @@ int agent_token_list(const Context& c) {
 }
 
 int agent_token_revoke(const Context& c, const std::string& id) {
-  auto r = call(c, "DELETE", "/v1/agent-tokens/" + seg(id));
+  auto r = call(c, "DELETE", "/v1/agent-tokens/" + http::url_component(id));
   if (!r) return 1;
   return print_json_or(c, *r, [&] { std::cout << fmt::format("{} revoked\n", id); });
 }

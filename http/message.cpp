@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <boost/url/encode.hpp>
 #include <boost/url/params_view.hpp>
 #include <boost/url/parse.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
 #include <cctype>
 
 namespace opgate::http {
@@ -26,6 +28,10 @@ std::optional<std::string> Request::header(std::string_view name) const {
 std::string Request::path() const {
   auto q = target.find('?');
   return q == std::string::npos ? target : target.substr(0, q);
+}
+
+std::string url_component(std::string_view s) {
+  return boost::urls::encode(s, boost::urls::unreserved_chars);
 }
 
 std::optional<std::string> Request::query_param(std::string_view name) const {

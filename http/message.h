@@ -19,6 +19,10 @@ struct CaseInsensitiveLess {
 };
 using Headers = std::map<std::string, std::string, CaseInsensitiveLess>;
 
+// `s` as one URL path segment or query value: every byte but the unreserved
+// characters (RFC 3986) percent-encoded.
+std::string url_component(std::string_view s);
+
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path plus optional query, as received

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
-#include <boost/url/encode.hpp>
-#include <boost/url/rfc/unreserved_chars.hpp>
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -74,7 +72,7 @@ Result<ApprovalReport> run_approvals(const ApproverOptions& options,
       http::ClientRequest req;
       req.method = "POST";
       req.url = fmt::format("http://{}:{}/v1/operations/{}/approve", options.host, options.port,
-                            boost::urls::encode(job.key, boost::urls::unreserved_chars));
+                            http::url_component(job.key));
       req.timeout = std::chrono::milliseconds(options.timeout_ms);
       req.headers["Authorization"] = "Bearer " + options.token;
       req.headers["Content-Type"] = "application/json";

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
-#include <boost/url/encode.hpp>
-#include <boost/url/rfc/unreserved_chars.hpp>
 
 #include "http/client.h"
 
@@ -20,10 +18,6 @@ using operations::SubmitVerdict;
 
 namespace {
 
-std::string seg(const std::string& s) {
-  return boost::urls::encode(s, boost::urls::unreserved_chars);
-}
-
 class AgentsHttpClient final : public AgentPlatform {
  public:
   explicit AgentsHttpClient(AgentsHttpOptions o) : o_(std::move(o)) {
@@ -31,7 +25,7 @@ class AgentsHttpClient final : public AgentPlatform {
   }
 
   Result<SessionView> get_session(const std::string& id) override {
-    auto res = call("GET", "/agents/sessions/" + seg(id), "", "");
+    auto res = call("GET", "/agents/sessions/" + http::url_component(id), "", "");
     if (!res) return res.error();
     if (says_session_missing(*res, id))
       return make_error(errc::session_not_found, "the agent platform has no session " + id);
@@ -76,8 +70,8 @@ class AgentsHttpClient final : public AgentPlatform {
     else
       event["error"] = result.error();
     std::string body = json::serialize(json::object{{"events", json::array{event}}});
-    auto res = this->call("POST", "/agents/sessions/" + seg(session_id) + "/events", body,
-                          idempotency_key);
+    auto res = this->call("POST", "/agents/sessions/" + http::url_component(session_id) + "/events",
+                          body, idempotency_key);
     if (!res) return res.error();
     if (res->status >= 200 && res->status < 300) return SubmitVerdict::accepted;
     // 409 is also "idempotency_key_in_use" while our own earlier request is
@@ -90,15 +84,16 @@ class AgentsHttpClient final : public AgentPlatform {
   }
 
   Result<std::string> get_turns(const std::string& id) override {
-    auto res = call("GET", "/agents/sessions/" + seg(id) + "/turns", "", "");
+    auto res = call("GET", "/agents/sessions/" + http::url_component(id) + "/turns", "", "");
     if (!res) return res.error();
     if (res->status != 200) return status_error(*res);
     return res->body;
   }
 
   Result<Page> get_items(const std::string& id, const std::string& after, int limit) override {
-    std::string path = fmt::format("/agents/sessions/{}/items?order=asc&limit={}", seg(id), limit);
-    if (!after.empty()) path += "&after=" + seg(after);
+    std::string path =
+        fmt::format("/agents/sessions/{}/items?order=asc&limit={}", http::url_component(id), limit);
+    if (!after.empty()) path += "&after=" + http::url_component(after);
     auto res = call("GET", path, "", "");
     if (!res) return res.error();
     if (res->status != 200) return status_error(*res);

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
-#include <boost/url/encode.hpp>
-#include <boost/url/rfc/unreserved_chars.hpp>
 
 #include "http/client.h"
 #include "operations/orders.h"
@@ -23,10 +21,6 @@ using operations::PaymentResult;
 using operations::Verdict;
 
 namespace {
-
-std::string enc(std::string_view s) {
-  return boost::urls::encode(s, boost::urls::unreserved_chars);
-}
 
 // The error code of a body {"error": {"code": "..."}}, or "".
 std::string error_code_of(std::string_view body) {
@@ -121,7 +115,7 @@ class HttpOrderService final : public OrderService {
                               std::string_view suffix) const {
     http::ClientRequest r;
     r.method = method;
-    r.url = fmt::format("{}/orders/{}{}", o_.base_url, enc(order_id), suffix);
+    r.url = fmt::format("{}/orders/{}{}", o_.base_url, http::url_component(order_id), suffix);
     r.headers["Authorization"] = "Bearer " + o_.token;
     r.headers["Accept"] = "application/json";
     r.timeout = std::chrono::milliseconds(o_.timeout_ms);

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
-#include <boost/url/encode.hpp>
-#include <boost/url/rfc/unreserved_chars.hpp>
 
 #include "http/client.h"
 
@@ -19,10 +17,6 @@ using operations::PaymentResult;
 using operations::Verdict;
 
 namespace {
-
-std::string enc(std::string_view s) {
-  return boost::urls::encode(s, boost::urls::unreserved_chars);
-}
 
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -64,12 +58,15 @@ class StripeProvider final : public PaymentProvider {
       form = fmt::format(
           "payment_intent={}&amount={}&reason=requested_by_customer&"
           "metadata%5Boperation_key%5D={}",
-          enc(req.payment_intent), req.amount_minor, enc(req.operation_key));
+          http::url_component(req.payment_intent), req.amount_minor,
+          http::url_component(req.operation_key));
     } else {
-      path = fmt::format("/v1/customers/{}/balance_transactions", enc(req.customer));
+      path =
+          fmt::format("/v1/customers/{}/balance_transactions", http::url_component(req.customer));
       form = fmt::format("amount={}&currency={}&description={}&metadata%5Boperation_key%5D={}",
-                         -req.amount_minor, lower(req.currency), enc("opgate " + req.reason),
-                         enc(req.operation_key));
+                         -req.amount_minor, lower(req.currency),
+                         http::url_component("opgate " + req.reason),
+                         http::url_component(req.operation_key));
     }
     http::ClientRequest http_req = base("POST", path);
     http_req.headers["Content-Type"] = "application/x-www-form-urlencoded";
@@ -111,14 +108,17 @@ class StripeProvider final : public PaymentProvider {
 
   LookupResult find(const PaymentRequest& req) override {
     LookupResult out;
-    std::string path =
-        req.kind == PaymentRequest::Kind::refund
-            ? fmt::format("/v1/refunds?payment_intent={}&limit=100", enc(req.payment_intent))
-            : fmt::format("/v1/customers/{}/balance_transactions?limit=100", enc(req.customer));
+    std::string path = req.kind == PaymentRequest::Kind::refund
+                           ? fmt::format("/v1/refunds?payment_intent={}&limit=100",
+                                         http::url_component(req.payment_intent))
+                           : fmt::format("/v1/customers/{}/balance_transactions?limit=100",
+                                         http::url_component(req.customer));
     std::string starting_after;
     for (int page = 0; page < 100; ++page) {
-      auto http_req = base(
-          "GET", starting_after.empty() ? path : path + "&starting_after=" + enc(starting_after));
+      auto http_req =
+          base("GET", starting_after.empty()
+                          ? path
+                          : path + "&starting_after=" + http::url_component(starting_after));
       auto res = http::send(http_req);
       if (!res) {
         out.error = res.error().message;

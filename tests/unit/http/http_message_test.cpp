@@ -52,3 +52,11 @@ TEST_CASE("serialize: a 204 or 304 has neither body nor Content-Length") {
   CHECK(http::serialize(r, "Not Modified", false) ==
         "HTTP/1.1 304 Not Modified\r\nConnection: close\r\n\r\n");
 }
+
+TEST_CASE("url_component: all but the unreserved characters are percent-encoded") {
+  CHECK(http::url_component("ORDER-100_a.b~c") == "ORDER-100_a.b~c");
+  CHECK(http::url_component("demo-user:ORDER-100/v1") == "demo-user%3AORDER-100%2Fv1");
+  CHECK(http::url_component("a b&c=d?e#f%") == "a%20b%26c%3Dd%3Fe%23f%25");
+  CHECK(http::url_component("é") == "%C3%A9");
+  CHECK(http::url_component("") == "");
+}
