@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -300,6 +301,17 @@ TEST_CASE("logs: one JSON event line per state change and rejected webhook, neve
   c.wait_operation(key, [](auto& o) { return str(o, "outcome") == "succeeded"; });
   const auto body = event_body("forged");
   c.webhook("agents", signed_with("whsec_" + std::string(32, 'A'), "msg_forged", body), body);
+  const std::vector<std::string> expected = {"operation.propose", "operation.approve",
+                                             "operation.claim", "operation.provider_succeeded",
+                                             "webhook.rejected"};
+  // A change's line is written once its commit returns, which on PostgreSQL
+  // is after its flush, and the API may show the change before that.
+  CHECK(eventually([&] {
+    const auto log = c.daemon_log();
+    return std::all_of(expected.begin(), expected.end(), [&](const std::string& e) {
+      return log.find("\"event\":\"" + e + "\"") != std::string::npos;
+    });
+  }));
   std::set<std::string> events;
   std::istringstream lines(c.daemon_log());
   std::string line;
@@ -318,9 +330,7 @@ TEST_CASE("logs: one JSON event line per state change and rejected webhook, neve
       if (str(v, "event") == "webhook.rejected") CHECK(str(v, "source") == "agents");
     }
   }
-  for (const char* e : {"operation.propose", "operation.approve", "operation.claim",
-                        "operation.provider_succeeded", "webhook.rejected"})
-    CHECK_MESSAGE(events.count(e), e);
+  for (const auto& e : expected) CHECK_MESSAGE(events.count(e), e);
   const auto log = c.daemon_log();
   CHECK(log.find(c.webhook_secret()) == std::string::npos);
   CHECK(log.find("MfKQ9r8") == std::string::npos);
