@@ -844,8 +844,6 @@ TEST_CASE("postgres: an audited change writes its operation once; a record is re
 // head pays its turn once: a Conn's batch sent after the commit, read apart.
 TEST_CASE("postgres: an audited commit releases the head early and returns once it is flushed") {
   using opgate::conformance::backend;
-  namespace pg = opgate::store::pg;
-  namespace pb = opgate::pb;
   if (backend().name() != "postgres") return;
   TwoNodes nodes;
   auto conn = watching(nodes, "CREATE TABLE audit_lsn (lsn pg_lsn NOT NULL)", "note_audit_lsn",
@@ -857,13 +855,7 @@ TEST_CASE("postgres: an audited commit releases the head early and returns once 
                     "FROM audit_lsn")
               .ok());
   for (int i = 0; i < 5; ++i) {
-    REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
-      pb::AuditRecord r;
-      r.set_operation_key("k" + std::to_string(i));
-      r.set_action("propose");
-      t.append_audit(r);
-      return opgate::Status::Ok();
-    }));
+    REQUIRE(audited_commit(*nodes.a, "k" + std::to_string(i)));
     auto flushed = c.run("flushed", {});
     REQUIRE(flushed.ok());
     CHECK(flushed->int8(0, 1) == i + 1);
