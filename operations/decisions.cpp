@@ -6,6 +6,7 @@
 
 #include "common/crypto.h"
 #include "operations/escalation.h"
+#include "operations/execution.h"
 #include "operations/keys.h"
 #include "operations/proposals.h"
 #include "operations/settlement.h"
@@ -108,7 +109,8 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
 
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
-                         const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced) {
+                         const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced,
+                         const std::optional<ClaimAtOnce>& claim_at_once) {
   OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
   if (!principal.has_scope(scope::approve))
     return make_error(errc::forbidden, "This token may not approve operations.");
@@ -193,6 +195,12 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   item.set_kind(pb::OUTBOX_EXECUTE);
   item.set_operation_key(key);
   item.set_order_id(op.proposal().order_id());
+  if (claim_at_once) {
+    // The order and the policy were re-checked above, in this transaction.
+    OPGATE_ASSIGN_OR_RETURN(out.claimed, claim_checked(txn, std::move(op)));
+    item.set_not_before_ms(txn.now_ms() + claim_at_once->lease_ms);
+    item.set_lease_token(claim_at_once->lease_token);
+  }
   txn.enqueue(std::move(item));
   return out;
 }

@@ -24,8 +24,22 @@ Result<pb::Operation> visible_operation(store::Reader& reader, const std::string
 Result<store::OperationHistory> visible_history(store::Reader& reader, const std::string& key,
                                                 const Principal& principal);
 
+// An approval that also claims (execution.h): the last approval needed
+// moves the operation on to executing in its own transaction, and its
+// execute item is leased to the caller, who calls the provider once the
+// transaction commits. One transaction fewer per operation; a caller that
+// never calls leaves the item to fall due when the lease ends, and the
+// operation is then recovered as after a crash (outcome_unknown, then
+// reconciled).
+struct ClaimAtOnce {
+  std::string lease_token;
+  int64_t lease_ms = 0;
+};
+
 struct Approved {
   ApprovalStep step = ApprovalStep::repeat;
+  // With ClaimAtOnce: the operation, durably executing; call the provider.
+  std::optional<pb::Operation> claimed;
   // Set when, instead of being approved, the operation was settled because
   // its approval time ran out ("expired") or the order or policy no longer
   // allows it ("order_changed", "policy_refused"). The transaction must
@@ -49,10 +63,14 @@ struct Approved {
 // editor's is then the first), audited as "narrow". A higher amount,
 // another currency, or a cancellation (which refunds what remains) is
 // widening_refused; if any later check fails, nothing of it is kept.
+//
+// With `claim_at_once`, the last approval also claims the operation (see
+// ClaimAtOnce).
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
                          const PolicyConfig& policy,
-                         const std::optional<SourcedOrder>& sourced = std::nullopt);
+                         const std::optional<SourcedOrder>& sourced = std::nullopt,
+                         const std::optional<ClaimAtOnce>& claim_at_once = std::nullopt);
 
 // Binds a pending operation to the tier the policy in force gives it: a
 // new tier changes the proposal, so its fingerprint is computed again and

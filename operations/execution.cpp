@@ -65,12 +65,16 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
                       details({{"reason", "before execution: " + *now.refusal}})));
     return out;
   }
-  op->set_attempts(op->attempts() + 1);
-  OPGATE_TRY(reserve_funds(txn, *op));
-  OPGATE_TRY(apply(txn, *op, Event::claim, "system",
-                   details({{"idempotency_key", op->idempotency_key()}})));
-  out.claimed = std::move(*op);
+  OPGATE_ASSIGN_OR_RETURN(out.claimed, claim_checked(txn, std::move(*op)));
   return out;
+}
+
+Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op) {
+  op.set_attempts(op.attempts() + 1);
+  OPGATE_TRY(reserve_funds(txn, op));
+  OPGATE_TRY(
+      apply(txn, op, Event::claim, "system", details({{"idempotency_key", op.idempotency_key()}})));
+  return op;
 }
 
 Status record_answer(store::Transaction& txn, const std::string& key, const PaymentResult& a,

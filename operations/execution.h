@@ -38,6 +38,12 @@ struct Claim {
 Result<Claim> claim(store::Transaction& txn, const std::string& key, const PolicyConfig& policy,
                     const std::optional<SourcedOrder>& sourced = std::nullopt);
 
+// The claim of an approved operation whose order and policy this
+// transaction has re-checked already (`op` as it read or wrote it): its
+// amount held, and executing. Used by claim(), and by the approval that
+// claims at once (decisions.h).
+Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op);
+
 // Records the provider's answer for an executing operation: settled
 // (succeeded or failed), or outcome_unknown with a reconcile item due at
 // now + reconcile_in_ms. An answer for an operation no longer executing

@@ -635,20 +635,27 @@ class Api {
     store::ReadAhead ahead;
     ahead.operations = {key};
     if (!order_id.empty()) ahead.orders = ahead.funds = {order_id};
+    // The last approval claims the operation too, and this process calls
+    // the provider: one transaction fewer than leaving the claim to a pass.
+    const operations::ClaimAtOnce at_once = d_.drainer.claim_at_once();
+    std::optional<pb::Operation> claimed;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
+      claimed.reset();
       OPGATE_TRY(txn.read_ahead(ahead));
       // Checked on the operation as the transaction reads it.
       if (auto shown = operations::visible_operation(txn, key, p); shown)
         OPGATE_TRY(names_only_its_own(*shown, body));
-      OPGATE_ASSIGN_OR_RETURN(auto approved,
-                              operations::approve(txn, key, p, request, *policy, *sourced));
+      OPGATE_ASSIGN_OR_RETURN(
+          auto approved, operations::approve(txn, key, p, request, *policy, *sourced, at_once));
       refusal = approved.refusal;
+      claimed = std::move(approved.claimed);
       return Status::Ok();
     });
     if (s && refusal) {
       d_.wake_worker();
       return conflict_with_state(key, *refusal, p);
     }
+    if (s && claimed) d_.drainer.execute_claimed(std::move(*claimed), at_once.lease_token);
     return after_decision(s, key, p);
   }
 

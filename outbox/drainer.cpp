@@ -252,6 +252,38 @@ void Drainer::execute(const store::OutboxEntry& entry) {
   if (claimed) call_provider(*claimed, leased, "system");
 }
 
+operations::ClaimAtOnce Drainer::claim_at_once() const {
+  return {crypto::random_hex(8), options_.claim_lease_ms};
+}
+
+void Drainer::execute_claimed(pb::Operation claimed, const std::string& lease_token) {
+  const std::string key = claimed.key();
+  std::function<void()> task = [this, claimed = std::move(claimed), lease_token] {
+    auto items = storage_.reader().outbox_of(claimed.key());
+    if (!items) {
+      spdlog::error("cannot read the execute item of {} (it is recovered when its lease ends): {}",
+                    claimed.key(), items.error().message);
+      return;
+    }
+    for (const auto& entry : *items)
+      if (entry.item.kind() == pb::OUTBOX_EXECUTE && entry.item.lease_token() == lease_token)
+        return call_provider(claimed, entry, "system");
+    spdlog::warn("the execute item of {} was taken over before its provider call", claimed.key());
+  };
+  pb::OutboxItem item;
+  item.set_operation_key(key);
+  const std::string lane = lane_of(item);
+  // The lane is this operation's, new with its approval: only a full pool
+  // turns the call away, for as long as a few of its tasks take.
+  if (lanes_.try_post(lane, task) ||
+      lanes_.post_when_free(lane, task, std::chrono::milliseconds(options_.claim_lease_ms / 10)))
+    return;
+  spdlog::warn(
+      "no lane could take the provider call of {}: it is recovered when its lease ends, and "
+      "reconciled",
+      key);
+}
+
 void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
                             const std::string& principal) {
   // Durably executing: now, and only now, the provider is called.

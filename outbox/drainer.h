@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "operations/agent_platform.h"
 #include "operations/authority.h"
+#include "operations/decisions.h"
 #include "operations/order_service.h"
 #include "operations/orders.h"
 #include "operations/payment_provider.h"
@@ -61,6 +62,15 @@ class Drainer {
   Status recover_after_restart();
   // Hands due items whose lane is free to the lanes; returns how many.
   size_t dispatch();
+  // For an approval made in this process: the lease under which it may
+  // claim the operation at once (operations::ClaimAtOnce), a fresh token.
+  operations::ClaimAtOnce claim_at_once() const;
+  // The provider call of an operation such an approval claimed, in the
+  // operation's lane, on the execute item leased under `lease_token`
+  // (found by the operation: the store named it as it committed). If the
+  // lanes cannot take it, or the item cannot be read, the item falls due
+  // when its lease ends, and the operation is recovered and reconciled.
+  void execute_claimed(pb::Operation claimed, const std::string& lease_token);
   // Reconciles one operation now (an operator's request), in its lane.
   Status reconcile_now(const std::string& operation_key, const operations::Principal& principal);
 

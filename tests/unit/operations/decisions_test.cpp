@@ -49,7 +49,8 @@ struct World : testing::World {
   Result<operations::Approved> approve(const operations::Principal& who,
                                        std::optional<int64_t> amount = std::nullopt,
                                        std::string edit_reason = {},
-                                       std::optional<std::string> currency = std::nullopt) {
+                                       std::optional<std::string> currency = std::nullopt,
+                                       std::optional<operations::ClaimAtOnce> claim_at_once = {}) {
     auto op = operation(kRefund);
     std::optional<operations::Approved> out;
     Status s = storage->transact([&](store::Transaction& txn) -> Status {
@@ -60,7 +61,7 @@ struct World : testing::World {
                                                    op.fingerprint(),
                                                    edit_reason,
                                                    {}},
-                                                  *policy.get()));
+                                                  *policy.get(), std::nullopt, claim_at_once));
       out = a;
       return Status::Ok();
     });
@@ -361,6 +362,49 @@ TEST_CASE("lowering discards the approvals so far; the second approver approves 
   op = w.operation(kRefund);
   CHECK(op.state() == pb::STATE_APPROVED);
   CHECK(op.proposal().amount_minor() == 1000);
+}
+
+TEST_CASE("claiming at once: only the last approval needed claims, at the amount approved") {
+  operations::PolicyConfig policy;
+  policy.two_person_threshold_minor = {{"USD", 100}};
+  World w(policy);
+  const operations::ClaimAtOnce at_once{"lease-1", 30'000};
+  auto first = w.approve(person("bob"), std::nullopt, {}, std::nullopt, at_once);
+  REQUIRE(first.ok());
+  CHECK_FALSE(first->claimed);
+  CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+  CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
+  // alice lowers it: bob's approval goes, hers is the first again.
+  auto lowered = w.approve(person("alice"), 1500, "Partial.", std::nullopt, at_once);
+  REQUIRE(lowered.ok());
+  CHECK_FALSE(lowered->claimed);
+  auto last = w.approve(person("bob"), std::nullopt, {}, std::nullopt, at_once);
+  REQUIRE_MESSAGE(last.ok(), last.error().message);
+  REQUIRE(last->claimed);
+  CHECK(last->claimed->state() == pb::STATE_EXECUTING);
+  CHECK(last->claimed->proposal().amount_minor() == 1500);
+  CHECK(last->claimed->attempts() == 1);
+  CHECK(w.operation(kRefund).state() == pb::STATE_EXECUTING);
+  CHECK(w.storage->reader().funds("ORDER-100")->reserved_minor() == 1500);
+  auto items = w.due(w.clock.now_ms() + 30'000);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].item.lease_token() == "lease-1");
+  CHECK(items[0].item.not_before_ms() == w.clock.now_ms() + 30'000);
+}
+
+TEST_CASE("claiming at once: a refused approval claims nothing and holds nothing") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 3600;
+  World w(policy);
+  w.clock.advance_ms(3600 * 1000);  // past the approval time limit
+  const operations::ClaimAtOnce at_once{"lease-1", 30'000};
+  auto late = w.approve(person("alice"), std::nullopt, {}, std::nullopt, at_once);
+  REQUIRE(late.ok());
+  REQUIRE(late->refusal);
+  CHECK(late->refusal->is(errc::expired));
+  CHECK_FALSE(late->claimed);
+  CHECK(w.outcome() == "expired");
+  CHECK(w.storage->reader().funds("ORDER-100")->reserved_minor() == 0);
 }
 
 TEST_CASE("an expired proposal is settled as it was proposed, not as an approver lowered it") {

@@ -62,7 +62,9 @@ struct World : testing::World {
                                          {"reason_code", "GOODWILL"}}));
   }
 
-  Result<operations::Approved> approve(const std::string& key) {
+  Result<operations::Approved> approve(
+      const std::string& key,
+      const std::optional<operations::ClaimAtOnce>& claim_at_once = std::nullopt) {
     auto op = operation(key);
     std::optional<operations::Approved> out;
     Status s = storage->transact([&](store::Transaction& txn) -> Status {
@@ -71,7 +73,7 @@ struct World : testing::World {
           operations::approve(
               txn, key, alice(),
               {op.proposal().amount_minor(), op.proposal().currency(), op.fingerprint(), {}, {}},
-              *policy.get()));
+              *policy.get(), std::nullopt, claim_at_once));
       out = a;
       return Status::Ok();
     });
@@ -137,6 +139,84 @@ TEST_CASE("an approved refund is claimed, executed once, settled with its ledger
   auto call = w.call("sess_1", "turn_1", "call_refund");
   CHECK(call->delivery() == pb::DELIVERY_DELIVERED);
   CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
+}
+
+TEST_CASE("an approval that claims at once: executing as it commits, paid once by its process") {
+  World w;
+  w.propose_refund();
+  const operations::ClaimAtOnce at_once = w.drainer->claim_at_once();
+  CHECK(at_once.lease_ms == 30'000);
+  auto approved = w.approve(kRefund, at_once);
+  REQUIRE(approved.ok());
+  REQUIRE(approved->claimed);
+  CHECK(approved->claimed->key() == kRefund);
+  // Durably executing, the amount held, before any provider call.
+  CHECK(w.state(kRefund) == "executing");
+  CHECK(w.funds().reserved_minor() == 2500);
+  CHECK(w.provider.calls() == 0);
+  std::vector<std::string> actions;
+  auto records = w.storage->reader().audit_of(kRefund);
+  REQUIRE(records.ok());
+  for (const auto& r : *records) actions.push_back(r.action());
+  CHECK(actions == std::vector<std::string>{"propose", "approve", "claim"});
+  // Its execute item is leased to the approval: no pass takes it meanwhile.
+  CHECK(w.due(w.clock.now_ms() + 29'999).empty());
+  auto items = w.due(w.clock.now_ms() + 30'000);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].item.kind() == pb::OUTBOX_EXECUTE);
+  CHECK(items[0].item.lease_token() == at_once.lease_token);
+  w.pump();
+  CHECK(w.provider.calls() == 0);
+  w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
+  w.lanes->wait_idle();
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  REQUIRE(w.provider.executed.size() == 1);
+  CHECK(w.provider.executed[0].idempotency_key == w.operation(kRefund).idempotency_key());
+  CHECK(w.funds().refunded_minor() == 2500);
+  CHECK(w.funds().reserved_minor() == 0);
+  CHECK(w.call("sess_1", "turn_1", "call_refund")->delivery() == pb::DELIVERY_DELIVERED);
+  CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
+}
+
+TEST_CASE("an approval's claim never called is recovered when its lease ends, then reconciled") {
+  World w;
+  w.propose_refund();
+  const auto at_once = w.drainer->claim_at_once();
+  REQUIRE(w.approve(kRefund, at_once).ok());
+  // Its process stopped before the call (or no lane could take it).
+  w.clock.advance_ms(29'999);
+  w.pump();
+  CHECK(w.state(kRefund) == "executing");
+  w.clock.advance_ms(1);
+  w.pump();
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  CHECK(w.provider.calls() == 0);
+  // Proven absent, it executes under the same key: once.
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.executed.size() == 1);
+}
+
+TEST_CASE("an approval's claim whose item was taken over calls nothing") {
+  World w;
+  w.propose_refund();
+  const auto at_once = w.drainer->claim_at_once();
+  auto approved = w.approve(kRefund, at_once);
+  REQUIRE(approved.ok());
+  REQUIRE(approved->claimed);
+  auto items = w.due(w.clock.now_ms() + 30'000);
+  REQUIRE(items.size() == 1);
+  store::OutboxEntry taken = items[0];
+  taken.item.set_lease_token("the-other-process");
+  w.rewrite(taken);
+  w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
+  w.lanes->wait_idle();
+  CHECK(w.provider.calls() == 0);
+  CHECK(w.state(kRefund) == "executing");
+  CHECK(w.due(w.clock.now_ms() + 30'000).at(0).item.lease_token() == "the-other-process");
 }
 
 TEST_CASE("an execute item names its order; one made before items did is executed the same") {
