@@ -26,11 +26,10 @@ namespace opgate::daemon {
 
 namespace {
 
-// Events are queued for fan-out while some endpoint may hear them: one of
-// this node's, or, on a store other nodes share, one of theirs.
-bool fans_out(bool shared_store, const outbox::NotifyConfig& notify) {
-  return shared_store || !notify.endpoints.empty();
-}
+// Events are queued for fan-out while this node has an endpoint to hear
+// them: a node fans out what it queues to the endpoints it is configured
+// with, on a store other nodes share as on its own (docs/notifications.md).
+bool fans_out(const outbox::NotifyConfig& notify) { return !notify.endpoints.empty(); }
 
 ingress::IngressConfig ingress_config_of(const Config& c) {
   return {c.sources, c.timestamp_tolerance_s, c.max_backlog,
@@ -212,7 +211,7 @@ Status Node::build_notifications() {
   // Kept for replay always; queued for fan-out only while an endpoint may
   // hear them. Notifications run on lanes of their own: a slow endpoint
   // never holds up executions or tool results.
-  storage.fan_out_notifications(fans_out(shared_store_, config_.notify));
+  storage.fan_out_notifications(fans_out(config_.notify));
   notify_lanes_ = std::make_unique<Lanes>("notify", 8, 1024);
   notifier_ = std::make_unique<outbox::Notifier>(storage, *notify_lanes_, notify_, metrics_,
                                                  *clock_, random_);
@@ -418,7 +417,7 @@ void Node::reload(const std::string& path) {
   auto notify = next->notify;
   if (notify.console_url.empty()) notify.console_url = console_default_;
   // On before the new endpoints are live, off only after the last is gone.
-  const bool fan_out = fans_out(shared_store_, notify);
+  const bool fan_out = fans_out(notify);
   if (fan_out) opened_.storage->fan_out_notifications(true);
   notify_.set(notify);
   if (!fan_out) opened_.storage->fan_out_notifications(false);
