@@ -265,10 +265,17 @@ void Drainer::execute_claimed(pb::Operation claimed, const std::string& lease_to
                     claimed.key(), items.error().message);
       return;
     }
-    for (const auto& entry : *items)
-      if (entry.item.kind() == pb::OUTBOX_EXECUTE && entry.item.lease_token() == lease_token)
-        return call_provider(claimed, entry, "system");
-    spdlog::warn("the execute item of {} was taken over before its provider call", claimed.key());
+    for (const auto& entry : *items) {
+      if (entry.item.kind() != pb::OUTBOX_EXECUTE || entry.item.lease_token() != lease_token)
+        continue;
+      // Past its lease the item is another pass's to recover: no call.
+      if (clock_.now_ms() >= entry.item.not_before_ms()) break;
+      return call_provider(claimed, entry, "system");
+    }
+    spdlog::warn(
+        "the execute item of {} was taken over, or its lease ran out, before its "
+        "provider call; it is recovered instead",
+        claimed.key());
   };
   pb::OutboxItem item;
   item.set_operation_key(key);

@@ -67,9 +67,10 @@ class Drainer {
   operations::ClaimAtOnce claim_at_once() const;
   // The provider call of an operation such an approval claimed, in the
   // operation's lane, on the execute item leased under `lease_token`
-  // (found by the operation: the store named it as it committed). If the
-  // lanes cannot take it, or the item cannot be read, the item falls due
-  // when its lease ends, and the operation is recovered and reconciled.
+  // (found by the operation: the store named it as it committed), while
+  // the lease lasts. If the lanes cannot take it by then, or the item
+  // cannot be read, the item falls due when its lease ends, and the
+  // operation is recovered and reconciled.
   void execute_claimed(pb::Operation claimed, const std::string& lease_token);
   // Reconciles one operation now (an operator's request), in its lane.
   Status reconcile_now(const std::string& operation_key, const operations::Principal& principal);

@@ -200,23 +200,37 @@ TEST_CASE("an approval's claim never called is recovered when its lease ends, th
   CHECK(w.provider.executed.size() == 1);
 }
 
-TEST_CASE("an approval's claim whose item was taken over calls nothing") {
-  World w;
-  w.propose_refund();
-  const auto at_once = w.drainer->claim_at_once();
-  auto approved = w.approve(kRefund, at_once);
-  REQUIRE(approved.ok());
-  REQUIRE(approved->claimed);
-  auto items = w.due(w.clock.now_ms() + 30'000);
-  REQUIRE(items.size() == 1);
-  store::OutboxEntry taken = items[0];
-  taken.item.set_lease_token("the-other-process");
-  w.rewrite(taken);
-  w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
-  w.lanes->wait_idle();
-  CHECK(w.provider.calls() == 0);
-  CHECK(w.state(kRefund) == "executing");
-  CHECK(w.due(w.clock.now_ms() + 30'000).at(0).item.lease_token() == "the-other-process");
+TEST_CASE("an approval's claim calls nothing once its item was taken over or its lease ran out") {
+  for (const bool taken_over : {true, false}) {
+    CAPTURE(taken_over);
+    World w;
+    w.propose_refund();
+    const auto at_once = w.drainer->claim_at_once();
+    auto approved = w.approve(kRefund, at_once);
+    REQUIRE(approved.ok());
+    REQUIRE(approved->claimed);
+    if (taken_over) {
+      auto items = w.due(w.clock.now_ms() + 30'000);
+      REQUIRE(items.size() == 1);
+      store::OutboxEntry taken = items[0];
+      taken.item.set_lease_token("the-other-process");
+      w.rewrite(taken);
+    } else {
+      w.clock.advance_ms(30'000);  // its lane took it only after the lease
+    }
+    w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
+    w.lanes->wait_idle();
+    CHECK(w.provider.calls() == 0);
+    if (taken_over) {
+      CHECK(w.state(kRefund) == "executing");
+      CHECK(w.due(w.clock.now_ms() + 30'000).at(0).item.lease_token() == "the-other-process");
+    } else {
+      // The item is a pass's to recover.
+      w.pump();
+      CHECK(w.state(kRefund) == "outcome_unknown");
+      CHECK(w.provider.calls() == 0);
+    }
+  }
 }
 
 TEST_CASE("an execute item names its order; one made before items did is executed the same") {
