@@ -500,7 +500,18 @@ Status Cluster::start_daemon() {
   if (!daemon_child) return daemon_child.error();
   daemon_ = std::move(*daemon_child);
   auto ports = wait_port_file(dir_ / "daemon.ports", daemon_);
-  if (!ports) return ports.error();
+  if (!ports) {
+    // A restart listens on the ports the daemon had. While it was down,
+    // another process (tests run side by side) may have been given one of
+    // them as a client's ephemeral port: then it starts on fresh ones.
+    const bool on_old_ports = ingress_port_ != 0 || operator_port_ != 0 || mcp_port_ != 0;
+    if (on_old_ports && !daemon_.running() &&
+        daemon_log().find("cannot listen on") != std::string::npos) {
+      ingress_port_ = operator_port_ = mcp_port_ = 0;
+      return start_daemon();
+    }
+    return ports.error();
+  }
   json::error_code jec;
   auto v = json::parse(*ports, jec);
   if (jec || !v.is_object()) return failed("daemon.ports is not JSON: " + *ports);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,20 @@ std::pair<int, std::string> run(const std::string& command) {
 }
 
 }  // namespace
+
+// The test clusters restart the daemon on the ports it had; tests running
+// side by side may take one of them meanwhile (a client's ephemeral port).
+TEST_CASE("a daemon restarted after another process took its port comes up on fresh ones") {
+  Cluster c;
+  c.signal_daemon(SIGKILL);
+  (void)c.wait_daemon_exit();
+  const uint16_t was = c.operator_port();
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor taken(io, {boost::asio::ip::make_address("127.0.0.1"), was});
+  c.start_daemon();
+  CHECK(c.operator_port() != was);
+  CHECK(c.op("GET", "/v1/operations").status == 200);
+}
 
 TEST_CASE("opgate --version prints the version and the git revision") {
   auto [rc, out] = run(std::string(OPGATE_BIN_DIR) + "/opgate --version");
