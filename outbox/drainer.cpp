@@ -58,8 +58,10 @@ Drainer::Drainer(store::Storage& storage, Lanes& lanes, operations::PaymentProvi
 
 std::string Drainer::lane_of(const pb::OutboxItem& item) {
   if (item.kind() == pb::OUTBOX_DELIVER_RESULT) return "call:" + call_text(item.call());
-  return "operation:" + item.operation_key();
+  return operation_lane(item.operation_key());
 }
+
+std::string Drainer::operation_lane(const std::string& key) { return "operation:" + key; }
 
 Status Drainer::recover_after_restart() {
   OPGATE_ASSIGN_OR_RETURN(
@@ -277,9 +279,7 @@ void Drainer::execute_claimed(pb::Operation claimed, const std::string& lease_to
         "provider call; it is recovered instead",
         claimed.key());
   };
-  pb::OutboxItem item;
-  item.set_operation_key(key);
-  const std::string lane = lane_of(item);
+  const std::string lane = operation_lane(key);
   // The lane is this operation's, new with its approval: only a full pool
   // turns the call away, for as long as a few of its tasks take.
   if (lanes_.try_post(lane, task) ||
@@ -427,12 +427,10 @@ Status Drainer::reconcile_now(const std::string& key, const operations::Principa
   // scheduled one. When a scheduled pass (or a re-execution) holds the lane,
   // this one waits for it and goes next, so the provider is read after the
   // operator asked; it finds the operation settled if that pass settled it.
-  pb::OutboxItem lane_item;
-  lane_item.set_operation_key(key);
   auto done = std::make_shared<std::promise<Status>>();
   auto finished = done->get_future();
   if (!lanes_.post_when_free(
-          lane_of(lane_item), [this, key, done] { done->set_value(reconcile_due_now(key)); },
+          operation_lane(key), [this, key, done] { done->set_value(reconcile_due_now(key)); },
           std::chrono::milliseconds(options_.claim_lease_ms)))
     return reconciliation_busy();
   return finished.get();

@@ -76,6 +76,8 @@ class Drainer {
   Status reconcile_now(const std::string& operation_key, const operations::Principal& principal);
 
   static std::string lane_of(const pb::OutboxItem& item);
+  // The lane of an operation's items (execute, reconcile).
+  static std::string operation_lane(const std::string& key);
 
  private:
   void run(const store::OutboxEntry& entry);
