@@ -307,14 +307,16 @@ Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
   return out;
 }
 
-Result<std::vector<Rows>> Conn::pipeline_then(const std::vector<Stmt>& stmts,
-                                              const std::vector<Stmt>& then) {
+Status Conn::send_then(const std::vector<Stmt>& stmts, const std::vector<Stmt>& then) {
   sqlstate_.clear();
-  std::vector<Rows> out;
+  if (broken()) return failure("pipeline", nullptr);
   OPGATE_TRY(send_batch(stmts));
-  OPGATE_TRY(send_batch(then));
-  OPGATE_TRY(read_sent_but(1, &out));
-  return out;
+  return send_batch(then);
+}
+
+Status Conn::read_all_but_last() {
+  sqlstate_.clear();
+  return read_sent_but(1, nullptr);
 }
 
 Pool::Pool(ConnOptions options, size_t size, Setup setup, std::chrono::milliseconds wait)

@@ -107,11 +107,13 @@ class Conn {
   // transaction that failure aborted it, so what the call sends does
   // nothing; exec() still runs its statement, so that a ROLLBACK ends it.
   Status send_ahead(const std::vector<Stmt>& stmts);
-  // pipeline(stmts), with `then` sent in the same round trip as a batch of
-  // its own (its own sync) and left unread: the next call reads it first, as
-  // with send_ahead, and pipeline({}) waits for it alone.
-  Result<std::vector<Rows>> pipeline_then(const std::vector<Stmt>& stmts,
-                                          const std::vector<Stmt>& then);
+  // Sends `stmts` and `then` as two batches (each with its own sync) and
+  // reads nothing; read_all_but_last() then reads every batch sent but the
+  // last, and fails with the first failure among them, leaving `then` to
+  // the next call, as with send_ahead (pipeline({}) waits for it alone).
+  // The caller need not wait for the round trip in between.
+  Status send_then(const std::vector<Stmt>& stmts, const std::vector<Stmt>& then);
+  Status read_all_but_last();
 
   // The SQLSTATE of the last failure ("" if none or not from the server).
   const std::string& last_sqlstate() const { return sqlstate_; }

@@ -47,9 +47,10 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"db_now", "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"},
     {"commit", "COMMIT"},
     // The audit head's early release (PgTransaction::finish): the commit that
-    // holds the head does not wait for its flush; a transaction of its own,
-    // writing WAL and committed synchronously, waits for it after.
-    {"commit_early", "SELECT set_config('synchronous_commit', 'off', true)"},
+    // holds the head does not wait for its flush (the statements that chain
+    // records turn synchronous_commit off for their transaction); a
+    // transaction of its own, writing WAL and committed synchronously, waits
+    // for it after.
     {"durable", "SELECT pg_logical_emit_message(true, 'opgate', 'durable')"},
     // Inbox.
     {"ev_get", "SELECT data FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
@@ -173,11 +174,13 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"a_head", "SELECT seq, hash FROM audit_head WHERE id = 1"},
     {"a_head_lock", "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE"},
     // Records chained on the locked head ($3..$5: each one's seq, operation
-    // and data), and the head after the last ($1, $2), in one statement.
+    // and data), and the head after the last ($1, $2), in one statement;
+    // the transaction's commit then releases the head early (finish()).
     {"a_chain",
      "WITH h AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1) "
      "INSERT INTO audit (seq, operation_key, data) "
-     "SELECT * FROM unnest($3::bigint[], $4::text[], $5::bytea[])"},
+     "SELECT u.* FROM unnest($3::bigint[], $4::text[], $5::bytea[]) AS u, "
+     "(SELECT set_config('synchronous_commit', 'off', true)) AS early"},
     // Likewise on a guessed head ($6, $7), which the update locks: if the
     // head is another, nothing is written and it fails (division by zero,
     // 22012).
@@ -185,8 +188,11 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "WITH h AS (UPDATE audit_head SET seq = $1, hash = $2 WHERE id = 1 AND seq = $6 "
      "AND hash = $7 RETURNING 1), r AS (INSERT INTO audit (seq, operation_key, data) "
      "SELECT u.* FROM h, unnest($3::bigint[], $4::text[], $5::bytea[]) AS u RETURNING 1) "
-     "SELECT 1 / count(*)::int FROM h"},
+     "SELECT 1 / count(*)::int, set_config('synchronous_commit', 'off', true) FROM h"},
     {"guess_savepoint", "SAVEPOINT head_guess"},
+    // Waits until the commit sent before this one on its guess has ended
+    // (HeadGuess): its ticket's lock is free then.
+    {"chain_wait", "SELECT pg_advisory_xact_lock_shared($1::bigint)"},
     {"guess_rollback", "ROLLBACK TO SAVEPOINT head_guess"},
     // Outbox.
     // Due for this node ($4): its own items and those of no node at their
@@ -225,6 +231,18 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "ELSE GREATEST(not_before_ms, node_since_ms + $3::bigint) END) "
      "FROM outbox WHERE queue = $1::bigint AND node NOT IN ($2, '')))::bigint"},
     {"ob_get", "SELECT data FROM outbox WHERE id = $1"},
+    // A record of each kind by its primary key, in one statement
+    // (PgTransaction::read_ahead): one row, a column for each kind, null for
+    // a kind not asked for ($n null) or a record that is not there. Scalar
+    // parameters, so that its plan is one for every call (an array's length
+    // would make the planner plan each call anew).
+    {"read_together",
+     "SELECT (SELECT data FROM operations WHERE key = $1), "
+     "(SELECT data FROM orders WHERE order_id = $2), "
+     "(SELECT data FROM funds WHERE order_id = $3), "
+     "(SELECT data FROM ledger WHERE operation_key = $4), "
+     "(SELECT data FROM outbox WHERE id = $5), "
+     "(SELECT data FROM calls WHERE session_id = $6 AND turn_id = $7 AND call_id = $8)"},
     {"ob_of", "SELECT id, data FROM outbox WHERE operation_key = $1 ORDER BY id"},
     // Several items by id: the array's position (from 1) and the item's
     // data, null for one that is gone.
@@ -363,6 +381,49 @@ std::optional<std::string> record_data(const Rows& rows) {
   if (rows.empty() || rows.null(0, 0)) return std::nullopt;
   return rows.str(0, 0);
 }
+
+// Reads of records by key gathered into one "read_together" statement, up
+// to one of each kind, and which read each of its columns answers.
+class ReadTogether {
+ public:
+  static constexpr size_t kColumns = 6;
+  // False for a read of a kind it does not gather, or of a kind it has.
+  bool add(const RecordRead& read) {
+    for (size_t kind = 0; kind < kKinds.size(); ++kind) {
+      if (read.stmt.name != kKinds[kind]) continue;
+      if (reads_[kind]) return false;
+      reads_[kind] = &read;
+      return true;
+    }
+    return false;
+  }
+  // How many reads it gathered.
+  size_t size() const {
+    size_t n = 0;
+    for (const auto* r : reads_) n += r ? 1 : 0;
+    return n;
+  }
+  Stmt statement() const {
+    std::vector<Param> params;
+    for (size_t kind = 0; kind < kKinds.size(); ++kind) {
+      const size_t keys = kind == kCalls ? 3 : 1;  // a call: session, turn and call
+      for (size_t k = 0; k < keys; ++k)
+        params.push_back(reads_[kind] ? reads_[kind]->stmt.params.at(k) : null_param());
+    }
+    return {"read_together", std::move(params)};
+  }
+  // The read its column answers, if any.
+  const RecordRead* read_at(size_t column) const {
+    return column < reads_.size() ? reads_[column] : nullptr;
+  }
+
+ private:
+  // In the order of read_together's columns.
+  static constexpr std::array<std::string_view, kColumns> kKinds = {"o_get", "r_get",  "f_get",
+                                                                    "l_get", "ob_get", "c_get"};
+  static constexpr size_t kCalls = 5;
+  std::array<const RecordRead*, kColumns> reads_{};
+};
 
 // Every read of the port over one query function: outside a transaction it
 // runs on a pooled connection; inside one it first takes the locks named.
@@ -934,13 +995,16 @@ class PgTransaction final : public Transaction, public PgReads {
   // ahead of the head's lock, so that the serial section holds only the
   // records, what carries the head, and the commit.
   //
-  // This node's audited commits go one at a time, each on the head the one
-  // before left (HeadGuess): the head's lock, the check that it is the one
-  // guessed, the records and the COMMIT go in one round trip. A wrong
-  // guess (another node committed since) rolls back to before the records
-  // and takes the head's lock as usual; after a wrong guess the next few
-  // commits do not guess (more after each miss), so that nodes committing
-  // side by side do not pay for guesses that keep missing.
+  // This node's audited commits are sent one at a time, each on the head
+  // the one before left (HeadGuess): a wait for that one's ticket, the
+  // head's lock, the check that it is the one guessed, the records and the
+  // COMMIT go in one batch, and the next commit is sent without waiting
+  // for its answer. A wrong guess (another node committed since, or the
+  // commit before failed) rolls back to before the records and takes the
+  // head's lock as usual, sending nothing else meanwhile; after a wrong
+  // guess the next few commits do not guess (more after each miss), so
+  // that nodes committing side by side do not pay for guesses that keep
+  // missing.
   Status commit_in_turn() {
     if (failed_) return *failed_;
     write_count_changes();
@@ -951,34 +1015,75 @@ class PgTransaction final : public Transaction, public PgReads {
     // goes without waiting for its results (the commit reads them) when it
     // takes no lock the transaction does not hold yet: then it waits for no
     // other transaction, and none of this node's can wait on it under the
-    // serial section.
-    if (staged()) {
+    // serial section. A transaction without its ticket takes it now and
+    // waits: the commits sent after this one wait for it.
+    if (!ticket_held_) {
+      const int64_t ticket = take_ticket();
+      if (locking_)
+        unsent_locks_.push_back(ticket);
+      else
+        batch_.push_back({"lock", {int8(ticket)}});
+      if (auto sent = send(); !sent) return sent.error();
+      ticket_held_ = true;
+    } else if (staged()) {
       if (locking_ && unsent_locks_.empty()) {
         OPGATE_TRY(send_ahead());
       } else if (auto sent = send(); !sent) {
         return sent.error();
       }
     }
-    MutexLock lock(guess_.mu);
-    if (guess_.head && guess_.skip == 0) {
-      OPGATE_ASSIGN_OR_RETURN(const bool right, commit_on(*guess_.head));
-      if (right) {
-        guess_.head = head_;
-        guess_.misses = 0;
-        return Status::Ok();
+    {
+      MutexLock lock(guess_.mu);
+      if (!guess_.head || guess_.skip > 0) {
+        if (guess_.skip > 0) --guess_.skip;
+        return commit_on_locked_head();
       }
-      guess_.misses = std::min(guess_.misses + 1, 6);
-      guess_.skip = 1 << guess_.misses;
-    } else if (guess_.skip > 0) {
-      --guess_.skip;
+      if (guess_.in_flight) guess_.sent_behind++;
+      if (Status sent = send_on(*guess_.head, guess_.in_flight); !sent) {
+        guess_.head.reset();
+        guess_.in_flight.reset();
+        return sent;
+      }
+      guess_.head = head_;
+      guess_.in_flight = ticket_;
     }
+    auto right = landed();
+    MutexLock lock(guess_.mu);
+    const bool last_sent = guess_.in_flight == ticket_;
+    if (right && *right) {
+      if (last_sent) guess_.in_flight.reset();  // committed: nothing to wait for
+      guess_.misses = 0;
+      return Status::Ok();
+    }
+    // What was sent on top of this commit fails its guess too.
+    if (last_sent) {
+      guess_.head.reset();
+      guess_.in_flight.reset();
+    }
+    if (!right) return right.error();
+    guess_.missed++;
+    guess_.misses = std::min(guess_.misses + 1, 6);
+    guess_.skip = 1 << guess_.misses;
+    return commit_on_locked_head();
+  }
+
+  // The commit on the head as it is, its lock taken and waited for: under
+  // the node's turn (guess_.mu, held by the caller).
+  Status commit_on_locked_head() REQUIRES(guess_.mu) {
     Status s = lock_head();
     if (s) s = finish();
     if (s)
       guess_.head = head_;
     else
       guess_.head.reset();
+    guess_.in_flight.reset();  // this commit has ended every one sent before it
     return s;
+  }
+
+  // This transaction's ticket (HeadGuess), taken by the next statement sent.
+  int64_t take_ticket() {
+    ticket_ = static_cast<int64_t>(guess_.next_ticket.fetch_add(1));
+    return *ticket_;
   }
 
  protected:
@@ -1021,12 +1126,41 @@ class PgTransaction final : public Transaction, public PgReads {
     for (const auto& read : reads)
       if (const int64_t id = lock_id(read.lock); locking_ && locked_.insert(id).second)
         ids.push_back(int8(id));
+    // The ticket rides along with the locks: taken without a statement of
+    // its own, it spares the commit a round trip to take it.
+    const bool ticketed = !ids.empty() && !ticket_;
+    if (ticketed) ids.push_back(int8(take_ticket()));
     if (!ids.empty()) batch_.push_back(locks_statement(std::move(ids)));
-    for (const auto& read : reads) batch_.push_back(read.stmt);
+    // Reads of the kinds read_together knows go in it, the rest one by one.
+    ReadTogether together;
+    std::vector<const RecordRead*> alone;
+    for (const auto& read : reads)
+      if (!together.add(read)) alone.push_back(&read);
+    if (together.size() == 1) {  // a statement of its own is simpler to plan and run
+      for (size_t column = 0; column < ReadTogether::kColumns; ++column)
+        if (const auto* read = together.read_at(column)) alone.insert(alone.begin(), read);
+      together = ReadTogether();
+    }
+    if (together.size() > 0) batch_.push_back(together.statement());
+    for (const auto* read : alone) batch_.push_back(read->stmt);
     OPGATE_ASSIGN_OR_RETURN(auto results, send());
-    const size_t first = results.size() - reads.size();
-    for (size_t i = 0; i < reads.size(); ++i)
-      read_[reads[i].lock].emplace_back(reads[i].stmt.name, record_data(results[first + i]));
+    if (ticketed) ticket_held_ = true;
+    const size_t first = results.size() - alone.size();
+    for (size_t i = 0; i < alone.size(); ++i)
+      read_[alone[i]->lock].emplace_back(alone[i]->stmt.name, record_data(results[first + i]));
+    if (together.size() > 0) {
+      const Rows& row = results[first - 1];
+      if (row.size() != 1)
+        return make_error(errc::corrupt_record,
+                          "a read of several records came back without its row");
+      for (size_t column = 0; column < ReadTogether::kColumns; ++column) {
+        const RecordRead* read = together.read_at(column);
+        if (!read) continue;
+        std::optional<std::string> data;
+        if (!row.null(0, static_cast<int>(column))) data = row.str(0, static_cast<int>(column));
+        read_[read->lock].emplace_back(read->stmt.name, std::move(data));
+      }
+    }
     return Status::Ok();
   }
 
@@ -1199,7 +1333,9 @@ class PgTransaction final : public Transaction, public PgReads {
   // so a crash loses it with the change. The provider is called only after
   // a synchronous commit of opgate's own (docs/postgres.md says what a read
   // may see in that moment).
-  Status finish() {
+  //
+  // Without `wait` the commit is sent and not read: landed() reads it.
+  Status finish(bool wait = true) {
     OPGATE_TRY(resolve_provisional());
     write_links();
     if (!begun_ && !staged()) return Status::Ok();  // nothing was ever sent
@@ -1209,44 +1345,48 @@ class PgTransaction final : public Transaction, public PgReads {
       if (!r) return r.error();
       return Status::Ok();
     }
-    batch_.push_back({"commit_early", {}});
     batch_.push_back({"commit", {}});
     lock_ahead();
     if (opens()) begun_ = true;
-    auto r = conn_.pipeline_then(std::exchange(batch_, {}), {{"durable", {}}});
+    Status s = conn_.send_then(std::exchange(batch_, {}), {{"durable", {}}});
+    if (s && wait) s = conn_.read_all_but_last();
     flush_unread_ = true;  // sent; read by commit(), or by the next call
-    if (!r) return fail(r.error());
+    if (!s) return fail(s.error());
     return Status::Ok();
   }
 
-  // Commits on the guessed head: true if it was the head; false if not,
-  // with the transaction as it was before.
-  Result<bool> commit_on(const AuditHead& guess) {
-    const auto records = unchained_;
-    const auto repatch = repatch_;
-    const auto notifications = unresolved_notifications_;
-    const auto items = unresolved_items_;
+  // Sends the commit on the guessed head, after a wait for the commit sent
+  // before it (the ticket `after`) if that one may not have ended: landed()
+  // reads the answer.
+  Status send_on(const AuditHead& guess, std::optional<int64_t> after) {
+    before_guess_ = BeforeGuess{unchained_, repatch_, unresolved_notifications_, unresolved_items_};
     write({}, {"guess_savepoint", {}});
+    if (after) write({}, {"chain_wait", {int8(*after)}});
     head_ = guess;
     auto pending = std::move(unchained_);
     unchained_.clear();
     for (auto& r : pending) chain(std::move(r));
     write_links(&guess);
-    Status s = finish();
+    return finish(/*wait=*/false);
+  }
+
+  // The answer to send_on(): true if the guess was the head; false if not,
+  // with the transaction as it was before.
+  Result<bool> landed() {
+    Status s = conn_.read_all_but_last();
     if (s) return true;
-    if (conn_.broken() || conn_.last_sqlstate() != "22012") return s.error();
-    failed_.reset();
-    retryable_ = false;
+    if (conn_.broken() || conn_.last_sqlstate() != "22012") return fail(s.error());
     if (std::exchange(flush_unread_, false))
       (void)conn_.pipeline({});  // refused: the transaction is aborted until the rollback below
     batch_.push_back({"guess_rollback", {}});
     if (auto back = send(); !back) return back.error();
     head_.reset();
     chained_.clear();
-    unchained_ = records;
-    repatch_ = repatch;
-    unresolved_notifications_ = notifications;
-    unresolved_items_ = items;
+    unchained_ = std::move(before_guess_->records);
+    repatch_ = std::move(before_guess_->repatch);
+    unresolved_notifications_ = std::move(before_guess_->notifications);
+    unresolved_items_ = std::move(before_guess_->items);
+    before_guess_.reset();
     return false;
   }
 
@@ -1317,6 +1457,18 @@ class PgTransaction final : public Transaction, public PgReads {
   static bool reads_operations(const Stmt& stmt) { return stmt.name.starts_with("o_"); }
 
   HeadGuess& guess_;
+  // This transaction's ticket, once taken, and whether a round trip that
+  // took it has been answered.
+  std::optional<int64_t> ticket_;
+  bool ticket_held_ = false;
+  // What a commit on a wrong guess puts back (send_on, landed).
+  struct BeforeGuess {
+    std::vector<pb::AuditRecord> records;
+    std::map<std::string, pb::Operation> repatch;
+    std::vector<pb::Notification> notifications;
+    std::vector<pb::OutboxItem> items;
+  };
+  std::optional<BeforeGuess> before_guess_;
   Conn& conn_;
   bool flush_unread_ = false;  // finish() sent the flush of an early release
   const bool locking_;
@@ -1395,6 +1547,7 @@ Result<std::unique_ptr<PgStorage>> PgStorage::open(const PgOptions& options, con
     return prepare_statements(c, isolation);
   });
   s->handoff_ = {crypto::random_hex(8), options.handoff_ms, 30 * options.handoff_ms};
+  s->head_guess_.next_ticket = static_cast<uint64_t>(lock_id("ticket:" + s->handoff_.node));
   s->reader_ = std::make_unique<DurableReader>(*s->pool_, s->handoff_);
   // One connection now: a wrong URL or a missing schema fails the start.
   auto first = s->pool_->acquire();

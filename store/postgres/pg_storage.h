@@ -58,12 +58,27 @@ struct Handoff {
 };
 
 // The audit head this node's last audited commit left, and its audited
-// commits one at a time (PgTransaction::commit).
+// commits sent one at a time (PgTransaction::commit).
+//
+// Each transaction that may commit on a guess first holds a lock of its
+// own (its ticket, an advisory lock taken in a round trip already
+// answered). A commit sent on a guess while the one before it may not
+// have committed yet waits, in the database, for that one's ticket: so a
+// node's commits reach the chain's head in the order they were sent, one
+// right behind the other, without a round trip to the node in between.
 struct HeadGuess {
   Mutex mu;
   std::optional<AuditHead> head GUARDED_BY(mu);
+  // The ticket of the last commit sent on a guess, until it is known to
+  // have committed.
+  std::optional<int64_t> in_flight GUARDED_BY(mu);
   int misses GUARDED_BY(mu) = 0;  // wrong guesses in a row (up to 6)
   int skip GUARDED_BY(mu) = 0;    // commits left to make without a guess
+  // Tickets: a random base (apart from every other process's) counted up.
+  std::atomic<uint64_t> next_ticket{0};
+  // Commits sent behind another still in flight, and guesses that missed.
+  std::atomic<uint64_t> sent_behind{0};
+  std::atomic<uint64_t> missed{0};
 };
 
 struct PgOptions {
@@ -131,6 +146,10 @@ class PgStorage final : public Storage {
   const PgOptions& options() const { return options_; }
   // Transactions run again after a deadlock or serialisation failure.
   uint64_t retries() const { return retries_.load(); }
+  // Audited commits sent on a guess behind another not yet answered, and
+  // commits whose guess of the head missed (HeadGuess).
+  uint64_t commits_sent_behind() const { return head_guess_.sent_behind.load(); }
+  uint64_t guesses_missed() const { return head_guess_.missed.load(); }
 
  private:
   PgStorage() = default;

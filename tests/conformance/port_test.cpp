@@ -236,6 +236,24 @@ TEST_CASE("records read ahead read as they would without it, and as written afte
     CHECK(t.read_ahead({}).ok());
   });
   CHECK((*f.s->reader().operation("k1"))->state() == pb::STATE_EXECUTING);
+  f.write([&](Transaction& t) {  // the record missing first, the one there after it
+    store::ReadAhead ahead;
+    ahead.operations = {"k3", "k1"};
+    ahead.orders = {"O2", "O1"};
+    ahead.funds = {"O2", "O1"};
+    ahead.calls = {ref("sess_1", "t1", "c2"), ref("sess_1", "t1", "c1")};
+    ahead.ledger = {"k3", "k2"};
+    REQUIRE(t.read_ahead(ahead).ok());
+    CHECK_FALSE(t.operation("k3")->has_value());
+    CHECK((*t.operation("k1"))->state() == pb::STATE_EXECUTING);
+    CHECK_FALSE(t.order("O2")->has_value());
+    CHECK((*t.order("O1"))->currency() == "EUR");
+    CHECK(t.funds("O1")->reserved_minor() == 4);
+    CHECK_FALSE(t.call(ref("sess_1", "t1", "c2"))->has_value());
+    CHECK(t.call(ref("sess_1", "t1", "c1"))->has_value());
+    CHECK_FALSE(t.ledger_entry("k3")->has_value());
+    CHECK((*t.ledger_entry("k2"))->amount_minor() == 5);
+  });
 }
 
 TEST_CASE("what was committed survives a restart") {
