@@ -69,6 +69,15 @@ def settle(c, bin_dir, nodes, names, before_approving=lambda: None):
     return done / max((last - first) / 1000, 0.001), done
 
 
+def quiesce(c):
+    """Vacuums and analyzes opgate's database and checkpoints the server, so
+    that each measured phase (the two settles, graphile-worker's jobs)
+    starts alike: with no vacuum or checkpoint owed by the phase before."""
+    from nodes import psql
+    psql(c.db_url, "VACUUM (ANALYZE)")
+    psql(c.db_url, "CHECKPOINT")
+
+
 def statements(pg_url, database, operations, limit=6):
     """The statements of the database that took the most time since the last
     reset (pg_stat_statements), and how many statements were run per
@@ -112,7 +121,10 @@ def main():
         rates = {}
         for nodes, names in ((1, [f"S{i}" for i in range(n)]),
                              (3, [f"S{i}" for i in range(n, 2 * n)])):
-            reset = lambda: psql(c.db_url, "SELECT pg_stat_statements_reset()") if profiled else None
+            def reset():
+                quiesce(c)
+                if profiled:
+                    psql(c.db_url, "SELECT pg_stat_statements_reset()")
             rate, done = settle(c, bin_dir, nodes, names, reset)
             rates[nodes] = rate
             print(f"settle, approvals on {nodes} node(s): {rate:.0f} ops/s "
@@ -122,6 +134,7 @@ def main():
                 for line in statements(pg_url, c.database, n):
                     print(line)
         if graphile_dir:
+            quiesce(c)
             done, jobs_rate, jp50, jp99 = graphile_jobs(pg_url, graphile_dir, c.payments_port, n,
                                                         "G", 32)
             print(f"graphile-worker, same PostgreSQL: {done} jobs, {jobs_rate:.0f}/s "
