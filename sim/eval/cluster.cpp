@@ -475,16 +475,24 @@ pool_size = 24
   return Status::Ok();
 }
 
+std::vector<std::pair<std::string, std::string>> Cluster::daemon_variables() const {
+  std::vector<std::pair<std::string, std::string>> v = {
+      {"OPGATE_EVAL_AGENT_KEY", "sk-agent-eval"},
+      {"OPGATE_EVAL_PAYMENTS_KEY", "sk_test_eval"},
+      {"OPGATE_EVAL_ORDERS_TOKEN", "tok-orders-eval"},
+      {"OPGATE_EVAL_EXECUTOR_TOKEN", "tok-executor-eval"}};
+  if (!database_url_.empty()) v.emplace_back("OPGATE_EVAL_DB_URL", database_url_);
+  return v;
+}
+
 Status Cluster::start_daemon() {
   if (auto s = write_config(); !s) return s;
   std::error_code ec;
   std::filesystem::remove(dir_ / "daemon.ports", ec);
-  auto env = boost::this_process::environment();
-  env["OPGATE_EVAL_AGENT_KEY"] = "sk-agent-eval";
-  env["OPGATE_EVAL_PAYMENTS_KEY"] = "sk_test_eval";
-  env["OPGATE_EVAL_ORDERS_TOKEN"] = "tok-orders-eval";
-  env["OPGATE_EVAL_EXECUTOR_TOKEN"] = "tok-executor-eval";
-  if (!database_url_.empty()) env["OPGATE_EVAL_DB_URL"] = database_url_;
+  // A copy: the process's own environment stays as it is (clusters start
+  // side by side, and setenv from several threads at once corrupts it).
+  bp::environment env = boost::this_process::environment();
+  for (const auto& [name, value] : daemon_variables()) env[name] = value;
   ++daemon_starts_;
   const rlim_t open_files = static_cast<rlim_t>(options_.daemon_open_files);
   auto daemon_child = start_child(

@@ -103,6 +103,10 @@ class Cluster {
   Status restart_daemon(bool kill);
   // Starts the daemon (again); it must not be running.
   Status start_daemon();
+  // The variables the daemon's configuration names (its secrets, its
+  // database), as the daemon is given them: for a CLI run against the same
+  // configuration. The process's own environment is never changed.
+  std::vector<std::pair<std::string, std::string>> daemon_variables() const;
   void signal_daemon(int signal);
   // Appends TOML to the configuration, sends SIGHUP and waits until the
   // daemon logs that it reloaded (an error if it refused the new file).

@@ -126,7 +126,8 @@ TEST_CASE("MCP clients: the conformance suite passes initialize, ping, tools-lis
 
 TEST_CASE("MCP clients: the Agents SDK example asks for a refund and reports the verified result") {
   Cluster c;
-  auto env = boost::this_process::environment();
+  // A copy: the process's own environment stays as it is.
+  bp::environment env = boost::this_process::environment();
   env["OPGATE_MCP_URL"] = capability_url(c);
   env["OPGATE_POLL_MS"] = "100";
   auto running = std::async(std::launch::async, [&] {

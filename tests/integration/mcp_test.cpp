@@ -395,7 +395,6 @@ TEST_CASE("a declared operation over MCP: published with its schema, a task unti
   CHECK(structured(refund).at("amount_minor").as_int64() == 2000);
 
   // The CLI shows the declared tools: the definitions and the policy.
-  setenv("OPGATE_EVAL_EXECUTOR_TOKEN", "tok-executor-eval", 1);
   auto [trc, definitions] = c.cli({"tools", "--config", c.config_file().string()});
   CHECK(trc == 0);
   CHECK(definitions.find(R"("name":"reship_order")") != std::string::npos);

@@ -8,6 +8,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -48,6 +49,17 @@ TEST_CASE("a daemon restarted after another process took its port comes up on fr
   c.start_daemon();
   CHECK(c.operator_port() != was);
   CHECK(c.op("GET", "/v1/operations").status == 200);
+}
+
+// The test clusters give the daemon its secrets in its own environment:
+// the test process's stays as it was (clusters start side by side, and
+// setenv from several threads at once corrupts it).
+TEST_CASE("starting a cluster leaves the test process's environment as it was") {
+  REQUIRE(std::getenv("OPGATE_EVAL_AGENT_KEY") == nullptr);
+  Cluster c;
+  CHECK(c.op("GET", "/v1/operations").status == 200);
+  CHECK(std::getenv("OPGATE_EVAL_AGENT_KEY") == nullptr);
+  CHECK(std::getenv("OPGATE_EVAL_PAYMENTS_KEY") == nullptr);
 }
 
 TEST_CASE("opgate --version prints the version and the git revision") {
