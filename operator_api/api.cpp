@@ -342,9 +342,14 @@ class Api {
   Response get_operation(const std::string& key, const Principal& p) {
     auto found = operations::visible_history(d_.storage.reader(), key, p);
     if (!found) return from_error(found.error());
-    auto o = op_json(found->operation);
+    return history_response(*found);
+  }
+
+  // The operation with its history, as GET /v1/operations/{key} shows it.
+  Response history_response(const store::OperationHistory& found) {
+    auto o = op_json(found.operation);
     json::array rows;
-    for (const auto& r : found->records) rows.push_back(operations::audit_json(r));
+    for (const auto& r : found.records) rows.push_back(operations::audit_json(r));
     o["history"] = std::move(rows);
     return ok_json(o);
   }
@@ -531,12 +536,18 @@ class Api {
     return json_response(e.http_status, json::serialize(body));
   }
 
-  Response after_decision(const Status& s, const std::string& key, const Principal& p) {
+  // The answer to a decision: the operation as it is now, from `committed`
+  // if its transaction read it after its commit.
+  Response after_decision(const Status& s, const std::string& key, const Principal& p,
+                          const store::CommittedRead* committed = nullptr) {
     if (!s) {
       if (s.error().http_status == 409) return conflict_with_state(key, s.error(), p);
       return from_error(s.error());
     }
     d_.wake_worker();
+    if (committed && committed->read && committed->history &&
+        p.may_act_for(committed->history->operation.proposal().owner()))
+      return history_response(*committed->history);
     return get_operation(key, p);
   }
 
@@ -639,8 +650,13 @@ class Api {
     // the provider: one transaction fewer than leaving the claim to a pass.
     const operations::ClaimAtOnce at_once = d_.drainer.claim_at_once();
     std::optional<pb::Operation> claimed;
+    // The answer, and the execute item the provider call is made on, read
+    // with the commit.
+    store::CommittedRead committed;
+    committed.operation_key = key;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       claimed.reset();
+      txn.read_after_commit(&committed);
       OPGATE_TRY(txn.read_ahead(ahead));
       // Checked on the operation as the transaction reads it.
       if (auto shown = operations::visible_operation(txn, key, p); shown)
@@ -655,8 +671,11 @@ class Api {
       d_.wake_worker();
       return conflict_with_state(key, *refusal, p);
     }
-    if (s && claimed) d_.drainer.execute_claimed(std::move(*claimed), at_once.lease_token);
-    return after_decision(s, key, p);
+    if (s && claimed)
+      d_.drainer.execute_claimed(
+          std::move(*claimed), at_once.lease_token,
+          committed.read ? std::optional(std::move(committed.items)) : std::nullopt);
+    return after_decision(s, key, p, &committed);
   }
 
   // An approval never names another order, owner or kind: the key does.

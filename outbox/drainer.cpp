@@ -258,10 +258,13 @@ operations::ClaimAtOnce Drainer::claim_at_once() const {
   return {crypto::random_hex(8), options_.claim_lease_ms};
 }
 
-void Drainer::execute_claimed(pb::Operation claimed, const std::string& lease_token) {
+void Drainer::execute_claimed(pb::Operation claimed, const std::string& lease_token,
+                              std::optional<std::vector<store::OutboxEntry>> read) {
   const std::string key = claimed.key();
-  std::function<void()> task = [this, claimed = std::move(claimed), lease_token] {
-    auto items = storage_.reader().outbox_of(claimed.key());
+  std::function<void()> task = [this, claimed = std::move(claimed), lease_token,
+                                read = std::move(read)] {
+    auto items = read ? Result<std::vector<store::OutboxEntry>>(*read)
+                      : storage_.reader().outbox_of(claimed.key());
     if (!items) {
       spdlog::error("cannot read the execute item of {} (it is recovered when its lease ends): {}",
                     claimed.key(), items.error().message);

@@ -10,7 +10,9 @@
 // any; items run on the lanes.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/backoff.h"
 #include "common/clock.h"
@@ -67,11 +69,13 @@ class Drainer {
   operations::ClaimAtOnce claim_at_once() const;
   // The provider call of an operation such an approval claimed, in the
   // operation's lane, on the execute item leased under `lease_token`
-  // (found by the operation: the store named it as it committed), while
-  // the lease lasts. If the lanes cannot take it by then, or the item
-  // cannot be read, the item falls due when its lease ends, and the
+  // (found among the operation's `items` as read after the commit, or read
+  // by the operation if not given: the store named it as it committed),
+  // while the lease lasts. If the lanes cannot take it by then, or the
+  // item cannot be read, the item falls due when its lease ends, and the
   // operation is recovered and reconciled.
-  void execute_claimed(pb::Operation claimed, const std::string& lease_token);
+  void execute_claimed(pb::Operation claimed, const std::string& lease_token,
+                       std::optional<std::vector<store::OutboxEntry>> items = std::nullopt);
   // Reconciles one operation now (an operator's request), in its lane.
   Status reconcile_now(const std::string& operation_key, const operations::Principal& principal);
 

@@ -86,6 +86,16 @@ struct OperationHistory {
   std::vector<pb::AuditRecord> records;
 };
 
+// An operation as its transaction's caller reads it once the transaction has
+// committed, to answer with (Transaction::read_after_commit): its history
+// and its outbox items, as they are just after the commit.
+struct CommittedRead {
+  std::string operation_key;
+  bool read = false;                        // set once both are read
+  std::optional<OperationHistory> history;  // none: no such operation
+  std::vector<OutboxEntry> items;           // in id order
+};
+
 struct LedgerQuery {
   std::string session_id;  // "" matches any
   std::string owner;       // "" matches any
@@ -255,6 +265,18 @@ class Reader {
       std::string_view kind, const std::string& after, size_t limit) = 0;
 };
 
+// The read after the commit, for any backend: two reads. Leaves `read`
+// unset if either fails.
+inline void read_committed(Reader& reader, CommittedRead& r) {
+  auto history = reader.operation_history(r.operation_key);
+  if (!history) return;
+  auto items = reader.outbox_of(r.operation_key);
+  if (!items) return;
+  r.history = std::move(*history);
+  r.items = std::move(*items);
+  r.read = true;
+}
+
 class Transaction : public virtual Reader {
  public:
   // The transaction's time: every record it writes carries it.
@@ -265,6 +287,14 @@ class Transaction : public virtual Reader {
   void after_commit(std::function<void()> fn) { after_commit_.push_back(std::move(fn)); }
   // For backends: what to run after the commit.
   std::vector<std::function<void()>> take_after_commit() { return std::move(after_commit_); }
+
+  // Reads `*into` once the transaction has committed, before transact()
+  // returns (left unread if the commit or the read fails): what the caller
+  // answers with. A backend that reads over a network reads it in the
+  // commit's round trip. `into` must outlive transact().
+  void read_after_commit(CommittedRead* into) { read_after_commit_ = into; }
+  // For backends: what to read after the commit, if anything.
+  CommittedRead* committed_read() const { return read_after_commit_; }
 
   // Names records the transaction is about to read, so that a backend that
   // reads over a network reads them together, in one round trip, each under
@@ -331,6 +361,7 @@ class Transaction : public virtual Reader {
 
  private:
   std::vector<std::function<void()>> after_commit_;
+  CommittedRead* read_after_commit_ = nullptr;
   bool fans_out_ = true;
 };
 

@@ -314,9 +314,16 @@ Status Conn::send_then(const std::vector<Stmt>& stmts, const std::vector<Stmt>& 
   return send_batch(then);
 }
 
-Status Conn::read_all_but_last() {
+Status Conn::read_all_but(size_t keep) {
   sqlstate_.clear();
-  return read_sent_but(1, nullptr);
+  return read_sent_but(keep, nullptr);
+}
+
+Result<std::vector<Rows>> Conn::read_rest() {
+  sqlstate_.clear();
+  std::vector<Rows> out;
+  OPGATE_TRY(read_sent(&out));
+  return out;
 }
 
 Pool::Pool(ConnOptions options, size_t size, Setup setup, std::chrono::milliseconds wait)

@@ -113,7 +113,12 @@ class Conn {
   // the next call, as with send_ahead (pipeline({}) waits for it alone).
   // The caller need not wait for the round trip in between.
   Status send_then(const std::vector<Stmt>& stmts, const std::vector<Stmt>& then);
-  Status read_all_but_last();
+  Status read_all_but_last() { return read_all_but(1); }
+  // Reads every batch sent but the `keep` last ones, as read_all_but_last().
+  Status read_all_but(size_t keep);
+  // Reads every batch sent, as pipeline({}) does, and returns the last
+  // one's results.
+  Result<std::vector<Rows>> read_rest();
 
   // The SQLSTATE of the last failure ("" if none or not from the server).
   const std::string& last_sqlstate() const { return sqlstate_; }

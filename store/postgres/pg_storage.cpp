@@ -579,11 +579,7 @@ class PgReads : public virtual Reader {
 
   Result<std::optional<OperationHistory>> operation_history(const std::string& key) override {
     OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"o_history", {text(key)}}));
-    if (rows.empty() || rows.int8(0, 0) != 0) return std::optional<OperationHistory>();
-    OperationHistory h;
-    OPGATE_TRY(parse_cell(rows, 0, 2, "operation", h.operation));
-    OPGATE_ASSIGN_OR_RETURN(h.records, every<pb::AuditRecord>(rows, "audit record", 2, 1));
-    return std::optional<OperationHistory>(std::move(h));
+    return history_of(rows);
   }
 
   Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
@@ -659,7 +655,17 @@ class PgReads : public virtual Reader {
 
   static int64_t queue_number(Queue queue) { return queue == Queue::notifications ? 1 : 0; }
 
- private:
+ protected:
+  // What "o_history" read.
+  static Result<std::optional<OperationHistory>> history_of(const Rows& rows) {
+    if (rows.empty() || rows.int8(0, 0) != 0) return std::optional<OperationHistory>();
+    OperationHistory h;
+    OPGATE_TRY(parse_cell(rows, 0, 2, "operation", h.operation));
+    OPGATE_ASSIGN_OR_RETURN(h.records, every<pb::AuditRecord>(rows, "audit record", 2, 1));
+    return std::optional<OperationHistory>(std::move(h));
+  }
+
+  // What "ob_due" or "ob_of" read.
   static Result<std::vector<OutboxEntry>> entries(const Rows& rows) {
     std::vector<OutboxEntry> out;
     for (int i = 0; i < rows.size(); ++i) {
@@ -970,7 +976,23 @@ class PgTransaction final : public Transaction, public PgReads {
     if (!s || !flush_unread_) return s;
     // The flush of an early release (finish()), out of the node's turn.
     flush_unread_ = false;
-    if (auto flushed = conn_.pipeline({}); !flushed) return fail(flushed.error());
+    if (!std::exchange(committed_read_unread_, false)) {
+      if (auto flushed = conn_.pipeline({}); !flushed) return fail(flushed.error());
+      return Status::Ok();
+    }
+    if (Status flushed = conn_.read_all_but_last(); !flushed) return fail(flushed.error());
+    // Committed and flushed: a failed read after it leaves the read to
+    // PgStorage::transact, and fails nothing.
+    auto rows = conn_.read_rest();
+    if (rows && rows->size() == 2) {
+      auto history = history_of((*rows)[0]);
+      auto items = entries((*rows)[1]);
+      if (CommittedRead* r = committed_read(); r && history && items) {
+        r->history = std::move(*history);
+        r->items = std::move(*items);
+        r->read = true;
+      }
+    }
     return Status::Ok();
   }
 
@@ -1349,11 +1371,28 @@ class PgTransaction final : public Transaction, public PgReads {
     lock_ahead();
     if (opens()) begun_ = true;
     Status s = conn_.send_then(std::exchange(batch_, {}), {{"durable", {}}});
-    if (s && wait) s = conn_.read_all_but_last();
+    if (s) s = send_committed_read();
+    if (s && wait) s = conn_.read_all_but(batches_after_commit());
     flush_unread_ = true;  // sent; read by commit(), or by the next call
     if (!s) return fail(s.error());
     return Status::Ok();
   }
+
+  // The caller's read after the commit (Transaction::read_after_commit),
+  // sent behind the flush in a batch of its own, so that its failure is
+  // not the commit's: commit() reads it.
+  Status send_committed_read() {
+    const CommittedRead* r = committed_read();
+    if (!r) return Status::Ok();
+    OPGATE_TRY(conn_.send_ahead(
+        {{"o_history", {text(r->operation_key)}}, {"ob_of", {text(r->operation_key)}}}));
+    committed_read_unread_ = true;
+    return Status::Ok();
+  }
+
+  // The batches finish() sends behind the COMMIT's: the flush's, and the
+  // read after the commit's if there is one.
+  size_t batches_after_commit() const { return committed_read_unread_ ? 2 : 1; }
 
   // Sends the commit on the guessed head, after a wait for the commit sent
   // before it (the ticket `after`) if that one may not have ended: landed()
@@ -1373,9 +1412,10 @@ class PgTransaction final : public Transaction, public PgReads {
   // The answer to send_on(): true if the guess was the head; false if not,
   // with the transaction as it was before.
   Result<bool> landed() {
-    Status s = conn_.read_all_but_last();
+    Status s = conn_.read_all_but(batches_after_commit());
     if (s) return true;
     if (conn_.broken() || conn_.last_sqlstate() != "22012") return fail(s.error());
+    committed_read_unread_ = false;
     if (std::exchange(flush_unread_, false))
       (void)conn_.pipeline({});  // refused: the transaction is aborted until the rollback below
     batch_.push_back({"guess_rollback", {}});
@@ -1470,7 +1510,8 @@ class PgTransaction final : public Transaction, public PgReads {
   };
   std::optional<BeforeGuess> before_guess_;
   Conn& conn_;
-  bool flush_unread_ = false;  // finish() sent the flush of an early release
+  bool flush_unread_ = false;           // finish() sent the flush of an early release
+  bool committed_read_unread_ = false;  // and the read after the commit behind it
   const bool locking_;
   const int64_t now_ms_;
   std::vector<Stmt> batch_;
@@ -1579,6 +1620,7 @@ PgStorage::~PgStorage() {
 
 Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
   std::vector<std::function<void()>> after;
+  CommittedRead* read_after = nullptr;  // what the caller asked to read after the commit
   // The connection goes back to the pool before what runs after the commit.
   auto attempt_once = [&](int attempt, bool& retry) -> Status {
     retry = false;
@@ -1589,6 +1631,7 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
     if (s && !txn.failed()) {
       Status c = txn.commit();
       if (c) {
+        read_after = txn.committed_read();
         commits_++;
         if (txn.counted() && ++count_changes_ % kFoldEvery == 0)
           if (Status f = fold_counts(*conn); !f)
@@ -1609,6 +1652,10 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
     if (!retry) return s;
     retries_++;
     pause_before_retry(attempt);
+  }
+  if (read_after && !read_after->read) {
+    reads_after_commit_alone_++;
+    read_committed(reader(), *read_after);
   }
   for (auto& f : after) f();
   return Status::Ok();

@@ -150,6 +150,9 @@ class PgStorage final : public Storage {
   // commits whose guess of the head missed (HeadGuess).
   uint64_t commits_sent_behind() const { return head_guess_.sent_behind.load(); }
   uint64_t guesses_missed() const { return head_guess_.missed.load(); }
+  // Reads after a commit (Transaction::read_after_commit) made alone, after
+  // it, rather than in its round trip.
+  uint64_t reads_after_commit_alone() const { return reads_after_commit_alone_.load(); }
 
  private:
   PgStorage() = default;
@@ -172,6 +175,7 @@ class PgStorage final : public Storage {
   std::thread listener_;
   std::atomic<bool> listening_{false};
   std::atomic<uint64_t> retries_{0};
+  std::atomic<uint64_t> reads_after_commit_alone_{0};
   static constexpr uint64_t kFoldEvery = 512;  // transactions that changed counts
   std::atomic<uint64_t> count_changes_{0};
 };

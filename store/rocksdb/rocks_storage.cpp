@@ -784,18 +784,23 @@ RocksStorage::~RocksStorage() {
 Status RocksStorage::transact(const std::function<Status(Transaction&)>& fn) {
   if (!journal_) return make_error(errc::storage_unavailable, "The store is open read-only.");
   std::vector<std::function<void()>> after;
+  CommittedRead* read_after = nullptr;
   std::vector<std::pair<ScanFloor*, std::string>> pins;
   Status s = journal_->run([&](Journal::Txn& txn) {
     RocksTransaction t(txn, *this, pins);
     t.set_fans_out_notifications(fans_out_notifications());
     Status s = fn(t);
-    if (s) after = t.take_after_commit();
+    if (s) {
+      after = t.take_after_commit();
+      read_after = t.committed_read();
+    }
     return s;
   });
   // Committed (visible to every scan from now on) or refused: either way
   // the entries it staged no longer hold the floors down.
   for (auto& [floor, t] : pins) floor->unpin(t);
   OPGATE_TRY(s);
+  if (read_after) read_committed(reader(), *read_after);
   for (auto& f : after) f();
   return Status::Ok();
 }

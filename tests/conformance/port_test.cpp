@@ -655,6 +655,73 @@ TEST_CASE("an operation is read with its records, in a transaction as it would b
   CHECK(r.operation_history("k1")->value().records.size() == 4);
 }
 
+TEST_CASE("what a transaction asks to read after its commit is read as committed") {
+  Fixture f;
+  f.write([&](Transaction& t) {
+    REQUIRE(t.put_operation(op("k1", pb::STATE_PENDING)).ok());
+    t.append_audit(record("k1", "propose"));
+  });
+  store::CommittedRead read;
+  read.operation_key = "k1";
+  f.write([&](Transaction& t) {
+    t.read_after_commit(&read);
+    REQUIRE(t.put_operation(op("k1", pb::STATE_APPROVED)).ok());
+    t.append_audit(record("k1", "approve"));
+    pb::OutboxItem item;
+    item.set_kind(pb::OUTBOX_EXECUTE);
+    item.set_operation_key("k1");
+    t.enqueue(item);
+    CHECK_FALSE(read.read);  // not before the commit
+  });
+  REQUIRE(read.read);
+  REQUIRE(read.history);
+  CHECK(read.history->operation.state() == pb::STATE_APPROVED);
+  // The records as the chain holds them, this transaction's chained.
+  auto stored = f.s->reader().audit_of("k1");
+  REQUIRE(stored.ok());
+  REQUIRE(read.history->records.size() == 2);
+  CHECK(read.history->records[1].action() == "approve");
+  CHECK(read.history->records[1].seq() == 2);
+  CHECK(read.history->records[1].hash() == stored->at(1).hash());
+  // The item as stored, with the id the store gave it.
+  auto items = f.s->reader().outbox_of("k1");
+  REQUIRE(items.ok());
+  REQUIRE(read.items.size() == 1);
+  CHECK(read.items[0].id == items->at(0).id);
+  CHECK(read.items[0].item.kind() == pb::OUTBOX_EXECUTE);
+
+  // A commit with no record in the chain reads alike.
+  store::CommittedRead plain;
+  plain.operation_key = "k1";
+  f.write([&](Transaction& t) {
+    t.read_after_commit(&plain);
+    REQUIRE(t.put_operation(op("k1", pb::STATE_EXECUTING)).ok());
+  });
+  REQUIRE(plain.read);
+  CHECK(plain.history->operation.state() == pb::STATE_EXECUTING);
+  CHECK(plain.history->records.size() == 2);
+
+  // A key with no operation reads as none; a transaction that fails
+  // leaves it unread.
+  store::CommittedRead none, failed;
+  none.operation_key = "nope";
+  f.write([&](Transaction& t) {
+    t.read_after_commit(&none);
+    t.append_audit(record("nope", "note"));
+  });
+  CHECK(none.read);
+  CHECK_FALSE(none.history);
+  CHECK(none.items.empty());
+  failed.operation_key = "k1";
+  Status refused = f.s->transact([&](Transaction& t) -> Status {
+    t.read_after_commit(&failed);
+    t.append_audit(record("k1", "settle"));
+    return make_error(errc::bad_request, "no");
+  });
+  CHECK_FALSE(refused.ok());
+  CHECK_FALSE(failed.read);
+}
+
 TEST_CASE("outbox items are due by time, rescheduled and removed") {
   Fixture f;
   f.write([](Transaction& t) {

@@ -336,9 +336,20 @@ void refuse_operations(opgate::store::pg::PgStorage& s) {
 // sends ahead of that without waiting (a write under no new lock).
 enum class Refused { no, with_head, ahead };
 
+// With `read`, the commit writes the operation `key` too, and asks for it
+// to be read after the commit.
 opgate::Status audited_commit(opgate::store::pg::PgStorage& s, const std::string& key,
-                              Refused refused = Refused::no) {
+                              Refused refused = Refused::no,
+                              opgate::store::CommittedRead* read = nullptr) {
   return s.transact([&](opgate::store::Transaction& t) {
+    if (read) {
+      read->operation_key = key;
+      t.read_after_commit(read);
+      opgate::pb::Operation o;
+      o.set_key(key);
+      o.set_state(opgate::pb::STATE_APPROVED);
+      if (auto put = t.put_operation(o); !put) return put;
+    }
     opgate::pb::AuditRecord r;
     r.set_operation_key(key);
     r.set_action("step");
@@ -668,11 +679,28 @@ TEST_CASE("postgres: audited commits on a guessed head keep one chain when anoth
   TwoNodes nodes;
   auto& a = nodes.a;
   auto& b = nodes.b;
-  auto audited = [](pg::PgStorage& s, const std::string& key) { REQUIRE(audited_commit(s, key)); };
+  // Each commit also reads its operation after it, in its round trip: the
+  // records as the chain holds them, on a guess that held or missed alike.
+  auto audited = [](pg::PgStorage& s, const std::string& key) {
+    opgate::store::CommittedRead read;
+    REQUIRE(audited_commit(s, key, Refused::no, &read));
+    REQUIRE(read.read);
+    REQUIRE(read.history);
+    auto stored = s.reader().audit_of(key);
+    REQUIRE(stored.ok());
+    REQUIRE(read.history->records.size() == stored->size());
+    for (size_t i = 0; i < stored->size(); ++i) {
+      CHECK(read.history->records[i].seq() == (*stored)[i].seq());
+      CHECK(read.history->records[i].hash() == (*stored)[i].hash());
+    }
+  };
   // a, a (on its guess), b (a's guess now wrong), a (misses, then the real
   // head), then each in turn; a's misses make it stop guessing a while.
   for (const char* who : {"a", "a", "b", "a", "b", "a", "b", "a", "a", "a", "a", "b", "a"})
     audited(who[0] == 'a' ? *a : *b, who);
+  CHECK(a->guesses_missed() > 0);
+  CHECK(a->reads_after_commit_alone() == 0);
+  CHECK(b->reads_after_commit_alone() == 0);
   auto head = b->reader().audit_head();
   REQUIRE(head.ok());
   CHECK(head->seq == 26);
@@ -907,16 +935,22 @@ TEST_CASE("postgres: audited commits of many threads keep one chain when some fa
     threads.emplace_back([&, t] {
       for (int i = 0; i < kEach; ++i) {
         const bool bad = (t + i) % 7 == 0;
+        // Half the threads read their operation after the commit: read
+        // when it commits, with both its records; unread when it fails.
+        opgate::store::CommittedRead read;
         auto s = audited_commit(*a, fmt::format("t{}-{}", t, i),
                                 !bad    ? Refused::no
                                 : i % 2 ? Refused::with_head
-                                        : Refused::ahead);
+                                        : Refused::ahead,
+                                t % 2 ? &read : nullptr);
         // A refused one fails with the database's refusal, not with what
         // an aborted transaction answers to the statements after it.
         if (s.ok() == !bad && (s.ok() || s.error().message.find("refused") != std::string::npos))
           (s.ok() ? committed : refused)++;
         else
           unexpected++;
+        if (t % 2 && read.read != s.ok()) unexpected++;
+        if (t % 2 && s.ok() && (!read.history || read.history->records.size() != 2)) unexpected++;
       }
     });
   for (auto& th : threads) th.join();
@@ -962,11 +996,16 @@ TEST_CASE("postgres: a node's audited commits go one behind another without miss
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
-      for (int i = 0; i < kEach; ++i)
-        if (!audited_commit(s, fmt::format("t{}-{}", t, i)).ok()) failed++;
+      for (int i = 0; i < kEach; ++i) {
+        opgate::store::CommittedRead read;
+        if (!audited_commit(s, fmt::format("t{}-{}", t, i), Refused::no, &read).ok() ||
+            !read.read || !read.history || read.history->records.size() != 2)
+          failed++;
+      }
     });
   for (auto& th : threads) th.join();
   CHECK(failed == 0);
+  CHECK(s.reads_after_commit_alone() == 0);
   auto v = s.verify_audit();
   REQUIRE(v.ok());
   CHECK(v->ok);

@@ -89,7 +89,17 @@ TEST_CASE("an approver lowers the amount through the API: never raised, paid and
   CHECK(lowered.body.at("amount_minor").as_int64() == 1500);
   CHECK(lowered.body.at("original_amount_minor").as_int64() == 2500);
   CHECK(str(lowered.body, "edited_by") == "alice");
-  c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
+  // The answer is the operation as its approval committed it: its history
+  // ends with the approval and the claim that came with it, each record as
+  // the chain keeps it.
+  const auto& answered = lowered.body.at("history").as_array();
+  REQUIRE(answered.size() >= 3);
+  CHECK(str(answered[answered.size() - 2].as_object(), "action") == "approve");
+  CHECK(str(answered.back().as_object(), "action") == "claim");
+  auto settled = c.wait_operation(kKey, [](auto& x) { return str(x, "state") == "settled"; });
+  const auto& kept = settled.at("history").as_array();
+  REQUIRE(kept.size() > answered.size());
+  for (size_t i = 0; i < answered.size(); ++i) CHECK(answered[i] == kept[i]);
   auto refunds = provider_refunds_for(c, kKey);
   REQUIRE(refunds.size() == 1);
   CHECK(refunds[0].at("amount").as_int64() == 1500);

@@ -142,41 +142,48 @@ TEST_CASE("an approved refund is claimed, executed once, settled with its ledger
 }
 
 TEST_CASE("an approval that claims at once: executing as it commits, paid once by its process") {
-  World w;
-  w.propose_refund();
-  const operations::ClaimAtOnce at_once = w.drainer->claim_at_once();
-  CHECK(at_once.lease_ms == 30'000);
-  auto approved = w.approve(kRefund, at_once);
-  REQUIRE(approved.ok());
-  REQUIRE(approved->claimed);
-  CHECK(approved->claimed->key() == kRefund);
-  // Durably executing, the amount held, before any provider call.
-  CHECK(w.state(kRefund) == "executing");
-  CHECK(w.funds().reserved_minor() == 2500);
-  CHECK(w.provider.calls() == 0);
-  std::vector<std::string> actions;
-  auto records = w.storage->reader().audit_of(kRefund);
-  REQUIRE(records.ok());
-  for (const auto& r : *records) actions.push_back(r.action());
-  CHECK(actions == std::vector<std::string>{"propose", "approve", "claim"});
-  // Its execute item is leased to the approval: no pass takes it meanwhile.
-  CHECK(w.due(w.clock.now_ms() + 29'999).empty());
-  auto items = w.due(w.clock.now_ms() + 30'000);
-  REQUIRE(items.size() == 1);
-  CHECK(items[0].item.kind() == pb::OUTBOX_EXECUTE);
-  CHECK(items[0].item.lease_token() == at_once.lease_token);
-  w.pump();
-  CHECK(w.provider.calls() == 0);
-  w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
-  w.lanes->wait_idle();
-  w.pump();
-  CHECK(w.state(kRefund) == "settled/succeeded");
-  REQUIRE(w.provider.executed.size() == 1);
-  CHECK(w.provider.executed[0].idempotency_key == w.operation(kRefund).idempotency_key());
-  CHECK(w.funds().refunded_minor() == 2500);
-  CHECK(w.funds().reserved_minor() == 0);
-  CHECK(w.call("sess_1", "turn_1", "call_refund")->delivery() == pb::DELIVERY_DELIVERED);
-  CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
+  // The execute item is found by reading the operation's items, or among
+  // those the approval read after its commit.
+  for (const bool items_read_at_commit : {false, true}) {
+    CAPTURE(items_read_at_commit);
+    World w;
+    w.propose_refund();
+    const operations::ClaimAtOnce at_once = w.drainer->claim_at_once();
+    CHECK(at_once.lease_ms == 30'000);
+    auto approved = w.approve(kRefund, at_once);
+    REQUIRE(approved.ok());
+    REQUIRE(approved->claimed);
+    CHECK(approved->claimed->key() == kRefund);
+    // Durably executing, the amount held, before any provider call.
+    CHECK(w.state(kRefund) == "executing");
+    CHECK(w.funds().reserved_minor() == 2500);
+    CHECK(w.provider.calls() == 0);
+    std::vector<std::string> actions;
+    auto records = w.storage->reader().audit_of(kRefund);
+    REQUIRE(records.ok());
+    for (const auto& r : *records) actions.push_back(r.action());
+    CHECK(actions == std::vector<std::string>{"propose", "approve", "claim"});
+    // Its execute item is leased to the approval: no pass takes it meanwhile.
+    CHECK(w.due(w.clock.now_ms() + 29'999).empty());
+    auto items = w.due(w.clock.now_ms() + 30'000);
+    REQUIRE(items.size() == 1);
+    CHECK(items[0].item.kind() == pb::OUTBOX_EXECUTE);
+    CHECK(items[0].item.lease_token() == at_once.lease_token);
+    w.pump();
+    CHECK(w.provider.calls() == 0);
+    std::optional<std::vector<store::OutboxEntry>> read;
+    if (items_read_at_commit) read = *w.storage->reader().outbox_of(kRefund);
+    w.drainer->execute_claimed(*approved->claimed, at_once.lease_token, read);
+    w.lanes->wait_idle();
+    w.pump();
+    CHECK(w.state(kRefund) == "settled/succeeded");
+    REQUIRE(w.provider.executed.size() == 1);
+    CHECK(w.provider.executed[0].idempotency_key == w.operation(kRefund).idempotency_key());
+    CHECK(w.funds().refunded_minor() == 2500);
+    CHECK(w.funds().reserved_minor() == 0);
+    CHECK(w.call("sess_1", "turn_1", "call_refund")->delivery() == pb::DELIVERY_DELIVERED);
+    CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
+  }
 }
 
 TEST_CASE("an approval's claim never called is recovered when its lease ends, then reconciled") {
@@ -209,6 +216,10 @@ TEST_CASE("an approval's claim calls nothing once its item was taken over or its
     auto approved = w.approve(kRefund, at_once);
     REQUIRE(approved.ok());
     REQUIRE(approved->claimed);
+    // The items as the approval read them after its commit: a lease that
+    // ran out since is seen by the clock alone.
+    auto read = w.storage->reader().outbox_of(kRefund);
+    REQUIRE(read.ok());
     if (taken_over) {
       auto items = w.due(w.clock.now_ms() + 30'000);
       REQUIRE(items.size() == 1);
@@ -218,7 +229,8 @@ TEST_CASE("an approval's claim calls nothing once its item was taken over or its
     } else {
       w.clock.advance_ms(30'000);  // its lane took it only after the lease
     }
-    w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
+    w.drainer->execute_claimed(*approved->claimed, at_once.lease_token,
+                               taken_over ? std::nullopt : std::optional(*read));
     w.lanes->wait_idle();
     CHECK(w.provider.calls() == 0);
     if (taken_over) {
