@@ -10,6 +10,7 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/url/parse.hpp>
 #include <cerrno>
+#include <charconv>
 #include <map>
 #include <memory>
 #include <optional>
@@ -265,12 +266,7 @@ Status connect_and_exchange(Exchange& x, Connection& c, bool tls) {
   beast::error_code parse_ec;
   auto address = net::ip::make_address(literal, parse_ec);
   if (!parse_ec) {
-    uint16_t port_number = 0;
-    try {
-      port_number = static_cast<uint16_t>(std::stoi(x.port));
-    } catch (...) {
-      return make_error(errc::bad_url, "not a valid port: " + x.port);
-    }
+    const auto port_number = static_cast<uint16_t>(std::stoul(x.port));  // checked by send()
     net::post(ioc, [&, address, port_number] {
       on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
                                                           x.host, x.port));
@@ -280,6 +276,14 @@ Status connect_and_exchange(Exchange& x, Connection& c, bool tls) {
   }
   ioc.run();
   return Status::Ok();
+}
+
+// A URL's port: 1 to 65535, in digits.
+bool port_in_range(std::string_view port) {
+  unsigned long value = 0;
+  const char* end = port.data() + port.size();
+  auto [at, ec] = std::from_chars(port.data(), end, value);
+  return ec == std::errc() && at == end && value >= 1 && value <= 65535;
 }
 
 // The answer read, and the connection kept for the next request only if
@@ -310,9 +314,17 @@ Result<Response> send(const ClientRequest& request) {
   const bool tls = url->scheme() == "https";
   if (!tls && url->scheme() != "http")
     return make_error(errc::unsupported_scheme, "only http:// and https:// URLs");
+  // A port out of range is refused, never cut to 16 bits (onto another);
+  // so is a path that does not start at the root, which Boost.URL reads out
+  // of "host:80x/y" as port 80 and path "x/y".
+  const bool ported = url->has_port() && !url->port().empty();
+  if (ported && !port_in_range(url->port()))
+    return make_error(errc::bad_url, "not a valid port: " + std::string(url->port()));
+  if (!url->encoded_path().empty() && !url->encoded_path().starts_with('/'))
+    return make_error(errc::bad_url, "not a valid URL");
   Exchange x{request,
              std::string(url->host()),
-             url->has_port() ? std::string(url->port()) : (tls ? "443" : "80"),
+             ported ? std::string(url->port()) : (tls ? "443" : "80"),
              {},
              {},
              {},

@@ -51,6 +51,7 @@ class ScriptedServer {
   std::string url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(port_) + path;
   }
+  uint16_t port() const { return port_; }
   int connections() const { return accepted_; }
   // Closes the connection in play from the server's side, and waits until
   // the server is back in accept.
@@ -239,6 +240,24 @@ TEST_CASE("http client: a kept connection the peer closed while idle is not used
   REQUIRE(res);
   CHECK(res->body == "ok 2");
   CHECK(server.connections() == 2);
+}
+
+TEST_CASE("http client: a port out of range is refused, never wrapped onto another port") {
+  // 65536 above a listening port would land on it if cut to 16 bits; a
+  // port followed by more than digits is no port either.
+  ScriptedServer server([](int, int) { return Act::answer; });
+  for (const std::string& port : {std::to_string(server.port() + 65536), std::string("0"),
+                                  std::string("4294967296"), std::string("080x")}) {
+    CAPTURE(port);
+    http::ClientRequest r = get(server, "/");
+    r.url = "http://127.0.0.1:" + port + "/x";
+    auto res = http::send(r);
+    REQUIRE_FALSE(res.ok());
+    CHECK(res.error().code == "bad_url");
+  }
+  CHECK(server.connections() == 0);
+  // One in range still goes.
+  CHECK(http::send(get(server, "/")).ok());
 }
 
 TEST_CASE("http client: an error never repeats the URL, whose path or query may be a secret") {
