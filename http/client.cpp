@@ -10,7 +10,6 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/url/parse.hpp>
 #include <cerrno>
-#include <charconv>
 #include <map>
 #include <memory>
 #include <optional>
@@ -266,24 +265,16 @@ Status connect_and_exchange(Exchange& x, Connection& c, bool tls) {
   beast::error_code parse_ec;
   auto address = net::ip::make_address(literal, parse_ec);
   if (!parse_ec) {
-    const auto port_number = static_cast<uint16_t>(std::stoul(x.port));  // checked by send()
-    net::post(ioc, [&, address, port_number] {
-      on_resolved({}, tcp::resolver::results_type::create(tcp::endpoint(address, port_number),
-                                                          x.host, x.port));
+    const uint16_t port = *port_number(x.port);  // checked by send()
+    net::post(ioc, [&, address, port] {
+      on_resolved(
+          {}, tcp::resolver::results_type::create(tcp::endpoint(address, port), x.host, x.port));
     });
   } else {
     resolver.async_resolve(x.host, x.port, on_resolved);
   }
   ioc.run();
   return Status::Ok();
-}
-
-// A URL's port: 1 to 65535, in digits.
-bool port_in_range(std::string_view port) {
-  unsigned long value = 0;
-  const char* end = port.data() + port.size();
-  auto [at, ec] = std::from_chars(port.data(), end, value);
-  return ec == std::errc() && at == end && value >= 1 && value <= 65535;
 }
 
 // The answer read, and the connection kept for the next request only if
@@ -318,7 +309,7 @@ Result<Response> send(const ClientRequest& request) {
   // so is a path that does not start at the root, which Boost.URL reads out
   // of "host:80x/y" as port 80 and path "x/y".
   const bool ported = url->has_port() && !url->port().empty();
-  if (ported && !port_in_range(url->port()))
+  if (ported && port_number(url->port()).value_or(0) == 0)
     return make_error(errc::bad_url, "not a valid port: " + std::string(url->port()));
   if (!url->encoded_path().empty() && !url->encoded_path().starts_with('/'))
     return make_error(errc::bad_url, "not a valid URL");

@@ -9,6 +9,7 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <cctype>
+#include <charconv>
 
 namespace opgate::http {
 
@@ -32,6 +33,14 @@ std::string Request::path() const {
 
 std::string url_component(std::string_view s) {
   return boost::urls::encode(s, boost::urls::unreserved_chars);
+}
+
+std::optional<uint16_t> port_number(std::string_view digits) {
+  uint16_t port = 0;
+  const char* end = digits.data() + digits.size();
+  auto [at, ec] = std::from_chars(digits.data(), end, port);
+  if (digits.empty() || ec != std::errc() || at != end) return std::nullopt;
+  return port;
 }
 
 std::optional<std::string> Request::query_param(std::string_view name) const {

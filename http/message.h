@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -22,6 +23,10 @@ using Headers = std::map<std::string, std::string, CaseInsensitiveLess>;
 // `s` as one URL path segment or query value: every byte but the unreserved
 // characters (RFC 3986) percent-encoded.
 std::string url_component(std::string_view s);
+
+// A TCP port written in digits, 0 to 65535; none for anything else (a
+// larger number is never cut to 16 bits, onto another port).
+std::optional<uint16_t> port_number(std::string_view digits);
 
 struct Request {
   std::string method;  // "GET", "POST", ...

@@ -7,7 +7,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <charconv>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -370,13 +369,10 @@ Result<uint16_t> Server::start() {
   beast::error_code ec;
   auto address = net::ip::make_address(host, ec);
   if (ec) return make_error(errc::bad_listen, "listen host must be an IP address: " + host);
-  // 0 to 65535 in digits (0: any free port); never cut to 16 bits.
-  const std::string digits = o.listen.substr(colon + 1);
-  uint16_t port = 0;
-  auto [at, parse] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-  if (digits.empty() || parse != std::errc() || at != digits.data() + digits.size())
-    return make_error(errc::bad_listen, "listen port must be 0 to 65535: " + o.listen);
-  tcp::endpoint ep(address, port);
+  // 0: any free port.
+  auto port = port_number(std::string_view(o.listen).substr(colon + 1));
+  if (!port) return make_error(errc::bad_listen, "listen port must be 0 to 65535: " + o.listen);
+  tcp::endpoint ep(address, *port);
   auto& acc = impl_->acceptor;
   acc.open(ep.protocol(), ec);
   if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
