@@ -651,12 +651,11 @@ class Api {
     const operations::ClaimAtOnce at_once = d_.drainer.claim_at_once();
     std::optional<pb::Operation> claimed;
     // The answer, and the execute item the provider call is made on, read
-    // with the commit.
+    // with the commit (not for a refusal).
     store::CommittedRead committed;
     committed.operation_key = key;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       claimed.reset();
-      txn.read_after_commit(&committed);
       OPGATE_TRY(txn.read_ahead(ahead));
       // Checked on the operation as the transaction reads it.
       if (auto shown = operations::visible_operation(txn, key, p); shown)
@@ -665,6 +664,8 @@ class Api {
           auto approved, operations::approve(txn, key, p, request, *policy, *sourced, at_once));
       refusal = approved.refusal;
       claimed = std::move(approved.claimed);
+      // A refusal is answered with the state as it is (conflict_with_state).
+      if (!refusal) txn.read_after_commit(&committed);
       return Status::Ok();
     });
     if (s && refusal) {
