@@ -23,7 +23,7 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 std::string LoadReport::to_json() const {
   boost::json::object refused_by_status;
@@ -47,7 +47,7 @@ struct Shared {
   std::string key;     // raw signing key
   std::string prefix;  // unique per run
   std::string pad;
-  Clock::time_point deadline;
+  SteadyClock::time_point deadline;
   std::atomic<uint64_t> next_n{0};  // MCP: the "{n}" of the next call
   Mutex mu;
   LoadReport report GUARDED_BY(mu);
@@ -84,7 +84,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void next() {
-    if (Clock::now() >= s_.deadline) return;
+    if (SteadyClock::now() >= s_.deadline) return;
     if (!connected_) return connect();
     send();
   }
@@ -109,7 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       mcp_request();
     else
       webhook_request();
-    started_ = Clock::now();
+    started_ = SteadyClock::now();
     stream_.expires_after(std::chrono::seconds(30));
     net::async_write(stream_, net::buffer(wire_),
                      [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -188,7 +188,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!handshake_answered() || !res_.keep_alive()) close();
       return next();
     }
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_);
+    const auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started_);
     latencies_.push_back(static_cast<uint32_t>(std::min<int64_t>(us.count(), UINT32_MAX)));
     ++mine_.requests;
     const int status = res_.result_int();
@@ -233,7 +234,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_;
   std::string wire_;  // the request being sent
   bhttp::response<bhttp::string_body> res_;
-  Clock::time_point started_;
+  SteadyClock::time_point started_;
   bool connected_ = false;
   uint64_t seq_ = 0;
   LoadReport mine_;
@@ -249,13 +250,13 @@ Result<LoadReport> run_load(const LoadOptions& o) {
            o.bad_signatures ? std::string(key->size(), 'x') : *key,
            "load_" + crypto::random_hex(6),
            std::string(o.body_bytes > 200 ? o.body_bytes - 200 : 0, 'x'),
-           Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1000)),
+           SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1000)),
            {0},
            {},
            {},
            {}};
   net::io_context ioc;
-  const auto started = Clock::now();
+  const auto started = SteadyClock::now();
   for (int i = 0; i < o.connections; ++i) std::make_shared<Connection>(ioc, s, i)->start();
   std::vector<std::thread> threads;
   for (int i = 1; i < std::max(1, o.threads); ++i) threads.emplace_back([&] { ioc.run(); });
@@ -265,7 +266,7 @@ Result<LoadReport> run_load(const LoadOptions& o) {
   // and taken so that the analysis sees the reads below under it.
   MutexLock lock(s.mu);
   LoadReport r = s.report;
-  r.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  r.seconds = std::chrono::duration<double>(SteadyClock::now() - started).count();
   std::sort(s.latencies_us.begin(), s.latencies_us.end());
   r.p50_ms = percentile_ms(s.latencies_us, 0.50);
   r.p99_ms = percentile_ms(s.latencies_us, 0.99);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "adapters/json_fields.h"
 #include "http/client.h"
 
 namespace opgate::adapters {
@@ -41,10 +42,7 @@ class AgentsHttpClient final : public AgentPlatform {
       for (auto& a : ra->as_array()) {
         if (!a.is_object()) continue;
         auto& ao = a.as_object();
-        auto str = [&](const char* k) {
-          auto* p = ao.if_contains(k);
-          return p && p->is_string() ? std::string(p->as_string()) : std::string();
-        };
+        auto str = [&](std::string_view k) { return string_field(ao, k); };
         if (str("type") != "function_call") continue;
         RequiredAction action{str("call_id"), str("turn_id"), str("name"), "{}"};
         if (auto* args = ao.if_contains("arguments")) {

@@ -7,6 +7,7 @@
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/pchars.hpp>
 
+#include "adapters/json_fields.h"
 #include "http/client.h"
 
 namespace opgate::adapters {
@@ -19,11 +20,6 @@ using operations::PaymentRequest;
 using operations::PaymentResult;
 using operations::Verdict;
 
-std::string str_field(const json::object& o, std::string_view key) {
-  const auto* v = o.if_contains(key);
-  return v && v->is_string() ? std::string(v->as_string()) : std::string();
-}
-
 // An executor's body: succeeded, failed (a definite refusal) or anything
 // else (it may have happened: indeterminate).
 PaymentResult classify(const std::string& body) {
@@ -35,9 +31,9 @@ PaymentResult classify(const std::string& body) {
     return out;
   }
   const auto& o = v.as_object();
-  out.object_id = str_field(o, "id");
-  out.provider_status = str_field(o, "status");
-  const std::string detail = str_field(o, "detail");
+  out.object_id = string_field(o, "id");
+  out.provider_status = string_field(o, "status");
+  const std::string detail = string_field(o, "detail");
   if (out.provider_status == "succeeded") {
     out.verdict = Verdict::succeeded;
   } else if (out.provider_status == "failed") {

@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "adapters/json_fields.h"
 #include "http/client.h"
 #include "operations/orders.h"
 
@@ -29,8 +30,7 @@ std::string error_code_of(std::string_view body) {
   if (ec || !v.is_object()) return "";
   auto* e = v.as_object().if_contains("error");
   if (!e || !e->is_object()) return "";
-  auto* code = e->as_object().if_contains("code");
-  return code && code->is_string() ? std::string(code->as_string()) : "";
+  return string_field(e->as_object(), "code");
 }
 
 class HttpOrderService final : public OrderService {

@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "adapters/json_fields.h"
 #include "http/client.h"
 
 namespace opgate::adapters {
@@ -23,18 +24,13 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string str_field(const json::object& o, const char* k) {
-  auto* p = o.if_contains(k);
-  return p && p->is_string() ? std::string(p->as_string()) : std::string();
-}
-
 // A provider object (refund or balance transaction) → verdict.
 PaymentResult classify_object(const json::object& o) {
   PaymentResult r;
-  r.object_id = str_field(o, "id");
-  r.provider_status = str_field(o, "status");
+  r.object_id = string_field(o, "id");
+  r.provider_status = string_field(o, "status");
   const std::string& st = r.provider_status;
-  if (str_field(o, "object") == "customer_balance_transaction" || st == "succeeded")
+  if (string_field(o, "object") == "customer_balance_transaction" || st == "succeeded")
     r.verdict = Verdict::succeeded;
   else if (st == "pending" || st == "requires_action")
     r.verdict = Verdict::pending;
@@ -89,9 +85,9 @@ class StripeProvider final : public PaymentProvider {
       std::string type, code, message;
       if (obj) {
         if (auto* e = obj->if_contains("error"); e && e->is_object()) {
-          type = str_field(e->as_object(), "type");
-          code = str_field(e->as_object(), "code");
-          message = str_field(e->as_object(), "message");
+          type = string_field(e->as_object(), "type");
+          code = string_field(e->as_object(), "code");
+          message = string_field(e->as_object(), "message");
         }
       }
       // An idempotency error means our own earlier request is still in
@@ -138,10 +134,10 @@ class StripeProvider final : public PaymentProvider {
       for (auto& item : data->as_array()) {
         if (!item.is_object()) continue;
         auto& o = item.as_object();
-        starting_after = str_field(o, "id");
+        starting_after = string_field(o, "id");
         auto* md = o.if_contains("metadata");
         if (md && md->is_object() &&
-            str_field(md->as_object(), "operation_key") == req.operation_key) {
+            string_field(md->as_object(), "operation_key") == req.operation_key) {
           out.lookup = Lookup::found;
           out.object = classify_object(o);
           return out;
