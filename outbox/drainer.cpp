@@ -54,7 +54,8 @@ Drainer::Drainer(store::Storage& storage, Lanes& lanes, operations::PaymentProvi
       clock_(clock),
       random_(std::move(random)),
       options_(options),
-      orders_(orders) {}
+      orders_(orders),
+      deliveries_(storage) {}
 
 std::string Drainer::lane_of(const pb::OutboxItem& item) {
   if (item.kind() == pb::OUTBOX_DELIVER_RESULT) return "call:" + call_text(item.call());
@@ -521,23 +522,7 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
   metrics_.inc("opgate_result_deliveries_total", {{"result", label}});
   if (delivery != pb::DELIVERY_DELIVERED)
     spdlog::warn("tool result for {} needs attention: {}", call_text(ref), error);
-  store::ReadAhead ahead;
-  ahead.outbox_items = {entry.id};
-  ahead.calls = {ref};
-  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-    OPGATE_TRY(txn.read_ahead(ahead));
-    OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
-    if (!ours) return Status::Ok();  // another process delivered it (same key) and records it
-    OPGATE_ASSIGN_OR_RETURN(auto cur, txn.call(ref));
-    if (cur) {
-      cur->set_delivery(delivery);
-      cur->set_delivery_error(error);
-      cur->set_delivered_at_ms(txn.now_ms());
-      txn.put_call(*cur);
-    }
-    txn.remove_outbox(entry.id);
-    return Status::Ok();
-  });
+  Status s = deliveries_.record({entry, delivery, error});
   if (!s) spdlog::error("cannot record delivery of {}: {}", call_text(ref), s.error().message);
 }
 

@@ -27,6 +27,7 @@
 #include "operations/orders.h"
 #include "operations/payment_provider.h"
 #include "operations/policy.h"
+#include "outbox/delivery_recorder.h"
 #include "outbox/held_items.h"
 #include "store/port.h"
 
@@ -126,6 +127,7 @@ class Drainer {
   operations::OrderService* orders_;
   int64_t last_stale_check_ms_ = 0;  // dispatcher thread only
   HeldItems held_;                   // handed to a lane, not finished
+  DeliveryRecorder deliveries_;      // what became of delivered results
 };
 
 // Stable per call: a resend of its result carries the same key.

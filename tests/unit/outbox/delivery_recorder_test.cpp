@@ -2,9 +2,11 @@
 // many deliveries in one transaction when they end while a record commits.
 // Real RocksDB store; the storage is wrapped only to hold a commit open and
 // to fail one on purpose.
+#include "outbox/delivery_recorder.h"
+
 #include <doctest/doctest.h>
 
-#include <atomic>
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -15,7 +17,6 @@
 
 #include "common/clock.h"
 #include "common/crypto.h"
-#include "outbox/delivery_recorder.h"
 #include "store/rocksdb/rocks_storage.h"
 
 using namespace opgate;
@@ -142,6 +143,40 @@ struct Stage {
   }
 };
 
+// `n` calls waiting for their delivery, recorded through the gate.
+struct Recording {
+  Stage stage;
+  std::vector<store::OutboxEntry> items;
+  GatedStorage gated;
+  outbox::DeliveryRecorder recorder;
+  explicit Recording(int n)
+      : items(stage.waiting_calls(n)), gated(*stage.storage), recorder(gated) {}
+};
+
+// Records every item's delivery, each from a thread of its own: the first
+// while its transaction is held open at its start, the others meanwhile
+// (they wait for it, none starts a transaction); then lets it go. Returns
+// each record's status, the first first.
+std::vector<Status> record_behind_held_commit(GatedStorage& gated,
+                                              outbox::DeliveryRecorder& recorder,
+                                              const std::vector<store::OutboxEntry>& items) {
+  gated.hold();
+  std::vector<std::future<Status>> records;
+  auto record = [&](size_t i) {
+    records.push_back(
+        std::async(std::launch::async, [&, i] { return recorder.record(delivered(items[i])); }));
+  };
+  record(0);
+  gated.wait_started(1);
+  for (size_t i = 1; i < items.size(); ++i) record(i);
+  while (recorder.waiting() < items.size() - 1) std::this_thread::yield();
+  CHECK(gated.transactions_started() == 1);
+  gated.release();
+  std::vector<Status> out;
+  for (auto& r : records) out.push_back(r.get());
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("deliveries recorded together: each on its call, each item removed, fenced") {
@@ -177,25 +212,9 @@ TEST_CASE("deliveries recorded together: each on its call, each item removed, fe
 }
 
 TEST_CASE("deliveries that end while a record commits are recorded in the next transaction") {
-  Stage stage;
-  auto items = stage.waiting_calls(5);
-  GatedStorage gated(*stage.storage);
-  outbox::DeliveryRecorder recorder(gated);
-
-  // The first delivery's record is held open at its transaction's start.
-  gated.hold();
-  auto first = std::async(std::launch::async, [&] { return recorder.record(delivered(items[0])); });
-  gated.wait_started(1);
-  // Four more end meanwhile: they wait for it, none starts a transaction.
-  std::vector<std::future<Status>> rest;
-  for (int i = 1; i < 5; ++i)
-    rest.push_back(std::async(std::launch::async, [&, i] { return recorder.record(delivered(items[i])); }));
-  while (recorder.waiting() < 4) std::this_thread::yield();
-  CHECK(gated.transactions_started() == 1);
-
-  gated.release();
-  CHECK(first.get().ok());
-  for (auto& r : rest) CHECK(r.get().ok());
+  Recording r(5);
+  auto& [stage, items, gated, recorder] = r;
+  for (const Status& s : record_behind_held_commit(gated, recorder, items)) CHECK(s.ok());
   // One transaction for the first, one for the four.
   CHECK(gated.transactions_started() == 2);
   CHECK(recorder.transactions() == 2);
@@ -205,28 +224,16 @@ TEST_CASE("deliveries that end while a record commits are recorded in the next t
 }
 
 TEST_CASE("a batch that cannot commit is recorded one by one: one failure is no other's") {
-  Stage stage;
-  auto items = stage.waiting_calls(4);
-  GatedStorage gated(*stage.storage);
-  outbox::DeliveryRecorder recorder(gated);
+  Recording r(4);
+  auto& [stage, items, gated, recorder] = r;
   // The first transaction (the first delivery alone) holds; the second (the
   // other three together) fails, and so does the third (the first of them
   // alone); the last two commit.
   gated.fail_at = {2, 3};
-  gated.hold();
-  auto first = std::async(std::launch::async, [&] { return recorder.record(delivered(items[0])); });
-  gated.wait_started(1);
-  std::vector<std::future<Status>> rest;
-  for (int i = 1; i < 4; ++i)
-    rest.push_back(std::async(std::launch::async, [&, i] { return recorder.record(delivered(items[i])); }));
-  while (recorder.waiting() < 3) std::this_thread::yield();
-  gated.release();
-
-  CHECK(first.get().ok());
-  int failed = 0;
-  for (auto& r : rest)
-    if (!r.get().ok()) ++failed;
-  CHECK(failed == 1);
+  auto records = record_behind_held_commit(gated, recorder, items);
+  CHECK(records[0].ok());
+  CHECK(std::count_if(records.begin(), records.end(), [](const Status& s) { return !s.ok(); }) ==
+        1);
   CHECK(gated.transactions_started() == 5);
   CHECK(recorder.transactions() == 5);
   CHECK(recorder.recorded() == 3);
