@@ -1397,14 +1397,22 @@ class PgTransaction final : public Transaction, public PgReads {
   // Sends the commit on the guessed head, after a wait for the commit sent
   // before it (the ticket `after`) if that one may not have ended: landed()
   // reads the answer.
+  //
+  // What carries the guessed head (the operations and notifications that
+  // name their records) is written ahead of the wait: only this
+  // transaction writes those rows (it holds their locks, or they are new),
+  // so they wait for nothing, and the commits in turn at the head hold it
+  // for the records and the COMMIT alone. A wrong guess rolls them back
+  // with the records.
   Status send_on(const AuditHead& guess, std::optional<int64_t> after) {
     before_guess_ = BeforeGuess{unchained_, repatch_, unresolved_notifications_, unresolved_items_};
     write({}, {"guess_savepoint", {}});
-    if (after) write({}, {"chain_wait", {int8(*after)}});
     head_ = guess;
     auto pending = std::move(unchained_);
     unchained_.clear();
     for (auto& r : pending) chain(std::move(r));
+    OPGATE_TRY(resolve_provisional());
+    if (after) write({}, {"chain_wait", {int8(*after)}});
     write_links(&guess);
     return finish(/*wait=*/false);
   }
