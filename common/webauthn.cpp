@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "common/crypto.h"
+#include "common/json_fields.h"
 
 namespace opgate::webauthn {
 
@@ -86,10 +87,7 @@ Status check_client_data(std::string_view client_data_json, std::string_view typ
   json::value v = json::parse(client_data_json, ec);
   if (ec || !v.is_object()) return refused("clientDataJSON is not a JSON object.");
   const auto& o = v.as_object();
-  auto field = [&](const char* name) -> std::string {
-    const auto* f = o.if_contains(name);
-    return f && f->is_string() ? std::string(f->as_string()) : std::string();
-  };
+  auto field = [&](std::string_view name) { return string_field(o, name); };
   if (field("type") != type) return refused(fmt::format("clientDataJSON.type is not {}.", type));
   auto challenge = crypto::base64url_decode(field("challenge"));
   if (!challenge || !crypto::equal_constant_time(*challenge, expected.challenge))

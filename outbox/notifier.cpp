@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "common/crypto.h"
+#include "common/json_fields.h"
 #include "common/logging.h"
 #include "common/webhook_signature.h"
 #include "operations/notifications.h"
@@ -24,9 +25,7 @@ std::string money(const json::object& op) {
 }
 
 std::string field(const json::value& v, std::string_view key) {
-  if (!v.is_object()) return "";
-  const auto* p = v.as_object().if_contains(key);
-  return p && p->is_string() ? std::string(p->as_string()) : "";
+  return v.is_object() ? string_field(v.as_object(), key) : "";
 }
 
 std::string console_link(const std::string& base, const std::string& key) {

@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 #include <fstream>
 
+#include "common/json_fields.h"
 #include "sim/fault_replies.h"
 #include "sim/form.h"
 #include "sim/ids.h"
@@ -66,11 +67,6 @@ std::optional<int64_t> json_int(const json::object& o, std::string_view key) {
   return std::nullopt;
 }
 
-std::string json_string(const json::object& o, std::string_view key) {
-  const auto* v = o.if_contains(key);
-  return v && v->is_string() ? std::string(v->as_string()) : std::string();
-}
-
 json::object list_json(ListPage page, std::string url) {
   return json::object{{"object", "list"},
                       {"data", std::move(page.data)},
@@ -82,10 +78,10 @@ StripeResult<PaymentIntent> intent_from_json(const json::value& value) {
   if (!value.is_object()) return error_of(400, "invalid_request_error", "", "Expected an object.");
   const auto& o = value.as_object();
   PaymentIntent pi;
-  pi.id = json_string(o, "id");
+  pi.id = string_field(o, "id");
   pi.amount = json_int(o, "amount").value_or(0);
-  pi.currency = json_string(o, "currency");
-  pi.customer = json_string(o, "customer");
+  pi.currency = string_field(o, "currency");
+  pi.customer = string_field(o, "customer");
   return pi;
 }
 
@@ -155,10 +151,10 @@ Status PaymentsSim::load_orders(const std::string& path) {
       return make_error(errc::orders_file, where + "not a JSON object");
     const auto& o = value->as_object();
     PaymentIntent pi;
-    pi.id = json_string(o, "payment_intent");
+    pi.id = string_field(o, "payment_intent");
     pi.amount = json_int(o, "amount_minor").value_or(0);
-    pi.currency = json_string(o, "currency");
-    pi.customer = json_string(o, "customer");
+    pi.currency = string_field(o, "currency");
+    pi.customer = string_field(o, "customer");
     auto registered = ledger_.register_intent(std::move(pi));
     if (const auto* err = error_in(registered))
       return make_error(errc::orders_file, where + err->message);
@@ -406,7 +402,7 @@ http::Response PaymentsSim::admin_register_customer(const http::Request& request
   if (!body || !body->is_object())
     return stripe_reply(
         error_of(400, "invalid_request_error", "", "The body must be a JSON object."));
-  auto registered = ledger_.register_customer(json_string(body->as_object(), "id"));
+  auto registered = ledger_.register_customer(string_field(body->as_object(), "id"));
   if (const auto* err = error_in(registered)) return stripe_reply(*err);
   return json_reply(
       200, json::object{{"id", std::get<std::string>(registered)}, {"object", "customer"}});
@@ -418,7 +414,7 @@ http::Response PaymentsSim::admin_settle_refund(const http::Request& request,
   if (!body || !body->is_object())
     return stripe_reply(
         error_of(400, "invalid_request_error", "", "The body must be a JSON object."));
-  auto settled = ledger_.settle_refund(id, json_string(body->as_object(), "status"));
+  auto settled = ledger_.settle_refund(id, string_field(body->as_object(), "status"));
   if (const auto* err = error_in(settled)) return stripe_reply(*err);
   return json_reply(200, to_json(std::get<Refund>(settled)));
 }

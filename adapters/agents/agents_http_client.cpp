@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
-#include "adapters/json_fields.h"
+#include "common/json_fields.h"
 #include "http/client.h"
 
 namespace opgate::adapters {

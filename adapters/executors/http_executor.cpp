@@ -7,7 +7,7 @@
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/pchars.hpp>
 
-#include "adapters/json_fields.h"
+#include "common/json_fields.h"
 #include "http/client.h"
 
 namespace opgate::adapters {

@@ -4,7 +4,7 @@
 
 #include <boost/json.hpp>
 
-#include "adapters/json_fields.h"
+#include "common/json_fields.h"
 #include "http/client.h"
 
 namespace opgate::adapters {

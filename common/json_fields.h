@@ -1,11 +1,11 @@
 #pragma once
-// What the adapters read from the JSON the services they call answer with.
+// Reading fields out of JSON that others wrote.
 
 #include <boost/json.hpp>
 #include <string>
 #include <string_view>
 
-namespace opgate::adapters {
+namespace opgate {
 
 // The string at key, or "" when it is missing or not a string.
 inline std::string string_field(const boost::json::object& o, std::string_view key) {
@@ -13,4 +13,4 @@ inline std::string string_field(const boost::json::object& o, std::string_view k
   return v && v->is_string() ? std::string(v->as_string()) : std::string();
 }
 
-}  // namespace opgate::adapters
+}  // namespace opgate
