@@ -7,12 +7,9 @@
 
 namespace opgate::outbox {
 
-Status record_deliveries(store::Storage& storage, const std::vector<Delivered>& batch) {
+Status record_deliveries(store::Storage& storage, std::vector<const Delivered*> sorted) {
   // By item id: two transactions recording the same items lock them in
   // one order.
-  std::vector<const Delivered*> sorted;
-  sorted.reserve(batch.size());
-  for (const auto& d : batch) sorted.push_back(&d);
   std::sort(sorted.begin(), sorted.end(),
             [](const Delivered* a, const Delivered* b) { return a->entry.id < b->entry.id; });
   store::ReadAhead ahead;
@@ -76,15 +73,15 @@ Status DeliveryRecorder::record(Delivered delivered) {
 
 // Sets each one's status; its waiter reads it once it is marked done.
 size_t DeliveryRecorder::commit(const std::vector<Waiting*>& batch) {
-  std::vector<Delivered> together;
+  std::vector<const Delivered*> together;
   together.reserve(batch.size());
-  for (const auto* w : batch) together.push_back(w->delivered);
-  Status s = record_deliveries(storage_, together);
+  for (const auto* w : batch) together.push_back(&w->delivered);
+  Status s = record_deliveries(storage_, std::move(together));
   if (s || batch.size() == 1) {
     for (auto* w : batch) w->status = s;
     return 1;
   }
-  for (auto* w : batch) w->status = record_deliveries(storage_, {w->delivered});
+  for (auto* w : batch) w->status = record_deliveries(storage_, {&w->delivered});
   return 1 + batch.size();
 }
 

@@ -32,7 +32,7 @@ struct Delivered {
 // Records `batch` in one transaction: for each item still as dispatched,
 // the delivery on its call (if the call is kept) and the item's removal.
 // An item another process took over is left to it.
-Status record_deliveries(store::Storage& storage, const std::vector<Delivered>& batch);
+Status record_deliveries(store::Storage& storage, std::vector<const Delivered*> batch);
 
 class DeliveryRecorder {
  public:

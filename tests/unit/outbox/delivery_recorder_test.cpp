@@ -195,7 +195,7 @@ TEST_CASE("deliveries recorded together: each on its call, each item removed, fe
       {items[0], pb::DELIVERY_DELIVERED, ""},
       {items[1], pb::DELIVERY_DELIVERED, ""},
   };
-  REQUIRE(outbox::record_deliveries(*stage.storage, batch));
+  REQUIRE(outbox::record_deliveries(*stage.storage, {&batch[0], &batch[1], &batch[2]}));
 
   CHECK(stage.delivery_of(0) == pb::DELIVERY_DELIVERED);
   CHECK(stage.delivery_of(2) == pb::DELIVERY_STALE);
