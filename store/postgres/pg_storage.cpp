@@ -1318,6 +1318,12 @@ class PgTransaction final : public Transaction, public PgReads {
   }
 
   Status resolve_provisional() {
+    OPGATE_TRY(resolve_operations());
+    return resolve_notifications();
+  }
+
+  // The operations that name their records, on the real head.
+  Status resolve_operations() {
     for (auto& [key, op] : repatch_) {
       OPGATE_ASSIGN_OR_RETURN(const AuditHead real, real_head(op.audit_seq()));
       op.set_audit_seq(real.seq);
@@ -1326,6 +1332,12 @@ class PgTransaction final : public Transaction, public PgReads {
     }
     repatch_.clear();
     unwritten_.clear();
+    return Status::Ok();
+  }
+
+  // The notifications that name their records, on the real head: their
+  // event ids carry its sequence number.
+  Status resolve_notifications() {
     for (auto& n : unresolved_notifications_) {
       OPGATE_TRY(resolve_notification(n));
       write({}, keep_statement(n));
@@ -1398,12 +1410,16 @@ class PgTransaction final : public Transaction, public PgReads {
   // before it (the ticket `after`) if that one may not have ended: landed()
   // reads the answer.
   //
-  // What carries the guessed head (the operations and notifications that
-  // name their records) is written ahead of the wait: only this
-  // transaction writes those rows (it holds their locks, or they are new),
-  // so they wait for nothing, and the commits in turn at the head hold it
-  // for the records and the COMMIT alone. A wrong guess rolls them back
-  // with the records.
+  // The operations that carry the guessed head are written ahead of the
+  // wait: only this transaction writes those rows (it holds their locks),
+  // so they wait for nothing, and the commits in turn at the head do not
+  // hold it for them. The notifications that carry it go behind the
+  // check that the guess is the head: their event ids name the head's
+  // sequence number, which another node's transaction may be guessing too,
+  // and a row written on a guess that is not the head yet would make that
+  // one wait for this one, whose turn may in turn wait on a client's
+  // (a wait no deadlock detector sees). A wrong guess rolls back what was
+  // written with the records.
   Status send_on(const AuditHead& guess, std::optional<int64_t> after) {
     before_guess_ = BeforeGuess{unchained_, repatch_, unresolved_notifications_, unresolved_items_};
     write({}, {"guess_savepoint", {}});
@@ -1411,9 +1427,10 @@ class PgTransaction final : public Transaction, public PgReads {
     auto pending = std::move(unchained_);
     unchained_.clear();
     for (auto& r : pending) chain(std::move(r));
-    OPGATE_TRY(resolve_provisional());
+    OPGATE_TRY(resolve_operations());
     if (after) write({}, {"chain_wait", {int8(*after)}});
     write_links(&guess);
+    OPGATE_TRY(resolve_notifications());
     return finish(/*wait=*/false);
   }
 

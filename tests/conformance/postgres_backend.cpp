@@ -767,6 +767,57 @@ TEST_CASE("postgres: an operation records the real head when the guess of it mis
   CHECK(v->ok);
 }
 
+// PostgreSQL only: a notification that names the head its transaction
+// chains onto is written only once the guess of that head is known to be
+// the head. Its event id carries the head's sequence number, which another
+// node may be guessing at the same moment: a row written on a wrong guess
+// would make that node's transaction wait for this one. A trigger counts
+// every insert tried, those rolled back too (a sequence is not).
+TEST_CASE("postgres: a notification is written only on the real head, never on a missed guess") {
+  using opgate::conformance::backend;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  TwoNodes nodes;
+  auto& a = nodes.a;
+  auto& b = nodes.b;
+  auto conn = watching(nodes, "CREATE SEQUENCE notification_tries", "count_notification_try",
+                       "PERFORM nextval('notification_tries');",
+                       "BEFORE INSERT ON notifications FOR EACH ROW");
+  auto& c = *conn;
+  REQUIRE(
+      c.prepare("tries", "SELECT last_value - 1 + is_called::int FROM notification_tries").ok());
+  auto tries = [&] {
+    auto rows = c.run("tries", {});
+    REQUIRE(rows.ok());
+    return rows->int8(0, 0);
+  };
+  // a's last commits leave it a guess of the head; b's makes it wrong.
+  for (int i = 0; i < 3; ++i) REQUIRE(audited_commit(*a, "a"));
+  REQUIRE(audited_commit(*b, "b"));
+  const auto missed_before = a->guesses_missed();
+  REQUIRE(a->transact([&](opgate::store::Transaction& t) {
+    pb::AuditRecord r;
+    r.set_operation_key("n");
+    r.set_action("approve");
+    t.append_audit(r);
+    auto head = t.head_to_record();
+    if (!head.ok()) return opgate::Status(head.error());
+    pb::Notification n;
+    n.set_type("operation.approved");
+    n.set_event_id("evt_" + std::to_string(head->seq) + "_approved");
+    n.set_created_at_ms(t.now_ms());
+    n.set_audit_seq(head->seq);
+    n.set_audit_hash(head->hash);
+    t.keep_notification(n);
+    return opgate::Status::Ok();
+  }));
+  CHECK(a->guesses_missed() == missed_before + 1);
+  CHECK(tries() == 1);
+  auto records = b->reader().audit_of("n");
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 1);
+}
+
 // PostgreSQL only: an audited change writes its operation once, at commit
 // with the real head, though the transaction reads other records after it
 // (a settlement reads the order's funds and the tool call); only a read of
