@@ -923,7 +923,9 @@ class PgTransaction final : public Transaction, public PgReads {
 
   void enqueue(pb::OutboxItem item) override {
     item.set_created_at_ms(now_ms_);
-    notify_ = true;
+    // Only work due now wakes the dispatchers: an item leased to its
+    // process at once, or due later, is found by the pass when it falls due.
+    if (item.not_before_ms() <= now_ms_) notify_ = true;
     if (item.kind() == pb::OUTBOX_NOTIFY_EVENT && item.notification().audit_seq() >= kProvisional) {
       unresolved_items_.push_back(std::move(item));  // written at commit
       return;

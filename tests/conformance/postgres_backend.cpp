@@ -6,6 +6,8 @@
 // runs the backend at SERIALIZABLE instead of READ COMMITTED with locks.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <libpq-fe.h>
+#include <poll.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -816,6 +818,56 @@ TEST_CASE("postgres: a notification is written only on the real head, never on a
   auto records = b->reader().audit_of("n");
   REQUIRE(records.ok());
   REQUIRE(records->size() == 1);
+}
+
+// PostgreSQL only: a commit wakes the dispatchers of every node only for
+// work due now. An item leased to its process at once (an approval's
+// execute item), or due later, sends no notification: the pass finds it
+// when it falls due. Notifications arrive in commit order, so once one
+// sent after both commits has arrived, any they sent has too.
+TEST_CASE("postgres: only work due now wakes the dispatchers") {
+  using opgate::conformance::backend;
+  namespace pb = opgate::pb;
+  if (backend().name() != "postgres") return;
+  TwoNodes nodes;
+  auto listener = opgate::store::pg::Conn::connect(nodes.a->options().conn);
+  REQUIRE(listener.ok());
+  REQUIRE((*listener)->exec("LISTEN opgate_work; LISTEN test_fence").ok());
+  auto enqueue = [&](int64_t due_in_ms) {
+    REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
+      pb::OutboxItem item;
+      item.set_kind(pb::OUTBOX_EXECUTE);
+      item.set_operation_key("k");
+      if (due_in_ms > 0) {
+        item.set_not_before_ms(t.now_ms() + due_in_ms);
+        item.set_lease_token("t1");
+      }
+      t.enqueue(item);
+      return opgate::Status::Ok();
+    }));
+  };
+  enqueue(30'000);  // leased at once
+  enqueue(0);       // due now
+  auto fence = opgate::store::pg::Conn::connect(nodes.a->options().conn);
+  REQUIRE(fence.ok());
+  REQUIRE((*fence)->exec("NOTIFY test_fence").ok());
+  PGconn* c = (*listener)->raw();
+  int wakes = 0;
+  bool fenced = false;
+  for (int waited_ms = 0; !fenced && waited_ms < 10'000; waited_ms += 100) {
+    pollfd fd{PQsocket(c), POLLIN, 0};
+    REQUIRE(::poll(&fd, 1, 100) >= 0);
+    REQUIRE(PQconsumeInput(c) == 1);
+    while (PGnotify* n = PQnotifies(c)) {
+      if (std::string(n->relname) == "test_fence")
+        fenced = true;
+      else
+        ++wakes;
+      PQfreemem(n);
+    }
+  }
+  REQUIRE(fenced);
+  CHECK(wakes == 1);
 }
 
 // PostgreSQL only: an audited change writes its operation once, at commit
