@@ -6,9 +6,11 @@
 // MutexLock is held, so the analysis sees the predicate under the lock.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #if defined(__clang__)
 #define OPGATE_THREAD_ANNOTATION(x) __attribute__((x))
@@ -37,6 +39,7 @@ class CAPABILITY("mutex") Mutex {
   void unlock() RELEASE() { mu_.unlock(); }
 
  private:
+  friend class CondVar;  // waits on mu_ itself
   std::mutex mu_;
 };
 
@@ -85,7 +88,48 @@ class SCOPED_CAPABILITY ReaderLock {
   SharedMutex& mu_;
 };
 
-// Waits on a Mutex held by the caller (through a MutexLock).
-using CondVar = std::condition_variable_any;
+// Waits on a Mutex held by the caller (through a MutexLock): a
+// std::condition_variable on the Mutex's own std::mutex, so a wait or a
+// notify takes no second lock (std::condition_variable_any locks an
+// internal mutex of its own around each, a contended futex more on the
+// connection pool's and the lanes' hot paths).
+class CondVar {
+ public:
+  void wait(Mutex& mu) REQUIRES(mu) {
+    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
+    cv_.wait(held);
+    held.release();
+  }
+  template <class Clock, class Duration>
+  std::cv_status wait_until(Mutex& mu, const std::chrono::time_point<Clock, Duration>& until)
+      REQUIRES(mu) {
+    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
+    const std::cv_status status = cv_.wait_until(held, until);
+    held.release();
+    return status;
+  }
+  template <class Rep, class Period>
+  std::cv_status wait_for(Mutex& mu, const std::chrono::duration<Rep, Period>& period)
+      REQUIRES(mu) {
+    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
+    const std::cv_status status = cv_.wait_for(held, period);
+    held.release();
+    return status;
+  }
+  // Until `done()` holds or the period passes; whether it holds.
+  template <class Rep, class Period, class Predicate>
+  bool wait_for(Mutex& mu, const std::chrono::duration<Rep, Period>& period, Predicate done)
+      REQUIRES(mu) {
+    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
+    const bool holds = cv_.wait_for(held, period, std::move(done));
+    held.release();
+    return holds;
+  }
+  void notify_one() noexcept { cv_.notify_one(); }
+  void notify_all() noexcept { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
+};
 
 }  // namespace opgate
