@@ -94,36 +94,39 @@ class SCOPED_CAPABILITY ReaderLock {
 // internal mutex of its own around each, a contended futex more on the
 // connection pool's and the lanes' hot paths).
 class CondVar {
+  // Runs `wait` on a unique_lock that adopts the caller's hold of `mu` and
+  // hands it back, held, however the wait ends.
+  template <class Wait>
+  static auto on(Mutex& mu, Wait wait) REQUIRES(mu) {
+    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
+    struct HandBack {
+      std::unique_lock<std::mutex>& held;
+      ~HandBack() { held.release(); }
+    } hand_back{held};
+    return wait(held);
+  }
+
  public:
   void wait(Mutex& mu) REQUIRES(mu) {
-    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
-    cv_.wait(held);
-    held.release();
+    on(mu, [&](std::unique_lock<std::mutex>& held) { cv_.wait(held); });
   }
   template <class Clock, class Duration>
   std::cv_status wait_until(Mutex& mu, const std::chrono::time_point<Clock, Duration>& until)
       REQUIRES(mu) {
-    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
-    const std::cv_status status = cv_.wait_until(held, until);
-    held.release();
-    return status;
+    return on(mu, [&](std::unique_lock<std::mutex>& held) { return cv_.wait_until(held, until); });
   }
   template <class Rep, class Period>
   std::cv_status wait_for(Mutex& mu, const std::chrono::duration<Rep, Period>& period)
       REQUIRES(mu) {
-    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
-    const std::cv_status status = cv_.wait_for(held, period);
-    held.release();
-    return status;
+    return on(mu, [&](std::unique_lock<std::mutex>& held) { return cv_.wait_for(held, period); });
   }
   // Until `done()` holds or the period passes; whether it holds.
   template <class Rep, class Period, class Predicate>
   bool wait_for(Mutex& mu, const std::chrono::duration<Rep, Period>& period, Predicate done)
       REQUIRES(mu) {
-    std::unique_lock<std::mutex> held(mu.mu_, std::adopt_lock);
-    const bool holds = cv_.wait_for(held, period, std::move(done));
-    held.release();
-    return holds;
+    return on(mu, [&](std::unique_lock<std::mutex>& held) {
+      return cv_.wait_for(held, period, std::move(done));
+    });
   }
   void notify_one() noexcept { cv_.notify_one(); }
   void notify_all() noexcept { cv_.notify_all(); }
