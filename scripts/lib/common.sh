@@ -35,5 +35,7 @@ build() {
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
   fi
-  cmake --build "$dir" -j "$jobs" ${OPGATE_BUILD_TARGET:+--target "$OPGATE_BUILD_TARGET"}
+  # ccache caches what uses a precompiled header only with this sloppiness.
+  CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime} \
+    cmake --build "$dir" -j "$jobs" ${OPGATE_BUILD_TARGET:+--target "$OPGATE_BUILD_TARGET"}
 }
