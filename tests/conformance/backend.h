@@ -3,10 +3,13 @@
 // empty store and an injected clock.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/clock.h"
+#include "opgate.pb.h"
 #include "store/port.h"
 
 namespace opgate::conformance {
@@ -25,5 +28,20 @@ class Backend {
 };
 
 Backend& backend();
+
+// A notification of `type` ("operation.approved") that names the audit head
+// its transaction chains onto, with the event id the product gives it
+// (evt_{seq}_approved).
+inline pb::Notification notification_on(const store::AuditHead& head, std::string_view type,
+                                        int64_t now_ms) {
+  pb::Notification n;
+  n.set_type(std::string(type));
+  n.set_event_id("evt_" + std::to_string(head.seq) + "_" +
+                 std::string(type.substr(type.find('.') + 1)));
+  n.set_created_at_ms(now_ms);
+  n.set_audit_seq(head.seq);
+  n.set_audit_hash(head.hash);
+  return n;
+}
 
 }  // namespace opgate::conformance

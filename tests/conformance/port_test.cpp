@@ -514,11 +514,7 @@ TEST_CASE("what records the head (an operation, its notification) holds the real
       item.set_kind(pb::OUTBOX_NOTIFY_EVENT);
       item.set_operation_key(key);
       auto& n = *item.mutable_notification();
-      n.set_type("operation.proposed");
-      n.set_event_id("evt_" + std::to_string(head->seq) + "_proposed");
-      n.set_created_at_ms(t.now_ms());
-      n.set_audit_seq(head->seq);
-      n.set_audit_hash(head->hash);
+      n = opgate::conformance::notification_on(*head, "operation.proposed", t.now_ms());
       t.keep_notification(n);
       t.enqueue(item);
     }

@@ -715,6 +715,24 @@ TEST_CASE("postgres: audited commits on a guessed head keep one chain when anoth
   CHECK(of_a->size() == 18);
 }
 
+// Leaves node a a guess of the chain's head that b's commit has made wrong:
+// a's last commits leave it the guess (a miss makes it skip guessing for
+// two), and b's moves the head.
+void make_guess_wrong(TwoNodes& nodes) {
+  for (int i = 0; i < 3; ++i) REQUIRE(audited_commit(*nodes.a, "a"));
+  REQUIRE(audited_commit(*nodes.b, "b"));
+}
+
+// Appends an approval's audit record for `key` to t; the head it chains onto.
+opgate::Result<opgate::store::AuditHead> append_approval(opgate::store::Transaction& t,
+                                                         const std::string& key) {
+  opgate::pb::AuditRecord r;
+  r.set_operation_key(key);
+  r.set_action("approve");
+  t.append_audit(r);
+  return t.head_to_record();
+}
+
 // PostgreSQL only: an operation that records the head its transaction
 // chains onto carries the real head when the node's guess of it missed,
 // whether it was written once at commit or, read back in the transaction,
@@ -729,16 +747,9 @@ TEST_CASE("postgres: an operation records the real head when the guess of it mis
   for (bool read_back : {false, true}) {
     CAPTURE(read_back);
     const std::string key = read_back ? "read" : "once";
-    // a's last commits leave it a guess of the head (a miss makes it skip
-    // guessing for two); b's makes it wrong.
-    for (int i = 0; i < 3; ++i) REQUIRE(audited_commit(*a, "a"));
-    REQUIRE(audited_commit(*b, "b"));
+    make_guess_wrong(nodes);
     REQUIRE(a->transact([&](opgate::store::Transaction& t) {
-      pb::AuditRecord r;
-      r.set_operation_key(key);
-      r.set_action("approve");
-      t.append_audit(r);
-      auto head = t.head_to_record();
+      auto head = append_approval(t, key);
       if (!head.ok()) return opgate::Status(head.error());
       pb::Operation o;
       o.set_key(key);
@@ -793,24 +804,13 @@ TEST_CASE("postgres: a notification is written only on the real head, never on a
     REQUIRE(rows.ok());
     return rows->int8(0, 0);
   };
-  // a's last commits leave it a guess of the head; b's makes it wrong.
-  for (int i = 0; i < 3; ++i) REQUIRE(audited_commit(*a, "a"));
-  REQUIRE(audited_commit(*b, "b"));
+  make_guess_wrong(nodes);
   const auto missed_before = a->guesses_missed();
   REQUIRE(a->transact([&](opgate::store::Transaction& t) {
-    pb::AuditRecord r;
-    r.set_operation_key("n");
-    r.set_action("approve");
-    t.append_audit(r);
-    auto head = t.head_to_record();
+    auto head = append_approval(t, "n");
     if (!head.ok()) return opgate::Status(head.error());
-    pb::Notification n;
-    n.set_type("operation.approved");
-    n.set_event_id("evt_" + std::to_string(head->seq) + "_approved");
-    n.set_created_at_ms(t.now_ms());
-    n.set_audit_seq(head->seq);
-    n.set_audit_hash(head->hash);
-    t.keep_notification(n);
+    t.keep_notification(
+        opgate::conformance::notification_on(*head, "operation.approved", t.now_ms()));
     return opgate::Status::Ok();
   }));
   CHECK(a->guesses_missed() == missed_before + 1);
