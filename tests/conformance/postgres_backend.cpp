@@ -591,12 +591,27 @@ TEST_CASE("postgres: another node's older work comes before a node's newer own w
   CHECK(due->size() == 4);
 }
 
+// Queues an execute item on node s in a transaction of its own: due now,
+// or, given due_in_ms, leased to its process until then (as an approval's
+// execute item is).
+void queue_execute(opgate::store::pg::PgStorage& s, int64_t due_in_ms = 0) {
+  REQUIRE(s.transact([&](opgate::store::Transaction& t) {
+    opgate::pb::OutboxItem item;
+    item.set_kind(opgate::pb::OUTBOX_EXECUTE);
+    if (due_in_ms > 0) {
+      item.set_not_before_ms(t.now_ms() + due_in_ms);
+      item.set_lease_token("t1");
+    }
+    t.enqueue(item);
+    return opgate::Status::Ok();
+  }));
+}
+
 // PostgreSQL only: a node is woken at once for work it committed, and for
 // work another node committed only a handoff later (when it may be due
 // for it): a commit that queues work wakes its own node, not every node.
 TEST_CASE("postgres: another node's work wakes a node only once its handoff has passed") {
   using opgate::conformance::backend;
-  namespace pb = opgate::pb;
   if (backend().name() != "postgres") return;
   TwoNodes nodes{5'000};
   auto& clock = nodes.clock;
@@ -618,27 +633,19 @@ TEST_CASE("postgres: another node's work wakes a node only once its handoff has 
     cv.wait_for(mu, std::chrono::seconds(30), [&] { return n >= at_least; });
     return n;
   };
-  auto queue_work = [](opgate::store::pg::PgStorage& s) {
-    REQUIRE(s.transact([&](opgate::store::Transaction& t) {
-      pb::OutboxItem item;
-      item.set_kind(pb::OUTBOX_EXECUTE);
-      t.enqueue(item);
-      return opgate::Status::Ok();
-    }));
-  };
   nodes.a->listen(counter(woken_a));
   nodes.b->listen(counter(woken_b));
   // Each is woken once as it starts listening (for what came before).
   REQUIRE(wait_for(woken_a, 1) == 1);
   REQUIRE(wait_for(woken_b, 1) == 1);
-  queue_work(*nodes.a);
+  queue_execute(*nodes.a);
   CHECK(wait_for(woken_a, 2) == 2);
   // b hears a's work before its own (notifications arrive in commit
   // order), and is woken for its own only.
-  queue_work(*nodes.b);
+  queue_execute(*nodes.b);
   CHECK(wait_for(woken_b, 2) == 2);
   // Likewise a hears b's before its own second one.
-  queue_work(*nodes.a);
+  queue_execute(*nodes.a);
   CHECK(wait_for(woken_a, 3) == 3);
   {
     opgate::MutexLock lock(mu);
@@ -653,14 +660,14 @@ TEST_CASE("postgres: another node's work wakes a node only once its handoff has 
   // for a handoff after it, not lost in the earlier one: b's at 0 and 2 s
   // wake a at 5 s and at 7 s. (b is woken for a's likewise, but when it
   // hears a's last commit is not ordered against the clock's steps here.)
-  queue_work(*nodes.b);
+  queue_execute(*nodes.b);
   CHECK(wait_for(woken_b, 4) == 4);
-  queue_work(*nodes.a);  // a has heard b's once woken for its own
+  queue_execute(*nodes.a);  // a has heard b's once woken for its own
   CHECK(wait_for(woken_a, 5) == 5);
   clock.advance_ms(2'000);
-  queue_work(*nodes.b);
+  queue_execute(*nodes.b);
   CHECK(wait_for(woken_b, 5) == 5);
-  queue_work(*nodes.a);
+  queue_execute(*nodes.a);
   CHECK(wait_for(woken_a, 6) == 6);
   clock.advance_ms(3'000);
   CHECK(wait_for(woken_a, 7) == 7);
@@ -827,27 +834,13 @@ TEST_CASE("postgres: a notification is written only on the real head, never on a
 // sent after both commits has arrived, any they sent has too.
 TEST_CASE("postgres: only work due now wakes the dispatchers") {
   using opgate::conformance::backend;
-  namespace pb = opgate::pb;
   if (backend().name() != "postgres") return;
   TwoNodes nodes;
   auto listener = opgate::store::pg::Conn::connect(nodes.a->options().conn);
   REQUIRE(listener.ok());
   REQUIRE((*listener)->exec("LISTEN opgate_work; LISTEN test_fence").ok());
-  auto enqueue = [&](int64_t due_in_ms) {
-    REQUIRE(nodes.a->transact([&](opgate::store::Transaction& t) {
-      pb::OutboxItem item;
-      item.set_kind(pb::OUTBOX_EXECUTE);
-      item.set_operation_key("k");
-      if (due_in_ms > 0) {
-        item.set_not_before_ms(t.now_ms() + due_in_ms);
-        item.set_lease_token("t1");
-      }
-      t.enqueue(item);
-      return opgate::Status::Ok();
-    }));
-  };
-  enqueue(30'000);  // leased at once
-  enqueue(0);       // due now
+  queue_execute(*nodes.a, 30'000);  // leased at once
+  queue_execute(*nodes.a);          // due now
   auto fence = opgate::store::pg::Conn::connect(nodes.a->options().conn);
   REQUIRE(fence.ok());
   REQUIRE((*fence)->exec("NOTIFY test_fence").ok());
