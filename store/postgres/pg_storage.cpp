@@ -1063,7 +1063,8 @@ class PgTransaction final : public Transaction, public PgReads {
         return commit_on_locked_head();
       }
       if (guess_.in_flight) guess_.sent_behind++;
-      if (Status sent = send_on(*guess_.head, guess_.in_flight); !sent) {
+      const bool savepoint = guess_.held < HeadGuess::kSureAfter;
+      if (Status sent = send_on(*guess_.head, guess_.in_flight, savepoint); !sent) {
         guess_.head.reset();
         guess_.in_flight.reset();
         return sent;
@@ -1074,9 +1075,10 @@ class PgTransaction final : public Transaction, public PgReads {
     auto right = landed();
     MutexLock lock(guess_.mu);
     const bool last_sent = guess_.in_flight == ticket_;
-    if (right && *right) {
+    if (right && *right == Landing::held) {
       if (last_sent) guess_.in_flight.reset();  // committed: nothing to wait for
       guess_.misses = 0;
+      guess_.held = std::min(guess_.held + 1, HeadGuess::kSureAfter);
       return Status::Ok();
     }
     // What was sent on top of this commit fails its guess too.
@@ -1088,6 +1090,11 @@ class PgTransaction final : public Transaction, public PgReads {
     guess_.missed++;
     guess_.misses = std::min(guess_.misses + 1, 6);
     guess_.skip = 1 << guess_.misses;
+    guess_.held = 0;
+    if (*right == Landing::lost) {
+      guess_.lost++;
+      return *failed_;  // transact() runs it again, on the locked head (skip)
+    }
     return commit_on_locked_head();
   }
 
@@ -1410,7 +1417,8 @@ class PgTransaction final : public Transaction, public PgReads {
 
   // Sends the commit on the guessed head, after a wait for the commit sent
   // before it (the ticket `after`) if that one may not have ended: landed()
-  // reads the answer.
+  // reads the answer. With a savepoint ahead of the guess, a wrong one rolls
+  // back to it; without, the whole transaction.
   //
   // The operations that carry the guessed head are written ahead of the
   // wait: only this transaction writes those rows (it holds their locks),
@@ -1422,9 +1430,12 @@ class PgTransaction final : public Transaction, public PgReads {
   // one wait for this one, whose turn may in turn wait on a client's
   // (a wait no deadlock detector sees). A wrong guess rolls back what was
   // written with the records.
-  Status send_on(const AuditHead& guess, std::optional<int64_t> after) {
-    before_guess_ = BeforeGuess{unchained_, repatch_, unresolved_notifications_, unresolved_items_};
-    write({}, {"guess_savepoint", {}});
+  Status send_on(const AuditHead& guess, std::optional<int64_t> after, bool savepoint) {
+    if (savepoint) {
+      before_guess_ =
+          BeforeGuess{unchained_, repatch_, unresolved_notifications_, unresolved_items_};
+      write({}, {"guess_savepoint", {}});
+    }
     head_ = guess;
     auto pending = std::move(unchained_);
     unchained_.clear();
@@ -1436,15 +1447,23 @@ class PgTransaction final : public Transaction, public PgReads {
     return finish(/*wait=*/false);
   }
 
-  // The answer to send_on(): true if the guess was the head; false if not,
-  // with the transaction as it was before.
-  Result<bool> landed() {
+  // The answer to send_on(): held if the guess was the head; missed if not,
+  // with the transaction as it was before the guess; lost if not and there
+  // was no savepoint: the transaction has failed, to be run again.
+  enum class Landing { held, missed, lost };
+  Result<Landing> landed() {
     Status s = conn_.read_all_but(batches_after_commit());
-    if (s) return true;
+    if (s) return Landing::held;
     if (conn_.broken() || conn_.last_sqlstate() != "22012") return fail(s.error());
     committed_read_unread_ = false;
     if (std::exchange(flush_unread_, false))
       (void)conn_.pipeline({});  // refused: the transaction is aborted until the rollback below
+    if (!before_guess_) {
+      failed_ =
+          make_error(errc::conflict, "the audit chain's head moved under the commit's guess of it");
+      retryable_ = true;
+      return Landing::lost;
+    }
     batch_.push_back({"guess_rollback", {}});
     if (auto back = send(); !back) return back.error();
     head_.reset();
@@ -1454,7 +1473,7 @@ class PgTransaction final : public Transaction, public PgReads {
     unresolved_notifications_ = std::move(before_guess_->notifications);
     unresolved_items_ = std::move(before_guess_->items);
     before_guess_.reset();
-    return false;
+    return Landing::missed;
   }
 
   Status lock_head() {

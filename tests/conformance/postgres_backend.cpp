@@ -743,7 +743,9 @@ opgate::Result<opgate::store::AuditHead> append_approval(opgate::store::Transact
 // PostgreSQL only: an operation that records the head its transaction
 // chains onto carries the real head when the node's guess of it missed,
 // whether it was written once at commit or, read back in the transaction,
-// first with the provisional head.
+// first with the provisional head; and whether the guess had a savepoint
+// to roll back to or, after many guesses that held, the whole transaction
+// ran again.
 TEST_CASE("postgres: an operation records the real head when the guess of it missed") {
   using opgate::conformance::backend;
   namespace pb = opgate::pb;
@@ -751,37 +753,49 @@ TEST_CASE("postgres: an operation records the real head when the guess of it mis
   TwoNodes nodes;
   auto& a = nodes.a;
   auto& b = nodes.b;
-  for (bool read_back : {false, true}) {
-    CAPTURE(read_back);
-    const std::string key = read_back ? "read" : "once";
-    make_guess_wrong(nodes);
-    REQUIRE(a->transact([&](opgate::store::Transaction& t) {
-      auto head = append_approval(t, key);
-      if (!head.ok()) return opgate::Status(head.error());
-      pb::Operation o;
-      o.set_key(key);
-      o.set_state(pb::STATE_APPROVED);
-      o.mutable_proposal()->set_order_id("O1");
-      o.mutable_proposal()->set_owner("u");
-      o.set_audit_seq(head->seq);
-      o.set_audit_hash(head->hash);
-      if (auto s = t.put_operation(o); !s.ok()) return s;
-      if (read_back) {
-        auto read = t.operation(key);
-        if (!read.ok()) return opgate::Status(read.error());
-        CHECK((*read)->state() == pb::STATE_APPROVED);
-      }
-      return opgate::Status::Ok();
-    }));
-    auto records = b->reader().audit_of(key);
-    REQUIRE(records.ok());
-    REQUIRE(records->size() == 1);
-    auto o = b->reader().operation(key);
-    REQUIRE(o.ok());
-    REQUIRE(o->has_value());
-    CHECK((*o)->audit_seq() == records->at(0).seq());
-    CHECK((*o)->audit_hash() == records->at(0).hash());
-  }
+  for (bool sure : {false, true})
+    for (bool read_back : {false, true}) {
+      CAPTURE(sure);
+      CAPTURE(read_back);
+      const std::string key = std::string(read_back ? "read" : "once") + (sure ? "-sure" : "");
+      // Past the commits a miss skips guessing, enough guesses that hold.
+      if (sure)
+        for (int i = 0; i < opgate::store::pg::HeadGuess::kSureAfter + 3; ++i)
+          REQUIRE(audited_commit(*a, "a"));
+      make_guess_wrong(nodes);
+      const auto lost_before = a->guesses_lost(), retries_before = a->retries();
+      int runs = 0;
+      REQUIRE(a->transact([&](opgate::store::Transaction& t) {
+        runs++;
+        auto head = append_approval(t, key);
+        if (!head.ok()) return opgate::Status(head.error());
+        pb::Operation o;
+        o.set_key(key);
+        o.set_state(pb::STATE_APPROVED);
+        o.mutable_proposal()->set_order_id("O1");
+        o.mutable_proposal()->set_owner("u");
+        o.set_audit_seq(head->seq);
+        o.set_audit_hash(head->hash);
+        if (auto s = t.put_operation(o); !s.ok()) return s;
+        if (read_back) {
+          auto read = t.operation(key);
+          if (!read.ok()) return opgate::Status(read.error());
+          CHECK((*read)->state() == pb::STATE_APPROVED);
+        }
+        return opgate::Status::Ok();
+      }));
+      CHECK(runs == (sure ? 2 : 1));
+      CHECK(a->guesses_lost() == lost_before + (sure ? 1 : 0));
+      CHECK(a->retries() == retries_before + (sure ? 1 : 0));
+      auto records = b->reader().audit_of(key);
+      REQUIRE(records.ok());
+      REQUIRE(records->size() == 1);
+      auto o = b->reader().operation(key);
+      REQUIRE(o.ok());
+      REQUIRE(o->has_value());
+      CHECK((*o)->audit_seq() == records->at(0).seq());
+      CHECK((*o)->audit_hash() == records->at(0).hash());
+    }
   auto v = a->verify_audit();
   REQUIRE(v.ok());
   CHECK(v->ok);
