@@ -39,7 +39,9 @@ struct Config {
     // by url_env (it may hold a password); TLS by its sslmode and sslrootcert.
     std::string url_env = "OPGATE_DATABASE_URL";
     std::string url;
-    int64_t pool_size = 16;
+    // About the database's cores: more connections than it can run at once
+    // only add switching (docs/postgres.md).
+    int64_t pool_size = 8;
     int64_t connect_timeout_s = 10;
     int64_t statement_timeout_ms = 30'000;
     // TLS to the database, overriding the connection string's settings

@@ -104,8 +104,7 @@ def main():
     bin_dir, pg_url, seconds, conns, n = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
                                           int(sys.argv[4]), int(sys.argv[5]))
     graphile_dir = sys.argv[6] if len(sys.argv) > 6 else ""
-    c = Nodes(bin_dir, orders(2 * n, prefix="S") + orders(n, prefix="G"), pg_url, count=3,
-              pool_size=16)
+    c = Nodes(bin_dir, orders(2 * n, prefix="S") + orders(n, prefix="G"), pg_url, count=3)
     from nodes import psql
     try:
         base, _, _ = pgbench(pg_url, conns, seconds)

@@ -24,7 +24,7 @@ class Nodes(Cluster):
     """Cluster with `count` daemons (opgate serve) sharing one database."""
 
     def __init__(self, bin_dir, orders, pg_url, count=3, payments_timeout_ms=1000, keep=False,
-                 pool_size=16):
+                 pool_size=8):
         self.pg_url = pg_url
         self.count = count
         self.pool_size = pool_size

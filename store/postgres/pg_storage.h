@@ -92,7 +92,7 @@ struct HeadGuess {
 
 struct PgOptions {
   ConnOptions conn;
-  size_t pool_size = 16;
+  size_t pool_size = 8;
   Isolation isolation = Isolation::read_committed;
   // Apply the schema migrations at open.
   bool migrate = true;
