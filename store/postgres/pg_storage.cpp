@@ -1459,8 +1459,8 @@ class PgTransaction final : public Transaction, public PgReads {
     if (std::exchange(flush_unread_, false))
       (void)conn_.pipeline({});  // refused: the transaction is aborted until the rollback below
     if (!before_guess_) {
-      failed_ =
-          make_error(errc::conflict, "the audit chain's head moved under the commit's guess of it");
+      failed_ = make_error(errc::storage_unavailable,
+                           "the audit chain's head moved under the commit's guess of it");
       retryable_ = true;
       return Landing::lost;
     }
