@@ -49,8 +49,8 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // The audit head's early release (PgTransaction::finish): the commit that
     // holds the head does not wait for its flush (the statements that chain
     // records turn synchronous_commit off for their transaction); a
-    // transaction of its own, writing WAL and committed synchronously, waits
-    // for it after.
+    // transaction of its own, writing WAL and committed synchronously,
+    // started after it, waits for it (SharedFlush).
     {"durable", "SELECT pg_logical_emit_message(true, 'opgate', 'durable')"},
     // Inbox.
     {"ev_get", "SELECT data FROM inbox_events WHERE source = $1 AND webhook_id = $2"},
@@ -971,19 +971,14 @@ class PgTransaction final : public Transaction, public PgReads {
 
   void probe() { write({}, {"probe", {text(std::to_string(now_ms_))}}); }
 
-  // Commits: in the node's turn (commit_in_turn), then, for an audited
-  // commit, out of it, waits for the flush (finish()).
+  // Commits in the node's turn (commit_in_turn), then, out of it, reads
+  // what was read after the commit. An audited commit is released early
+  // (finish()): the caller waits for its flush (early_released()).
   Status commit() {
     Status s = commit_in_turn();
-    if (!s || !flush_unread_) return s;
-    // The flush of an early release (finish()), out of the node's turn.
-    flush_unread_ = false;
-    if (!std::exchange(committed_read_unread_, false)) {
-      if (auto flushed = conn_.pipeline({}); !flushed) return fail(flushed.error());
-      return Status::Ok();
-    }
-    if (Status flushed = conn_.read_all_but_last(); !flushed) return fail(flushed.error());
-    // Committed and flushed: a failed read after it leaves the read to
+    if (!s || !early_released_) return s;
+    if (!std::exchange(committed_read_unread_, false)) return Status::Ok();
+    // Committed: a failed read after it leaves the read to
     // PgStorage::transact, and fails nothing.
     auto rows = conn_.read_rest();
     if (rows && rows->size() == 2) {
@@ -1000,6 +995,9 @@ class PgTransaction final : public Transaction, public PgReads {
 
   // Whether this one changed any count.
   bool counted() const { return counted_; }
+  // Whether its commit went without waiting for the flush (finish()), to be
+  // waited for (SharedFlush) before the commit is reported.
+  bool early_released() const { return early_released_; }
 
   void rollback() {
     if (conn_.broken()) return;
@@ -1366,12 +1364,12 @@ class PgTransaction final : public Transaction, public PgReads {
   // commit's flush to disk, and every audited transaction on every node waits
   // for that lock: their flushes would go one at a time. So the head's holder
   // releases it early (as Aether and DeWitt et al. describe): it commits
-  // without waiting for the flush, and a second transaction right behind it
-  // on the same connection, in the same round trip, writes a WAL record and
-  // commits synchronously. The log is flushed in order, so when that one
-  // returns the first is on disk too, and only then is the commit reported.
-  // The flushes of many such commits are then one (PostgreSQL's group
-  // flush). For the moment of the flush another transaction may see the
+  // without waiting for the flush, and once its connection is back in the
+  // pool, a transaction that writes a WAL record and commits synchronously,
+  // started after that commit and shared by every commit waiting at the
+  // time (SharedFlush), returns. The log is flushed in order, so then the
+  // commit is on disk too, and only then is it reported. For the moment
+  // of the flush another transaction may see the
   // change before it is on disk; anything it writes comes later in the log,
   // so a crash loses it with the change. The provider is called only after
   // a synchronous commit of opgate's own (docs/postgres.md says what a read
@@ -1391,16 +1389,24 @@ class PgTransaction final : public Transaction, public PgReads {
     batch_.push_back({"commit", {}});
     lock_ahead();
     if (opens()) begun_ = true;
-    Status s = conn_.send_then(std::exchange(batch_, {}), {{"durable", {}}});
+    Status s = conn_.send_ahead(std::exchange(batch_, {}));
     if (s) s = send_committed_read();
-    if (s && wait) s = conn_.read_all_but(batches_after_commit());
-    flush_unread_ = true;  // sent; read by commit(), or by the next call
+    if (s && wait) s = read_commit();
+    early_released_ = true;
     if (!s) return fail(s.error());
     return Status::Ok();
   }
 
+  // Reads the answer to finish()'s COMMIT; the read after the commit, if
+  // one was sent, is left to commit().
+  Status read_commit() {
+    if (committed_read_unread_) return conn_.read_all_but_last();
+    auto r = conn_.pipeline({});  // all of it, and out of pipeline mode
+    return r ? Status::Ok() : Status(r.error());
+  }
+
   // The caller's read after the commit (Transaction::read_after_commit),
-  // sent behind the flush in a batch of its own, so that its failure is
+  // sent behind the COMMIT in a batch of its own, so that its failure is
   // not the commit's: commit() reads it.
   Status send_committed_read() {
     const CommittedRead* r = committed_read();
@@ -1410,10 +1416,6 @@ class PgTransaction final : public Transaction, public PgReads {
     committed_read_unread_ = true;
     return Status::Ok();
   }
-
-  // The batches finish() sends behind the COMMIT's: the flush's, and the
-  // read after the commit's if there is one.
-  size_t batches_after_commit() const { return committed_read_unread_ ? 2 : 1; }
 
   // Sends the commit on the guessed head, after a wait for the commit sent
   // before it (the ticket `after`) if that one may not have ended: landed()
@@ -1452,11 +1454,11 @@ class PgTransaction final : public Transaction, public PgReads {
   // was no savepoint: the transaction has failed, to be run again.
   enum class Landing { held, missed, lost };
   Result<Landing> landed() {
-    Status s = conn_.read_all_but(batches_after_commit());
+    Status s = read_commit();
     if (s) return Landing::held;
     if (conn_.broken() || conn_.last_sqlstate() != "22012") return fail(s.error());
-    committed_read_unread_ = false;
-    if (std::exchange(flush_unread_, false))
+    early_released_ = false;
+    if (std::exchange(committed_read_unread_, false))
       (void)conn_.pipeline({});  // refused: the transaction is aborted until the rollback below
     if (!before_guess_) {
       failed_ = make_error(errc::storage_unavailable,
@@ -1556,7 +1558,7 @@ class PgTransaction final : public Transaction, public PgReads {
   };
   std::optional<BeforeGuess> before_guess_;
   Conn& conn_;
-  bool flush_unread_ = false;           // finish() sent the flush of an early release
+  bool early_released_ = false;         // finish() sent a COMMIT released early
   bool committed_read_unread_ = false;  // and the read after the commit behind it
   const bool locking_;
   const int64_t now_ms_;
@@ -1664,9 +1666,44 @@ PgStorage::~PgStorage() {
   pool_.reset();
 }
 
+Status SharedFlush::wait_past(Pool& pool) {
+  mu_.lock();
+  const uint64_t need = started_ + 1;  // the first to start after this call
+  while (ended_ < need && failed_ < need) {
+    if (running_) {
+      ended_cv_.wait(mu_);
+      continue;
+    }
+    running_ = true;
+    const uint64_t flush = ++started_;
+    mu_.unlock();
+    Status s;
+    if (auto conn = pool.acquire(); !conn)
+      s = conn.error();
+    else if (auto r = (*conn)->run("durable", {}); !r)
+      s = r.error();
+    flushes_++;
+    mu_.lock();
+    running_ = false;
+    if (s) {
+      ended_ = flush;
+    } else {
+      failed_ = flush;
+      failure_ = s.error();
+    }
+    ended_cv_.notify_all();
+  }
+  // A flush that started after the call and failed: the commit is in the
+  // log, and may or may not reach the disk.
+  Status result = ended_ >= need ? Status::Ok() : Status(*failure_);
+  mu_.unlock();
+  return result;
+}
+
 Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
   std::vector<std::function<void()>> after;
   CommittedRead* read_after = nullptr;  // what the caller asked to read after the commit
+  bool early_released = false;          // its flush is waited for below
   // The connection goes back to the pool before what runs after the commit.
   auto attempt_once = [&](int attempt, bool& retry) -> Status {
     retry = false;
@@ -1678,6 +1715,7 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
       Status c = txn.commit();
       if (c) {
         read_after = txn.committed_read();
+        early_released = txn.early_released();
         commits_++;
         if (txn.counted() && ++count_changes_ % kFoldEvery == 0)
           if (Status f = fold_counts(*conn); !f)
@@ -1698,6 +1736,10 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
     if (!retry) return s;
     retries_++;
     pause_before_retry(attempt);
+  }
+  if (early_released) {
+    early_releases_++;
+    OPGATE_TRY(flush_.wait_past(*pool_));
   }
   if (read_after && !read_after->read) {
     reads_after_commit_alone_++;

@@ -90,6 +90,30 @@ struct HeadGuess {
   std::atomic<uint64_t> lost{0};
 };
 
+// The flush that an audited commit, released early (it commits without
+// waiting for the flush: PgTransaction::finish), waits for before it is
+// reported: a transaction that writes one WAL record and commits
+// synchronously, started after that commit. The log is flushed in order,
+// so when it returns the commit is on disk. One at a time per node, each
+// for every commit waiting when it started: the first waiter with none
+// running runs it, on a connection of the pool, and the others wait.
+class SharedFlush {
+ public:
+  Status wait_past(Pool& pool) EXCLUDES(mu_);
+  uint64_t flushes() const { return flushes_.load(); }
+
+ private:
+  Mutex mu_;
+  CondVar ended_cv_;
+  uint64_t started_ GUARDED_BY(mu_) = 0;  // flushes started, counted up
+  uint64_t ended_ GUARDED_BY(mu_) = 0;    // the last that succeeded
+  bool running_ GUARDED_BY(mu_) = false;
+  // The last flush that failed, and why: its waiters are told.
+  uint64_t failed_ GUARDED_BY(mu_) = 0;
+  std::optional<Error> failure_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> flushes_{0};
+};
+
 struct PgOptions {
   ConnOptions conn;
   size_t pool_size = 8;
@@ -161,6 +185,9 @@ class PgStorage final : public Storage {
   uint64_t commits_sent_behind() const { return head_guess_.sent_behind.load(); }
   uint64_t guesses_missed() const { return head_guess_.missed.load(); }
   uint64_t guesses_lost() const { return head_guess_.lost.load(); }
+  // Audited commits released early, and the flushes they waited for.
+  uint64_t early_releases() const { return early_releases_.load(); }
+  uint64_t flushes() const { return flush_.flushes(); }
   // Reads after a commit (Transaction::read_after_commit) made alone, after
   // it, rather than in its round trip.
   uint64_t reads_after_commit_alone() const { return reads_after_commit_alone_.load(); }
@@ -181,6 +208,8 @@ class PgStorage final : public Storage {
   std::unique_ptr<Pool> pool_;
   Handoff handoff_;
   HeadGuess head_guess_;
+  SharedFlush flush_;
+  std::atomic<uint64_t> early_releases_{0};
   std::unique_ptr<Reader> reader_;
   std::atomic<uint64_t> commits_{0};
   std::thread listener_;

@@ -1090,7 +1090,8 @@ TEST_CASE("postgres: audited commits of many threads keep one chain when some fa
 
 // PostgreSQL only: a node's audited commits from many threads are sent
 // one right behind another (each waits in the database for the one before
-// it, not for its answer), and none of them misses its guess of the head.
+// it, not for its answer), and none of them misses its guess of the head;
+// each is released early, and their flushes are shared.
 TEST_CASE("postgres: a node's audited commits go one behind another without missing the head") {
   using opgate::conformance::backend;
   namespace pg = opgate::store::pg;
@@ -1124,6 +1125,33 @@ TEST_CASE("postgres: a node's audited commits go one behind another without miss
   // At SERIALIZABLE a commit whose snapshot is older than the head it
   // guessed misses it.
   if (o.isolation == pg::Isolation::read_committed) CHECK(s.guesses_missed() == 0);
+  CHECK(s.early_releases() == static_cast<uint64_t>(kThreads * kEach));
+  CHECK(s.flushes() > 0);
+  CHECK(s.flushes() <= s.early_releases());
+  // Commits one right behind another share their flushes (at SERIALIZABLE
+  // they miss and take their turns one at a time).
+  if (o.isolation == pg::Isolation::read_committed) CHECK(s.flushes() < s.early_releases());
+}
+
+// PostgreSQL only: a shared flush that fails tells the commits waiting for
+// it, and the next wait runs a flush of its own.
+TEST_CASE("postgres: a flush that fails is told to the commits that waited for it") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  pg::PgOptions o = fresh_options(clock);
+  auto opened = pg::PgStorage::open(o, clock);
+  REQUIRE(opened.ok());
+  pg::ConnOptions nowhere = o.conn;
+  nowhere.url = "host=/nonexistent-opgate-socket-dir port=1 user=nobody connect_timeout=1";
+  pg::Pool unreachable(nowhere, 1, [](pg::Conn&) { return opgate::Status::Ok(); });
+  pg::SharedFlush flush;
+  auto failed = flush.wait_past(unreachable);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().is(opgate::errc::storage_unavailable));
+  CHECK(flush.wait_past((*opened)->pool()).ok());
+  CHECK(flush.flushes() == 2);
 }
 
 // PostgreSQL only: the TLS keys of [store] reach libpq after the connection
