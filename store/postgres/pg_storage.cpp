@@ -1982,6 +1982,11 @@ Status PgStorage::fold_counts() {
   return fold_counts(*conn);
 }
 
-StorageStats PgStorage::stats() const { return {commits_.load(), commits_.load()}; }
+// Each commit waits for a flush of its own, but those released early,
+// which share theirs (SharedFlush).
+StorageStats PgStorage::stats() const {
+  const uint64_t commits = commits_.load();
+  return {commits, commits - early_releases_.load() + flush_.flushes()};
+}
 
 }  // namespace opgate::store::pg
