@@ -307,16 +307,9 @@ Result<std::vector<Rows>> Conn::pipeline(const std::vector<Stmt>& stmts) {
   return out;
 }
 
-Status Conn::send_then(const std::vector<Stmt>& stmts, const std::vector<Stmt>& then) {
+Status Conn::read_all_but_last() {
   sqlstate_.clear();
-  if (broken()) return failure("pipeline", nullptr);
-  OPGATE_TRY(send_batch(stmts));
-  return send_batch(then);
-}
-
-Status Conn::read_all_but(size_t keep) {
-  sqlstate_.clear();
-  return read_sent_but(keep, nullptr);
+  return read_sent_but(1, nullptr);
 }
 
 Result<std::vector<Rows>> Conn::read_rest() {

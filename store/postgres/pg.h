@@ -107,15 +107,10 @@ class Conn {
   // transaction that failure aborted it, so what the call sends does
   // nothing; exec() still runs its statement, so that a ROLLBACK ends it.
   Status send_ahead(const std::vector<Stmt>& stmts);
-  // Sends `stmts` and `then` as two batches (each with its own sync) and
-  // reads nothing; read_all_but_last() then reads every batch sent but the
-  // last, and fails with the first failure among them, leaving `then` to
-  // the next call, as with send_ahead (pipeline({}) waits for it alone).
-  // The caller need not wait for the round trip in between.
-  Status send_then(const std::vector<Stmt>& stmts, const std::vector<Stmt>& then);
-  Status read_all_but_last() { return read_all_but(1); }
-  // Reads every batch sent but the `keep` last ones, as read_all_but_last().
-  Status read_all_but(size_t keep);
+  // Reads every batch sent but the last, and fails with the first failure
+  // among them, leaving the last to the next call, as with send_ahead
+  // (pipeline({}) waits for it alone).
+  Status read_all_but_last();
   // Reads every batch sent, as pipeline({}) does, and returns the last
   // one's results.
   Result<std::vector<Rows>> read_rest();

@@ -1008,19 +1008,22 @@ TEST_CASE("postgres: an audited commit releases the head early and returns once 
   // The batch behind: read by the next call, its failure that call's.
   REQUIRE(c.prepare("one", "SELECT 1").ok());
   REQUIRE(c.prepare("zero", "SELECT 1 / 0").ok());
-  REQUIRE(c.send_then({{"one", {}}, {"one", {}}}, {{"one", {}}}).ok());
+  REQUIRE(c.send_ahead({{"one", {}}, {"one", {}}}).ok());
+  REQUIRE(c.send_ahead({{"one", {}}}).ok());
   REQUIRE(c.read_all_but_last().ok());
   auto rest = c.pipeline({});
   REQUIRE(rest.ok());
   CHECK(rest->empty());
-  REQUIRE(c.send_then({{"one", {}}}, {{"zero", {}}}).ok());
+  REQUIRE(c.send_ahead({{"one", {}}}).ok());
+  REQUIRE(c.send_ahead({{"zero", {}}}).ok());
   REQUIRE(c.read_all_but_last().ok());
   auto next = c.pipeline({{"one", {}}, {"one", {}}});
   CHECK_FALSE(next.ok());
   CHECK(c.last_sqlstate() == "22012");
   CHECK(c.run("one", {}).ok());
   // The first batch's failure is read_all_but_last()'s; the last is left.
-  REQUIRE(c.send_then({{"zero", {}}}, {{"one", {}}}).ok());
+  REQUIRE(c.send_ahead({{"zero", {}}}).ok());
+  REQUIRE(c.send_ahead({{"one", {}}}).ok());
   CHECK_FALSE(c.read_all_but_last().ok());
   CHECK(c.last_sqlstate() == "22012");
   CHECK(c.pipeline({}).ok());
