@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 
+#include "store/rocksdb/db.h"
+
 namespace opgate::testing {
 
 struct SyncControl {
@@ -102,5 +104,12 @@ class FaultFileSystem final : public rocksdb::FileSystemWrapper {
  private:
   std::shared_ptr<SyncControl> control_;
 };
+
+// Options that open a store on a FaultFileSystem steered by `control`.
+inline store::rocks::OpenOptions with_faults(const std::shared_ptr<SyncControl>& control) {
+  store::rocks::OpenOptions o;
+  o.file_system = std::make_shared<FaultFileSystem>(control);
+  return o;
+}
 
 }  // namespace opgate::testing

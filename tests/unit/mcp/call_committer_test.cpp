@@ -63,8 +63,7 @@ std::shared_ptr<const operations::PolicyConfig> default_policy() {
 TEST_CASE(
     "calls queued while a transaction syncs are stored together, each answered once durable") {
   auto control = std::make_shared<testing::SyncControl>();
-  store::rocks::OpenOptions o;
-  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  auto o = testing::with_faults(control);
   testing::World w(o);
   w.seed_order("ORDER-100");
   mcp::CallCommitterOptions options;
@@ -159,8 +158,7 @@ TEST_CASE("a full queue and a stopped committer refuse at once and store nothing
 
 TEST_CASE("stop answers every call submitted before it, stored") {
   auto control = std::make_shared<testing::SyncControl>();
-  store::rocks::OpenOptions o;
-  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  auto o = testing::with_faults(control);
   testing::World w(o);
   w.seed_order("ORDER-100");
   Answers answers;

@@ -97,8 +97,7 @@ TEST_CASE("without a console the routes are not served under /console/api") {
 
 TEST_CASE("/readyz is 503 once the store cannot be written; /healthz still answers") {
   auto control = std::make_shared<testing::SyncControl>();
-  store::rocks::OpenOptions o;
-  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  auto o = testing::with_faults(control);
   testing::ApiStage s(o);
   s.open_api();
   CHECK(s.router.dispatch(request("GET", "/readyz")).status == 200);

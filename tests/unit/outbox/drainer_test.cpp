@@ -524,8 +524,7 @@ TEST_CASE("a provider call that throws leaves no operation stuck: after the leas
 TEST_CASE("a failed sync recording the provider's answer: read-only, restarted, paid once") {
   auto control = std::make_shared<testing::SyncControl>();
   std::atomic<int> told{0};
-  store::rocks::OpenOptions o;
-  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
+  auto o = testing::with_faults(control);
   o.on_read_only = [&](const std::string&) { ++told; };
   World w(o);
   // No notification events: their fan-out, on lanes of its own, could be

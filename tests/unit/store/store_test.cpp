@@ -82,9 +82,7 @@ TEST_CASE("outside a transaction, a commit is visible only once it is durable") 
   TempDir dir;
   ManualClock clock(1'000'000);
   auto control = std::make_shared<testing::SyncControl>();
-  store::rocks::OpenOptions o;
-  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
-  auto storage = open(dir, clock, o);
+  auto storage = open(dir, clock, testing::with_faults(control));
   REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
   control->set_hold(true);
   auto committing = std::async(std::launch::async, [&] {
@@ -117,9 +115,7 @@ TEST_CASE("a failed sync refuses the transaction and leaves nothing of it visibl
   TempDir dir;
   ManualClock clock(1'000'000);
   auto control = std::make_shared<testing::SyncControl>();
-  store::rocks::OpenOptions o;
-  o.file_system = std::make_shared<testing::FaultFileSystem>(control);
-  auto storage = open(dir, clock, o);
+  auto storage = open(dir, clock, testing::with_faults(control));
   REQUIRE(propose(*storage, "u:O1:full-refund:v1").ok());
   control->set_fail(true);
   Status s = storage->transact([&](store::Transaction& txn) -> Status {
