@@ -62,7 +62,9 @@ int64_t unix_now() {
 
 // One keep-alive connection sending request after request until the
 // deadline; callbacks on its own strand (clang 14 cannot compile coroutines
-// with sanitizer coverage, which the CI build uses).
+// with sanitizer coverage, which the CI build uses). The strand's type is
+// concrete: no type-erased executor is copied per operation.
+using Strand = net::strand<net::io_context::executor_type>;
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(net::io_context& ioc, Shared& s, int index)
@@ -229,8 +231,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int index_;
   Phase phase_ = Phase::calls;
   std::string session_id_;  // MCP
-  tcp::resolver resolver_;
-  beast::tcp_stream stream_;
+  net::ip::basic_resolver<tcp, Strand> resolver_;
+  beast::basic_stream<tcp, Strand> stream_;
   beast::flat_buffer buffer_;
   std::string wire_;  // the request being sent
   bhttp::response<bhttp::string_body> res_;
