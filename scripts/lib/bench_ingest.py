@@ -4,7 +4,7 @@ request as a real sender does (a fresh webhook-id and timestamp each); then,
 given a private PostgreSQL, pgbench's committed inserts of a row of the same
 size at 64 connections beside opgate's acks at 64, in the same run.
 With --cpu instead of a PostgreSQL URL: 64 connections only, and the
-daemon's CPU per acknowledged event."""
+daemon's and the load generator's CPU per acknowledged event."""
 
 import json
 import os
@@ -49,18 +49,24 @@ def stored_check(stored, acked, duplicates):
 
 
 def cpu_per_ack(bin_dir, seconds, conns=64):
-    """One level only, with the daemon's CPU (user + system, from /proc) per
-    acknowledged event: for comparing two builds alternately, as a busy
-    neighbour on a shared machine moves CPU per event less than the rate."""
+    """One level only, with the daemon's CPU (user + system, from /proc) and
+    the load generator's (from its exit's rusage) per acknowledged event:
+    for comparing two builds alternately, as a busy neighbour on a shared
+    machine moves CPU per event less than the rate."""
     from bench_outbox import cpu_seconds
     c = Cluster(bin_dir, orders(1))
     try:
         load(bin_dir, c.ingress_port, conns, 2)  # warm up
-        before = cpu_seconds(c.daemon.pid)
+        before, children = cpu_seconds(c.daemon.pid), os.times()
         r = load(bin_dir, c.ingress_port, conns, seconds)
         used = cpu_seconds(c.daemon.pid) - before
+        after = os.times()
+        sender = (after.children_user + after.children_system
+                  - children.children_user - children.children_system)
+        acks = max(r['accepted'], 1)
         print(f"{conns} connections: {r['accepted'] / r['seconds']:.0f} acks/s, p99 "
-              f"{r['p99_ms']:.2f} ms, daemon CPU {used / max(r['accepted'], 1) * 1e6:.1f} us per ack")
+              f"{r['p99_ms']:.2f} ms, daemon CPU {used / acks * 1e6:.1f} us per ack, "
+              f"load generator CPU {sender / acks * 1e6:.1f} us per ack")
     finally:
         c.close()
 
