@@ -71,7 +71,7 @@ std::string host_of_origin(std::string_view origin) {
   return std::string(host.substr(0, host.find(':')));
 }
 
-bool csrf_matches(const std::optional<std::string>& presented, std::string_view expected) {
+bool csrf_matches(std::optional<std::string_view> presented, std::string_view expected) {
   if (!presented || presented->empty() || expected.empty()) return false;
   return crypto::equal_constant_time(*presented, expected);
 }

@@ -54,7 +54,7 @@ std::string host_of_origin(std::string_view origin);
 
 // Whether the presented CSRF token is the expected one (constant time);
 // never for an empty one.
-bool csrf_matches(const std::optional<std::string>& presented, std::string_view expected);
+bool csrf_matches(std::optional<std::string_view> presented, std::string_view expected);
 
 // An application/x-www-form-urlencoded body; nothing if it is malformed. A
 // name given twice keeps its first value.

@@ -20,15 +20,14 @@ bool CaseInsensitiveLess::operator()(std::string_view a, std::string_view b) con
   return a.size() < b.size();
 }
 
-std::optional<std::string> Request::header(std::string_view name) const {
+std::optional<std::string_view> Request::header(std::string_view name) const {
   auto it = headers.find(name);
   if (it == headers.end()) return std::nullopt;
-  return it->second;
+  return std::string_view(it->second);
 }
 
-std::string Request::path() const {
-  auto q = target.find('?');
-  return q == std::string::npos ? target : target.substr(0, q);
+std::string_view Request::path() const {
+  return std::string_view(target).substr(0, target.find('?'));
 }
 
 std::string url_component(std::string_view s) {

@@ -36,8 +36,9 @@ struct Request {
   // The peer's IP address as the server accepted it ("" when unknown).
   std::string remote_address;
 
-  std::optional<std::string> header(std::string_view name) const;
-  std::string path() const;  // target without the query
+  // Views into this request: valid while it lives and is unchanged.
+  std::optional<std::string_view> header(std::string_view name) const;
+  std::string_view path() const;  // target without the query
   // Decoded value of one query parameter.
   std::optional<std::string> query_param(std::string_view name) const;
 };

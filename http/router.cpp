@@ -5,14 +5,15 @@
 
 namespace opgate::http {
 
-bool split_path(const std::string& path, std::vector<std::string>& out) {
+bool split_path(std::string_view path, std::vector<std::string>& out) {
   out.clear();
+  out.reserve(8);
   if (path.empty() || path[0] != '/') return false;
   size_t start = 1;
   while (start <= path.size()) {
     size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    std::string_view raw(path.data() + start, end - start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view raw = path.substr(start, end - start);
     auto pct = boost::urls::make_pct_string_view(raw);
     if (!pct) return false;
     std::string decoded;

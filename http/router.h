@@ -40,6 +40,6 @@ class Router {
 };
 
 // Splits a path into percent-decoded segments; false if it is malformed.
-bool split_path(const std::string& path, std::vector<std::string>& out);
+bool split_path(std::string_view path, std::vector<std::string>& out);
 
 }  // namespace opgate::http

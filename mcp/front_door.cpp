@@ -113,7 +113,7 @@ void FrontDoor::handle(http::Request&& request, http::Respond respond) {
 
 std::optional<http::Response> FrontDoor::refuse_origin(const http::Request& request) const {
   auto access = access_.get();
-  const std::string host = request.header("Host").value_or("");
+  const std::string_view host = request.header("Host").value_or("");
   const auto& hosts = access->allowed_hosts;
   if (!hosts.empty() && std::find(hosts.begin(), hosts.end(), host_part(host)) == hosts.end())
     return refusal(errc::forbidden, rpc::server_error,
@@ -123,8 +123,8 @@ std::optional<http::Response> FrontDoor::refuse_origin(const http::Request& requ
   const auto& origins = access->allowed_origins;
   if (std::find(origins.begin(), origins.end(), *origin) != origins.end()) return std::nullopt;
   // The listener's own origin, as the (checked) Host names it.
-  const bool same_origin =
-      !hosts.empty() && (*origin == "http://" + host || *origin == "https://" + host);
+  const bool same_origin = !hosts.empty() && (*origin == "http://" + std::string(host) ||
+                                              *origin == "https://" + std::string(host));
   if (same_origin) return std::nullopt;
   return refusal(errc::forbidden, rpc::server_error,
                  "Requests from this Origin are not allowed (DNS rebinding protection).");
@@ -194,7 +194,7 @@ http::Response FrontDoor::answer(const http::Request& request, http::Respond& re
   if (!session_version(*session, caller.token))
     return json_answer(404, error_body(m.id, rpc::invalid_request,
                                        "No such session for this token; initialize again."));
-  return dispatch(m, caller, *session, respond, parked);
+  return dispatch(m, caller, std::string(*session), respond, parked);
 }
 
 http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,

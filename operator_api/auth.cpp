@@ -15,13 +15,11 @@ const Principal* authenticate_token(const std::vector<Principal>& principals,
 }
 
 const Principal* authenticate(const std::vector<Principal>& principals,
-                              const std::optional<std::string>& authorization) {
+                              std::optional<std::string_view> authorization) {
   if (!authorization) return nullptr;
   constexpr std::string_view prefix = "Bearer ";
-  if (authorization->size() <= prefix.size() ||
-      authorization->compare(0, prefix.size(), prefix) != 0)
-    return nullptr;
-  return authenticate_token(principals, authorization->substr(prefix.size()));
+  if (authorization->size() <= prefix.size() || !authorization->starts_with(prefix)) return nullptr;
+  return authenticate_token(principals, std::string(authorization->substr(prefix.size())));
 }
 
 }  // namespace opgate::operator_api

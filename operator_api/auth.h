@@ -23,7 +23,7 @@ inline constexpr std::string_view kShortTokenMessage =
 // The principal whose token hash matches the "Authorization: Bearer" value;
 // every configured hash is compared, in constant time.
 const Principal* authenticate(const std::vector<Principal>& principals,
-                              const std::optional<std::string>& authorization);
+                              std::optional<std::string_view> authorization);
 // The principal whose token (not its hash) this is.
 const Principal* authenticate_token(const std::vector<Principal>& principals,
                                     const std::string& token);

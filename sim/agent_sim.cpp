@@ -184,7 +184,7 @@ std::optional<http::Response> AgentSim::check_auth(const http::Request& request)
 
 http::Response AgentSim::handle(http::Request&& request) {
   try {
-    const std::string path = request.path();
+    const std::string path(request.path());
     if (path.starts_with("/_sim/")) return admin_.dispatch(request);
     if (auto refused = check_auth(request)) return *refused;
     auto response = api_.dispatch(request);
@@ -270,7 +270,7 @@ http::Response AgentSim::list_items(const http::Request& request, const std::str
 }
 
 http::Response AgentSim::post_events(const http::Request& request, const std::string& id) {
-  const std::string path = request.path();
+  const std::string path(request.path());
   auto idem_key = request.header("Idempotency-Key");
   if (!idem_key || idem_key->empty() || idem_key->size() > kMaxIdempotencyKeyLength)
     return invalid_request("The Idempotency-Key header is required (1 to 255 characters).",

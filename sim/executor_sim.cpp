@@ -64,7 +64,7 @@ ExecutorSim::ExecutorSim(std::string token) : token_(std::move(token)) {
 }
 
 http::Response ExecutorSim::handle(http::Request&& request) {
-  const std::string path = request.path();
+  const std::string path(request.path());
   if (path.starts_with("/_sim/")) return admin_.dispatch(request);
   std::vector<std::string> segments;
   if (!http::split_path(path, segments) || segments.empty() || segments.size() > 2)

@@ -11,7 +11,7 @@ namespace opgate::sim {
 http::Response faulted_get(FaultTable& faults, const FaultReplies& replies,
                            const http::Request& request,
                            const std::function<http::Response()>& produce) {
-  const std::string path = request.path();
+  const std::string path(request.path());
   std::optional<FaultRule> fault =
       faults.take({.method = "GET", .path = path, .subject = std::nullopt});
   if (fault) log_info("fault", {{"action", to_string(fault->action)}, {"path", path}});

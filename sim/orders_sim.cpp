@@ -105,7 +105,7 @@ Status OrdersSim::load_orders(const std::string& path) {
 }
 
 http::Response OrdersSim::handle(http::Request&& request) {
-  const std::string path = request.path();
+  const std::string path(request.path());
   if (path.starts_with("/_sim/")) return admin_.dispatch(request);
   std::vector<std::string> segments;
   if (!http::split_path(path, segments) || segments.size() < 2 || segments.size() > 3 ||

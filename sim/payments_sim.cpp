@@ -52,7 +52,7 @@ const StripeError* error_in(const StripeResult<T>& r) {
 bool is_form(const http::Request& request) {
   auto ct = request.header("Content-Type");
   if (!ct) return false;
-  std::string v = ct->substr(0, ct->find(';'));
+  std::string v(ct->substr(0, ct->find(';')));
   for (auto& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   while (!v.empty() && v.back() == ' ') v.pop_back();
   return v == "application/x-www-form-urlencoded";
@@ -177,7 +177,7 @@ std::optional<std::string> PaymentsSim::authenticate(const http::Request& reques
 
 http::Response PaymentsSim::handle(http::Request&& request) {
   try {
-    const std::string path = request.path();
+    const std::string path(request.path());
     if (path.starts_with("/_sim/")) return admin_.dispatch(request);
     if (!authenticate(request)) {
       auto r = stripe_reply(error_of(401, "invalid_request_error", "", "Invalid API Key provided"));
@@ -218,7 +218,7 @@ void PaymentsSim::count_object(const std::optional<std::string>& operation_key) 
 
 http::Response PaymentsSim::create(const http::Request& request, CreateKind kind,
                                    const std::string& customer) {
-  const std::string path = request.path();
+  const std::string path(request.path());
   if (!request.body.empty() && !is_form(request)) {
     count_post(std::nullopt);
     return stripe_reply(error_of(400, "invalid_request_error", "",
@@ -270,14 +270,14 @@ http::Response PaymentsSim::create(const http::Request& request, CreateKind kind
             400, "idempotency_error", "",
             "Keys for idempotent requests can only be used with the same parameters they were "
             "first used with. Try using a key other than '" +
-                *idem_key + "' if you meant to execute a different request."));
+                std::string(*idem_key) + "' if you meant to execute a different request."));
       case IdempotencyOutcome::kInFlight:
         return stripe_reply(error_of(
             409, "idempotency_error", "idempotency_key_in_use",
             "There is currently another in-progress request using this Idempotent Key "
             "(that probably means you submitted twice, and the other request is still going "
             "through): " +
-                *idem_key + ". Please try again later."));
+                std::string(*idem_key) + ". Please try again later."));
       case IdempotencyOutcome::kFull:
         return stripe_reply(
             error_of(503, "api_error", "", "The simulator holds too many idempotency keys."));

@@ -32,7 +32,7 @@ struct Receiver {
         const auto ts = r.header("webhook-timestamp").value_or("");
         const auto sig = r.header("webhook-signature").value_or("");
         if (!webhooks::verify({id, ts, sig, r.body}, {key}, std::time(nullptr), 300)) ++bad;
-        if (!ids.insert(id).second) ++repeats;
+        if (!ids.insert(std::string(id)).second) ++repeats;
         return http::json_response(200, call_everything_a_duplicate
                                             ? R"({"accepted":true,"duplicate":true})"
                                             : R"({"accepted":true,"duplicate":false})");
