@@ -53,6 +53,14 @@ std::string Metrics::key(const std::map<std::string, std::string>& labels) {
   return k;
 }
 
+std::atomic<uint64_t>& Metrics::counter(const std::string& name,
+                                        const std::map<std::string, std::string>& labels) {
+  WriterLock lock(mu_);
+  auto& slot = counters_[name][key(labels)];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  return *slot;
+}
+
 void Metrics::inc(const std::string& name, const std::map<std::string, std::string>& labels,
                   uint64_t by) {
   std::string k = key(labels);
@@ -66,10 +74,7 @@ void Metrics::inc(const std::string& name, const std::map<std::string, std::stri
         return;
       }
   }
-  WriterLock lock(mu_);
-  auto& slot = counters_[name][k];
-  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
-  *slot += by;
+  counter(name, labels) += by;
 }
 
 uint64_t Metrics::counter_value(const std::string& name,

@@ -34,6 +34,11 @@ class Metrics {
   // name like "opgate_webhooks_total", labels like {{"source","agents"}}.
   void inc(const std::string& name, const std::map<std::string, std::string>& labels = {},
            uint64_t by = 1) EXCLUDES(mu_);
+  // One series' counter, made at zero if new: valid as long as this object,
+  // for a hot path to count on without a lookup per event.
+  std::atomic<uint64_t>& counter(const std::string& name,
+                                 const std::map<std::string, std::string>& labels = {})
+      EXCLUDES(mu_);
   Histogram& histogram(const std::string& name, const std::vector<double>& bounds);
   // One histogram per label set, e.g. per endpoint.
   Histogram& histogram(const std::string& name, const std::map<std::string, std::string>& labels,

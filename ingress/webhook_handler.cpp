@@ -11,12 +11,26 @@ namespace opgate::ingress {
 
 WebhookHandler::WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& clock,
                                Metrics& metrics)
-    : config_(std::move(config)),
+    : config_(Configured{}),
       inbox_(inbox),
       clock_(clock),
       metrics_(metrics),
       latency_(metrics.histogram("opgate_ingest_seconds",
-                                 {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})) {}
+                                 {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1})) {
+  set_config(std::move(config));
+}
+
+WebhookHandler::Configured WebhookHandler::configure(IngressConfig config) {
+  Configured c;
+  for (const auto& s : config.sources) {
+    const std::map<std::string, std::string> labels{{"source", s.name}};
+    c.counters.push_back({&metrics_.counter("opgate_webhooks_received_total", labels),
+                          &metrics_.counter("opgate_webhooks_accepted_total", labels),
+                          &metrics_.counter("opgate_webhooks_duplicate_total", labels)});
+  }
+  c.config = std::move(config);
+  return c;
+}
 
 http::Response WebhookHandler::reject(const std::string& source, const ErrorCode& code,
                                       std::string_view message, std::string_view webhook_id) {
@@ -32,24 +46,28 @@ http::Response WebhookHandler::reject(const std::string& source, const ErrorCode
              {"webhook_id", printable(webhook_id.substr(0, 64))}});
   auto r = http::error_response(code, message);
   if (status == 503) r.headers["Retry-After"] = "5";
-  if (status == 400 || status == 401) r.cooldown = config_.get()->reject_cooldown;
+  if (status == 400 || status == 401) r.cooldown = config_.get()->config.reject_cooldown;
   return r;
 }
 
 std::optional<http::Response> WebhookHandler::check(const http::Request& req,
                                                     const std::string& source_name,
-                                                    Submission& submission) {
-  const auto config = config_.get();  // one configuration for the whole check
+                                                    Submission& submission, Counters& counters) {
+  const auto configured = config_.get();  // one configuration for the whole check
+  const IngressConfig* config = &configured->config;
   const Source* source = nullptr;
-  for (const auto& s : config->sources)
-    if (s.name == source_name) source = &s;
+  for (size_t i = 0; i < config->sources.size(); ++i)
+    if (config->sources[i].name == source_name) {
+      source = &config->sources[i];
+      counters = configured->counters[i];
+    }
   if (!source) return reject("unknown", errc::unknown_source, "No webhook source by that name.");
-  metrics_.inc("opgate_webhooks_received_total", {{"source", source->name}});
+  ++*counters.received;
   if (draining_) return reject(source->name, errc::shutting_down, "Shutting down; retry later.");
 
   auto content_type = req.header("Content-Type").value_or("");
   auto semi = content_type.find(';');
-  std::string media = content_type.substr(0, semi);
+  std::string media(content_type.substr(0, semi));
   while (!media.empty() && media.back() == ' ') media.pop_back();
   for (auto& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (media != "application/json")
@@ -88,8 +106,8 @@ std::optional<http::Response> WebhookHandler::check(const http::Request& req,
   return std::nullopt;
 }
 
-http::Response WebhookHandler::answer(const std::string& source, const Result<Accepted>& accepted,
-                                      int64_t started_ns) {
+http::Response WebhookHandler::answer(const std::string& source, const Counters& counters,
+                                      const Result<Accepted>& accepted, int64_t started_ns) {
   if (!accepted) {
     if (accepted.error().code == "conflict")
       return reject(source, errc::conflict, accepted.error().message);
@@ -101,22 +119,25 @@ http::Response WebhookHandler::answer(const std::string& source, const Result<Ac
   }
   latency_.observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
   if (accepted->duplicate) {
-    metrics_.inc("opgate_webhooks_duplicate_total", {{"source", source}});
+    ++*counters.duplicate;
     return http::json_response(200, R"({"accepted":true,"duplicate":true})");
   }
-  metrics_.inc("opgate_webhooks_accepted_total", {{"source", source}});
+  ++*counters.accepted;
   return http::json_response(200, R"({"accepted":true,"duplicate":false})");
 }
 
 void WebhookHandler::handle(http::Request&& req, const std::string& source, http::Respond respond) {
   const int64_t started = clock_.monotonic_ns();
   Submission submission;
-  if (auto rejected = check(req, source, submission)) return respond(std::move(*rejected));
+  Counters counters{};
+  if (auto rejected = check(req, source, submission, counters))
+    return respond(std::move(*rejected));
   submission.body = std::move(req.body);
   std::string name = submission.source;
-  inbox_.submit(std::move(submission),
-                [this, name = std::move(name), started, respond = std::move(respond)](
-                    Result<Accepted> accepted) { respond(answer(name, accepted, started)); });
+  inbox_.submit(std::move(submission), [this, name = std::move(name), counters, started,
+                                        respond = std::move(respond)](Result<Accepted> accepted) {
+    respond(answer(name, counters, accepted, started));
+  });
 }
 
 http::Response WebhookHandler::handle(const http::Request& req, const std::string& source) {

@@ -33,6 +33,17 @@ struct IngressConfig {
 };
 
 class WebhookHandler {
+  // One source's counters, looked up once per configuration, not per event.
+  struct Counters {
+    std::atomic<uint64_t>* received;
+    std::atomic<uint64_t>* accepted;
+    std::atomic<uint64_t>* duplicate;
+  };
+  struct Configured {
+    IngressConfig config;
+    std::vector<Counters> counters;  // one per source, in the same order
+  };
+
  public:
   WebhookHandler(IngressConfig config, Inbox& inbox, const Clock& clock, Metrics& metrics);
   // Answers through `respond`: at once for a rejection, after the group
@@ -45,21 +56,22 @@ class WebhookHandler {
   // A reload: sources and their secrets, tolerance, backlog bound, cooldown.
   // Requests already being checked finish with the configuration they began
   // with.
-  void set_config(IngressConfig config) { config_.set(std::move(config)); }
+  void set_config(IngressConfig config) { config_.set(configure(std::move(config))); }
 
  private:
   // The rejection for a request that may not be stored, or nothing (and
   // `submission` filled in) for one to submit.
   std::optional<http::Response> check(const http::Request& request, const std::string& source,
-                                      Submission& submission);
+                                      Submission& submission, Counters& counters);
+  Configured configure(IngressConfig config);
   // Refuses with a catalogue code, which is also the reason it is counted
   // and logged under.
   http::Response reject(const std::string& source, const ErrorCode& code, std::string_view message,
                         std::string_view webhook_id = "");
-  http::Response answer(const std::string& source, const Result<Accepted>& accepted,
-                        int64_t started_ns);
+  http::Response answer(const std::string& source, const Counters& counters,
+                        const Result<Accepted>& accepted, int64_t started_ns);
 
-  Live<IngressConfig> config_;
+  Live<Configured> config_;
   Inbox& inbox_;
   const Clock& clock_;
   Metrics& metrics_;
