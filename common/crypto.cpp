@@ -15,17 +15,22 @@ namespace {
 // OpenSSL 3 looks an algorithm up by name, under a lock, on every one-shot
 // call (SHA256(), HMAC()); the lookups cost as much as hashing a webhook's
 // body. Each thread fetches once and keeps its contexts: a digest context
-// is started afresh per call, a MAC context is keyed again per call.
+// is started afresh per call; a MAC context keeps its key while the next
+// call has the same one (keying costs six allocations in OpenSSL 3.0, a
+// restart one).
 struct ThreadContexts {
   EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   EVP_MD_CTX* digest = EVP_MD_CTX_new();
   EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   EVP_MAC_CTX* hmac = mac ? EVP_MAC_CTX_new(mac) : nullptr;
   bool hmac_digest_set = false;
+  std::string hmac_key;  // the key hmac holds (when hmac_keyed)
+  bool hmac_keyed = false;
   ThreadContexts() {
     if (!md || !digest || !mac || !hmac) throw std::runtime_error("OpenSSL: no SHA-256 or HMAC");
   }
   ~ThreadContexts() {
+    OPENSSL_cleanse(hmac_key.data(), hmac_key.size());
     EVP_MAC_CTX_free(hmac);
     EVP_MAC_free(mac);
     EVP_MD_CTX_free(digest);
@@ -60,6 +65,10 @@ std::string sha256(std::string_view data) {
 std::string sha256_hex(std::string_view data) { return to_hex(sha256(data)); }
 
 std::string hmac_sha256(std::string_view key, std::string_view data) {
+  return hmac_sha256(key, {data});
+}
+
+std::string hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
   auto& c = contexts();
   // The digest is named once per thread; later inits only set the key.
   char digest_name[] = "SHA256";
@@ -67,14 +76,28 @@ std::string hmac_sha256(std::string_view key, std::string_view data) {
                          OSSL_PARAM_construct_end()};
   unsigned char out[EVP_MAX_MD_SIZE];
   size_t len = 0;
-  // A zero-length key is a valid HMAC key; OpenSSL wants a non-null pointer.
-  static const unsigned char kNoKey = 0;
-  const unsigned char* k = key.empty() ? &kNoKey : bytes(key);
-  if (EVP_MAC_init(c.hmac, k, key.size(), c.hmac_digest_set ? nullptr : params) != 1 ||
-      EVP_MAC_update(c.hmac, bytes(data), data.size()) != 1 ||
-      EVP_MAC_final(c.hmac, out, &len, sizeof out) != 1)
+  int ok = 0;
+  if (c.hmac_keyed && key == c.hmac_key) {
+    ok = EVP_MAC_init(c.hmac, nullptr, 0, nullptr);  // the same key: restart
+  } else {
+    // A zero-length key is a valid HMAC key; OpenSSL wants a non-null pointer.
+    static const unsigned char kNoKey = 0;
+    const unsigned char* k = key.empty() ? &kNoKey : bytes(key);
+    c.hmac_keyed = false;
+    ok = EVP_MAC_init(c.hmac, k, key.size(), c.hmac_digest_set ? nullptr : params);
+    if (ok == 1) {
+      c.hmac_digest_set = true;
+      OPENSSL_cleanse(c.hmac_key.data(), c.hmac_key.size());
+      c.hmac_key.assign(key);
+      c.hmac_keyed = true;
+    }
+  }
+  for (auto part : parts)
+    if (ok == 1) ok = EVP_MAC_update(c.hmac, bytes(part), part.size());
+  if (ok != 1 || EVP_MAC_final(c.hmac, out, &len, sizeof out) != 1) {
+    c.hmac_keyed = false;
     throw std::runtime_error("OpenSSL: HMAC-SHA256 failed");
-  c.hmac_digest_set = true;
+  }
   return std::string(reinterpret_cast<char*>(out), len);
 }
 

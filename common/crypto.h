@@ -1,6 +1,7 @@
 // Hashing, MACs and encodings over OpenSSL. Pure functions, thread-safe.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +11,8 @@ namespace opgate::crypto {
 std::string sha256(std::string_view data);  // raw 32 bytes
 std::string sha256_hex(std::string_view data);
 std::string hmac_sha256(std::string_view key, std::string_view data);  // raw
+// The MAC of the parts' concatenation, without building it.
+std::string hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts);
 std::string to_hex(std::string_view raw);
 // The bytes of a hex string; nothing if it is not one (odd length, a non-hex
 // digit).

@@ -17,18 +17,16 @@ Result<std::string> decode_secret(std::string_view secret) {
 }
 
 namespace {
-std::string signed_content(std::string_view id, std::string_view ts, std::string_view body) {
-  std::string content;
-  content.reserve(id.size() + ts.size() + body.size() + 2);
-  content.append(id).append(".").append(ts).append(".").append(body);
-  return content;
+// The MAC of the signed content, "{id}.{timestamp}.{body}".
+std::string mac(std::string_view raw_key, std::string_view id, std::string_view ts,
+                std::string_view body) {
+  return crypto::hmac_sha256(raw_key, {id, ".", ts, ".", body});
 }
 }  // namespace
 
 std::string sign(std::string_view raw_key, std::string_view webhook_id, int64_t timestamp,
                  std::string_view body) {
-  auto content = signed_content(webhook_id, std::to_string(timestamp), body);
-  return "v1," + crypto::base64_encode(crypto::hmac_sha256(raw_key, content));
+  return "v1," + crypto::base64_encode(mac(raw_key, webhook_id, std::to_string(timestamp), body));
 }
 
 Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, int64_t now_s,
@@ -41,10 +39,9 @@ Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, 
     return make_error(errc::timestamp_out_of_tolerance,
                       "webhook-timestamp is outside the tolerance");
 
-  const auto content = signed_content(m.webhook_id, m.timestamp, m.body);
   std::vector<std::string> expected;
   expected.reserve(raw_keys.size());
-  for (const auto& key : raw_keys) expected.push_back(crypto::hmac_sha256(key, content));
+  for (const auto& key : raw_keys) expected.push_back(mac(key, m.webhook_id, m.timestamp, m.body));
 
   bool matched = false;
   std::string_view rest = m.signature;

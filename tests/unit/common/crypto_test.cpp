@@ -23,6 +23,18 @@ TEST_CASE("SHA-256 and HMAC-SHA256 give the published answers, on every thread, 
       // An empty key is a key (RFC 2104: padded with zeros).
       CHECK(crypto::to_hex(crypto::hmac_sha256("", "")) ==
             "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+      // The same key twice running restarts the keyed context: each answer
+      // covers only its own data, and parts MAC as their concatenation.
+      for (int j = 0; j < 2; ++j) {
+        CHECK(crypto::to_hex(crypto::hmac_sha256("Jefe", "what do ya want for nothing?")) ==
+              "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        CHECK(
+            crypto::to_hex(crypto::hmac_sha256("Jefe", {"what do ya ", "", "want for nothing?"})) ==
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+      }
+      // A key that is a prefix of the one held is another key.
+      CHECK(crypto::hmac_sha256("Jef", "what do ya want for nothing?") !=
+            crypto::hmac_sha256("Jefe", "what do ya want for nothing?"));
     }
   };
   check();
