@@ -2,11 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <memory_resource>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -60,6 +62,12 @@ struct Server::Impl {
 
 // Room each connection's read buffer starts with.
 constexpr size_t kReadBuffer = 8 * 1024;
+// Room each connection keeps for a request's header fields.
+constexpr size_t kFieldsBuffer = 2 * 1024;
+
+// Header fields are carved from the connection's own buffer.
+using FieldsAllocator = std::pmr::polymorphic_allocator<char>;
+using RequestParser = bhttp::request_parser<bhttp::string_body, FieldsAllocator>;
 
 // Plain TCP (beast::tcp_stream) or TLS over it (beast::ssl_stream).
 template <typename Stream>
@@ -137,7 +145,12 @@ class Connection final : public ConnectionBase,
   }
 
   void read_header() {
-    parser_.emplace();
+    // The last request's fields go back to the connection's buffer whole:
+    // no allocation or free per field.
+    parser_.reset();
+    fields_.release();
+    parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                    std::make_tuple(FieldsAllocator(&fields_)));
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(16 * 1024);
     idle_ = true;
@@ -191,9 +204,13 @@ class Connection final : public ConnectionBase,
     req.body = std::move(msg.body());
     req.remote_address = remote_address_;
     const bool keep_alive = msg.keep_alive();
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    Respond respond = [self = shared_from_this(), keep_alive, answered](Response res) {
-      if (answered->exchange(true)) return;  // answered already
+    // Requests on a connection are answered in turn, so the one before this
+    // is answered already: the first call for this request moves the count
+    // from the one before to this one, and any other call finds it moved.
+    const uint64_t request = ++requests_;
+    Respond respond = [self = shared_from_this(), keep_alive, request](Response res) {
+      uint64_t before = request - 1;
+      if (!self->answered_.compare_exchange_strong(before, request)) return;  // answered already
       // Inline when already on this connection's strand, else queued to it.
       net::dispatch(self->stream_.get_executor(),
                     [self, keep_alive, res = std::move(res)]() mutable {
@@ -247,11 +264,16 @@ class Connection final : public ConnectionBase,
   beast::flat_buffer buffer_;
   std::string wire_;            // the response being written
   std::string remote_address_;  // the peer, for requests (limits per address)
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  alignas(std::max_align_t) std::array<std::byte, kFieldsBuffer> fields_buffer_;
+  // Falls back to the heap for a request with more fields than fit.
+  std::pmr::monotonic_buffer_resource fields_{fields_buffer_.data(), fields_buffer_.size()};
+  std::optional<RequestParser> parser_;  // declared after the fields it holds
   Server::Impl* server_;
   uint64_t id_;
   bool idle_ = true;
   bool cooling_ = false;
+  uint64_t requests_ = 0;              // requests read, on the strand
+  std::atomic<uint64_t> answered_{0};  // requests answered, from any thread
 };
 
 void Server::Impl::accept() {

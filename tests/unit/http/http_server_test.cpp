@@ -1,6 +1,7 @@
 // What the HTTP server accepts as the address to listen on.
 #include <doctest/doctest.h>
 
+#include "http/client.h"
 #include "http/server.h"
 
 using namespace opgate;
@@ -29,4 +30,40 @@ TEST_CASE("http server: a listen port out of range or not a number is refused, n
   auto any = start_on("127.0.0.1:0");
   REQUIRE(any.ok());
   CHECK(*any != 0);
+}
+
+TEST_CASE("http server: requests in turn on one connection each see their own header fields") {
+  http::ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  // Each answer names the fields its request carried, in a line per field.
+  http::Server server(o, [](http::Request&& r) {
+    std::string seen;
+    for (const auto& [name, value] : r.headers)
+      if (name.starts_with("X-")) seen += name + "=" + value + "\n";
+    return http::json_response(200, seen);
+  });
+  auto port = server.start();
+  REQUIRE(port.ok());
+  auto send = [&](const http::Headers& headers) {
+    http::ClientRequest req;
+    req.url = "http://127.0.0.1:" + std::to_string(*port) + "/";
+    req.headers = headers;
+    auto res = http::send(req);
+    REQUIRE(res.ok());
+    CHECK(res->status == 200);
+    return res->body;
+  };
+  // More fields than the connection keeps room for, then few, then many
+  // again: the kept connection gives each request only its own.
+  http::Headers many, few{{"X-Only", "one"}};
+  std::string expected_many;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "X-Field-" + std::to_string(100 + i);
+    many[name] = std::string(100, static_cast<char>('a' + i % 26));
+  }
+  for (const auto& [name, value] : many) expected_many += name + "=" + value + "\n";
+  for (int round = 0; round < 2; ++round) {
+    CHECK(send(many) == expected_many);
+    CHECK(send(few) == "X-Only=one\n");
+  }
 }
