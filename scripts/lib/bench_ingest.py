@@ -4,8 +4,12 @@ request as a real sender does (a fresh webhook-id and timestamp each); then,
 given a private PostgreSQL, pgbench's committed inserts of a row of the same
 size at 64 connections beside opgate's acks at 64, in the same run.
 With --cpu instead of a PostgreSQL URL: 64 connections only, and the
-daemon's and the load generator's CPU per acknowledged event."""
+daemon's and the load generator's CPU per acknowledged event. With --fill:
+64 connections for that many seconds in 5 s windows as the store fills,
+each window's rate and the daemon's CPU per ack, then each of the daemon's
+threads' CPU (RocksDB's compactions run on those named rocksdb:low)."""
 
+import glob
 import json
 import os
 import subprocess
@@ -71,11 +75,46 @@ def cpu_per_ack(bin_dir, seconds, conns=64):
         c.close()
 
 
+def thread_cpu(pid):
+    """CPU seconds so far by thread name, summed over threads of one name."""
+    used = {}
+    for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+        with open(stat) as f:
+            text = f.read()
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        used[name] = used.get(name, 0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
+            "SC_CLK_TCK")
+    return used
+
+
+def fill(bin_dir, seconds, conns=64, window=5):
+    """The rate as the store fills: RocksDB's compactions come in bursts,
+    and a window they fall in acks fewer at more CPU per ack."""
+    from bench_outbox import cpu_seconds
+    c = Cluster(bin_dir, orders(1))
+    try:
+        load(bin_dir, c.ingress_port, conns, 2)  # warm up
+        print(f"{'after s':>7} {'acks/s':>8} {'p99 ms':>7} {'daemon us/ack':>13}")
+        for end in range(window, seconds + 1, window):
+            before = cpu_seconds(c.daemon.pid)
+            r = load(bin_dir, c.ingress_port, conns, window)
+            acks = max(r["accepted"], 1)
+            print(f"{end:>7} {r['accepted'] / r['seconds']:>8.0f} {r['p99_ms']:>7.2f} "
+                  f"{(cpu_seconds(c.daemon.pid) - before) / acks * 1e6:>13.1f}", flush=True)
+        used = sorted(thread_cpu(c.daemon.pid).items(), key=lambda kv: -kv[1])
+        print("CPU s by thread: " + ", ".join(f"{n} {s:.1f}" for n, s in used if s >= 0.05))
+    finally:
+        c.close()
+
+
 def main():
     bin_dir, seconds = sys.argv[1], int(sys.argv[2])
     pg_url = sys.argv[3] if len(sys.argv) > 3 else ""
     if pg_url == "--cpu":
         return cpu_per_ack(bin_dir, seconds)
+    if pg_url == "--fill":
+        return fill(bin_dir, seconds)
     c = Cluster(bin_dir, orders(1))
     try:
         rate = disk_sync_rate(c.dir)
