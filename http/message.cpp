@@ -10,6 +10,7 @@
 #include <boost/url/rfc/unreserved_chars.hpp>
 #include <cctype>
 #include <charconv>
+#include <stdexcept>
 
 namespace opgate::http {
 
@@ -18,6 +19,47 @@ bool CaseInsensitiveLess::operator()(std::string_view a, std::string_view b) con
   int c = strncasecmp(a.data(), b.data(), n);
   if (c != 0) return c < 0;
   return a.size() < b.size();
+}
+
+namespace {
+bool same_name(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
+}
+}  // namespace
+
+Fields::Fields(std::initializer_list<value_type> fields) {
+  for (const auto& [name, value] : fields) add(name, value);
+}
+
+Fields::Fields(const Headers& headers) {
+  fields_.reserve(headers.size());
+  for (const auto& [name, value] : headers) add(name, value);
+}
+
+void Fields::add(std::string_view name, std::string_view value) {
+  for (auto& field : fields_)
+    if (same_name(field.first, name)) {
+      field.second.append(", ").append(value);
+      return;
+    }
+  fields_.emplace_back(name, value);
+}
+
+std::string& Fields::operator[](std::string_view name) {
+  for (auto& field : fields_)
+    if (same_name(field.first, name)) return field.second;
+  return fields_.emplace_back(name, std::string()).second;
+}
+
+const std::string& Fields::at(std::string_view name) const {
+  auto it = find(name);
+  if (it == end()) throw std::out_of_range("no header field " + std::string(name));
+  return it->second;
+}
+
+Fields::const_iterator Fields::find(std::string_view name) const {
+  return std::find_if(begin(), end(),
+                      [name](const value_type& field) { return same_name(field.first, name); });
 }
 
 std::optional<std::string_view> Request::header(std::string_view name) const {

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/result.h"
 
@@ -19,6 +21,36 @@ struct CaseInsensitiveLess {
   using is_transparent = void;
 };
 using Headers = std::map<std::string, std::string, CaseInsensitiveLess>;
+
+// A request's header fields in the order they came, names compared without
+// case, a repeated name's values joined with ", ". A request has a handful:
+// a vector is searched sooner than a tree of them is built.
+class Fields {
+ public:
+  using value_type = std::pair<std::string, std::string>;
+  using iterator = std::vector<value_type>::iterator;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  Fields() = default;
+  Fields(std::initializer_list<value_type> fields);
+  Fields(const Headers& headers);  // NOLINT(google-explicit-constructor)
+
+  // Adds a field; a name already present gets ", " and the value appended.
+  void add(std::string_view name, std::string_view value);
+  // The value of `name`, added empty if absent.
+  std::string& operator[](std::string_view name);
+  const std::string& at(std::string_view name) const;  // throws if absent
+  const_iterator find(std::string_view name) const;
+  size_t count(std::string_view name) const { return find(name) == end() ? 0 : 1; }
+  void reserve(size_t n) { fields_.reserve(n); }
+  size_t size() const { return fields_.size(); }
+  bool empty() const { return fields_.empty(); }
+  const_iterator begin() const { return fields_.begin(); }
+  const_iterator end() const { return fields_.end(); }
+
+ private:
+  std::vector<value_type> fields_;
+};
 
 // `s` as one URL path segment or query value: every byte but the unreserved
 // characters (RFC 3986) percent-encoded.
@@ -31,7 +63,7 @@ std::optional<uint16_t> port_number(std::string_view digits);
 struct Request {
   std::string method;  // "GET", "POST", ...
   std::string target;  // path plus optional query, as received
-  Headers headers;
+  Fields headers;
   std::string body;
   // The peer's IP address as the server accepted it ("" when unknown).
   std::string remote_address;

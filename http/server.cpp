@@ -203,11 +203,10 @@ class Connection final : public ConnectionBase,
     Request req;
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
-    for (const auto& field : msg) {
-      auto [it, inserted] =
-          req.headers.emplace(std::string(field.name_string()), std::string(field.value()));
-      if (!inserted) it->second += ", " + std::string(field.value());
-    }
+    req.headers.reserve(8);
+    for (const auto& field : msg)
+      req.headers.add(std::string_view(field.name_string().data(), field.name_string().size()),
+                      std::string_view(field.value().data(), field.value().size()));
     req.body = std::move(msg.body());
     req.remote_address = remote_address_;
     const bool keep_alive = msg.keep_alive();

@@ -230,7 +230,7 @@ struct Stage : testing::ApiStage {
   }
 
   http::Response send(http::Request r) {
-    r.headers.emplace("Host", kHost);
+    r.headers.add("Host", kHost);
     auto res = router.dispatch(r);
     console::Console::finish(r, res);
     return res;

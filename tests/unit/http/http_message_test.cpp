@@ -60,3 +60,25 @@ TEST_CASE("url_component: all but the unreserved characters are percent-encoded"
   CHECK(http::url_component("é") == "%C3%A9");
   CHECK(http::url_component("") == "");
 }
+
+TEST_CASE("request fields: names without case, repeats joined, order kept") {
+  http::Fields f;
+  f.add("Content-Type", "application/json");
+  f.add("X-Seen", "a");
+  f.add("x-seen", "b");
+  CHECK(f.size() == 2);
+  CHECK(f.at("content-type") == "application/json");
+  CHECK(f.at("X-SEEN") == "a, b");
+  CHECK(f.count("x-missing") == 0);
+  CHECK_THROWS_AS(f.at("x-missing"), std::out_of_range);
+  f["X-New"] = "1";
+  f["x-new"] += "2";
+  CHECK(f.at("X-New") == "12");
+  std::string order;
+  for (const auto& [name, value] : f) order += name + ";";
+  CHECK(order == "Content-Type;X-Seen;X-New;");
+  http::Request r;
+  r.headers = http::Headers{{"Webhook-Id", "msg_1"}};
+  CHECK(r.header("webhook-id") == std::optional<std::string_view>("msg_1"));
+  CHECK_FALSE(r.header("webhook-signature"));
+}
