@@ -28,7 +28,6 @@ using Headers = std::map<std::string, std::string, CaseInsensitiveLess>;
 class Fields {
  public:
   using value_type = std::pair<std::string, std::string>;
-  using iterator = std::vector<value_type>::iterator;
   using const_iterator = std::vector<value_type>::const_iterator;
 
   Fields() = default;

@@ -64,6 +64,10 @@ struct Server::Impl {
 constexpr size_t kReadBuffer = 8 * 1024;
 // Room each connection keeps for a request's header fields.
 constexpr size_t kFieldsBuffer = 2 * 1024;
+// Most header fields a request may carry. Browsers and webhook senders send
+// a few dozen at most; the bound keeps the request's field list (searched
+// end to end for each repeat) cheap whatever a sender puts in 16 KiB.
+constexpr size_t kMaxFields = 100;
 
 // Header fields are carved from the connection's own buffer.
 using FieldsAllocator = std::pmr::polymorphic_allocator<char>;
@@ -200,6 +204,11 @@ class Connection final : public ConnectionBase,
   void on_body(beast::error_code ec, size_t) {
     if (ec) return fail_read(ec);
     auto& msg = parser_->get();
+    if (static_cast<size_t>(std::distance(msg.begin(), msg.end())) > kMaxFields) {
+      Response r = error_response(errc::bad_request, "The request has too many header fields.");
+      r.close = true;
+      return write(std::move(r));
+    }
     Request req;
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());

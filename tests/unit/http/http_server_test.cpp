@@ -67,3 +67,27 @@ TEST_CASE("http server: requests in turn on one connection each see their own he
     CHECK(send(few) == "X-Only=one\n");
   }
 }
+
+TEST_CASE("http server: a request with more than 100 header fields is refused before any handler") {
+  http::ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  int handled = 0;
+  http::Server server(o, [&handled](http::Request&&) {
+    ++handled;
+    return http::json_response(200, "{}");
+  });
+  auto port = server.start();
+  REQUIRE(port.ok());
+  auto send = [&](int fields) {
+    http::ClientRequest req;
+    req.url = "http://127.0.0.1:" + std::to_string(*port) + "/";
+    for (int i = 0; i < fields; ++i) req.headers["X-F" + std::to_string(i)] = "v";
+    auto res = http::send(req);
+    REQUIRE(res.ok());
+    return res->status;
+  };
+  // The client adds a few of its own (Host among them).
+  CHECK(send(90) == 200);
+  CHECK(send(101) == 400);
+  CHECK(handled == 1);
+}
