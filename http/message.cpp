@@ -36,18 +36,23 @@ Fields::Fields(const Headers& headers) {
   for (const auto& [name, value] : headers) add(name, value);
 }
 
+size_t Fields::index_of(std::string_view name) const {
+  size_t i = 0;
+  while (i < fields_.size() && !same_name(fields_[i].first, name)) ++i;
+  return i;
+}
+
 void Fields::add(std::string_view name, std::string_view value) {
-  for (auto& field : fields_)
-    if (same_name(field.first, name)) {
-      field.second.append(", ").append(value);
-      return;
-    }
-  fields_.emplace_back(name, value);
+  const size_t i = index_of(name);
+  if (i < fields_.size())
+    fields_[i].second.append(", ").append(value);
+  else
+    fields_.emplace_back(name, value);
 }
 
 std::string& Fields::operator[](std::string_view name) {
-  for (auto& field : fields_)
-    if (same_name(field.first, name)) return field.second;
+  const size_t i = index_of(name);
+  if (i < fields_.size()) return fields_[i].second;
   return fields_.emplace_back(name, std::string()).second;
 }
 
@@ -58,8 +63,7 @@ const std::string& Fields::at(std::string_view name) const {
 }
 
 Fields::const_iterator Fields::find(std::string_view name) const {
-  return std::find_if(begin(), end(),
-                      [name](const value_type& field) { return same_name(field.first, name); });
+  return begin() + static_cast<std::ptrdiff_t>(index_of(name));
 }
 
 std::optional<std::string_view> Request::header(std::string_view name) const {

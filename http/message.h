@@ -48,6 +48,8 @@ class Fields {
   const_iterator end() const { return fields_.end(); }
 
  private:
+  // The field named `name`, or size() if none is.
+  size_t index_of(std::string_view name) const;
   std::vector<value_type> fields_;
 };
 

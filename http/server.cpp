@@ -204,18 +204,20 @@ class Connection final : public ConnectionBase,
   void on_body(beast::error_code ec, size_t) {
     if (ec) return fail_read(ec);
     auto& msg = parser_->get();
-    if (static_cast<size_t>(std::distance(msg.begin(), msg.end())) > kMaxFields) {
-      Response r = error_response(errc::bad_request, "The request has too many header fields.");
-      r.close = true;
-      return write(std::move(r));
-    }
     Request req;
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
     req.headers.reserve(8);
-    for (const auto& field : msg)
+    size_t fields = 0;
+    for (const auto& field : msg) {
+      if (++fields > kMaxFields) {
+        Response r = error_response(errc::bad_request, "The request has too many header fields.");
+        r.close = true;
+        return write(std::move(r));
+      }
       req.headers.add(std::string_view(field.name_string().data(), field.name_string().size()),
                       std::string_view(field.value().data(), field.value().size()));
+    }
     req.body = std::move(msg.body());
     req.remote_address = remote_address_;
     const bool keep_alive = msg.keep_alive();

@@ -5,7 +5,7 @@
 namespace opgate::operator_api {
 
 const Principal* authenticate_token(const std::vector<Principal>& principals,
-                                    const std::string& token) {
+                                    std::string_view token) {
   if (token.size() < kMinTokenLength) return nullptr;
   const std::string digest = crypto::sha256_hex(token);
   const Principal* found = nullptr;
@@ -19,7 +19,7 @@ const Principal* authenticate(const std::vector<Principal>& principals,
   if (!authorization) return nullptr;
   constexpr std::string_view prefix = "Bearer ";
   if (authorization->size() <= prefix.size() || !authorization->starts_with(prefix)) return nullptr;
-  return authenticate_token(principals, std::string(authorization->substr(prefix.size())));
+  return authenticate_token(principals, authorization->substr(prefix.size()));
 }
 
 }  // namespace opgate::operator_api

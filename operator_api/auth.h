@@ -26,6 +26,6 @@ const Principal* authenticate(const std::vector<Principal>& principals,
                               std::optional<std::string_view> authorization);
 // The principal whose token (not its hash) this is.
 const Principal* authenticate_token(const std::vector<Principal>& principals,
-                                    const std::string& token);
+                                    std::string_view token);
 
 }  // namespace opgate::operator_api

@@ -77,14 +77,11 @@ def cpu_per_ack(bin_dir, seconds, conns=64):
 
 def thread_cpu(pid):
     """CPU seconds so far by thread name, summed over threads of one name."""
+    from bench_outbox import stat_cpu
     used = {}
     for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
-        with open(stat) as f:
-            text = f.read()
-        name = text[text.index("(") + 1:text.rindex(")")]
-        fields = text[text.rindex(")") + 2:].split()
-        used[name] = used.get(name, 0) + (int(fields[11]) + int(fields[12])) / os.sysconf(
-            "SC_CLK_TCK")
+        name, seconds = stat_cpu(stat)
+        used[name] = used.get(name, 0) + seconds
     return used
 
 

@@ -101,12 +101,20 @@ def settle_refunds(c, bin_dir, n, prefix):
             percentile(latencies, 0.99))
 
 
+def stat_cpu(path):
+    """The name and the user and system CPU seconds so far of a process or
+    thread, from its /proc stat file."""
+    with open(path) as f:
+        text = f.read()
+    fields = text[text.rindex(")") + 2:].split()
+    return (text[text.index("(") + 1:text.rindex(")")],
+            (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+
+
 def cpu_seconds(pid):
     """User and system CPU the process has used so far (/proc/PID/stat),
     which a busy neighbour on a shared machine moves far less than a rate."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu(f"/proc/{pid}/stat")[1]
 
 
 def percentile(sorted_values, q):
