@@ -25,6 +25,11 @@ void notify_ready(const std::string& status) { notify("READY=1\nSTATUS=" + statu
 
 void notify_stopping(const std::string& status) { notify("STOPPING=1\nSTATUS=" + status); }
 
+void notify_extend_start(std::chrono::seconds more, const std::string& status) {
+  notify(fmt::format("EXTEND_TIMEOUT_USEC={}\nSTATUS={}", std::chrono::microseconds(more).count(),
+                     status));
+}
+
 Watchdog::Watchdog(std::function<bool()> healthy) : healthy_(std::move(healthy)) {
   uint64_t usec = 0;
   if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return;

@@ -20,6 +20,10 @@ void notify_ready(const std::string& status);
 // STOPPING=1 with STATUS=`status`: systemd waits for the exit (TimeoutStopSec).
 void notify_stopping(const std::string& status);
 
+// Still starting, with progress: the service manager's start timeout is
+// extended by `more` from now.
+void notify_extend_start(std::chrono::seconds more, const std::string& status);
+
 // Pings the watchdog (WATCHDOG=1) at half the interval the unit asks for
 // (WatchdogSec=, passed as WATCHDOG_USEC), each time only if `healthy()`
 // returns true. A daemon whose check fails or hangs stops pinging and systemd

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "daemon/service_manager.h"
 #include "store/rocksdb/rocks_storage.h"
 #ifdef OPGATE_WITH_POSTGRES
 #include "store/postgres/pg_storage.h"
@@ -67,6 +68,12 @@ Result<OpenedStore> open_store(const Config& config, const Clock& clock, int roc
   o.inbox_retention_ms = config.inbox_retention_s * 1000;
   o.clock = &clock;
   o.on_read_only = std::move(on_read_only);
+  // An upgrade of a large store at open may outlast the unit's start
+  // timeout: each step of it extends the timeout.
+  o.on_upgrade_progress = [](size_t moved) {
+    notify_extend_start(std::chrono::seconds(60),
+                        fmt::format("upgrading the data directory: {} inbox events moved", moved));
+  };
   OPGATE_ASSIGN_OR_RETURN(auto rocks, store::rocks::RocksStorage::open(config.data_dir, o, clock));
   out.rocks = rocks.get();
   out.storage = std::move(rocks);

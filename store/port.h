@@ -33,6 +33,7 @@ namespace opgate::store {
 struct QueuedEvent {
   std::string queue_id;
   pb::InboxEvent event;
+  std::string event_key;  // the backend's own reference to the event, if it has one
 };
 
 // What append_events did with one event.

@@ -450,7 +450,7 @@ class PgReads : public virtual Reader {
     std::vector<QueuedEvent> out;
     out.reserve(rows.size());
     for (int i = 0; i < rows.size(); ++i) {
-      QueuedEvent q{fixed_id(rows.int8(i, 0)), {}};
+      QueuedEvent q{fixed_id(rows.int8(i, 0)), {}, {}};
       // An entry whose event is gone stays with an empty event: finishing it
       // removes the entry.
       if (!rows.null(i, 1)) OPGATE_TRY(parse_cell(rows, i, 1, "inbox event", q.event));

@@ -14,6 +14,7 @@
 #include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <vector>
@@ -24,7 +25,8 @@ namespace opgate::store::rocks {
 
 namespace {
 constexpr std::array<std::string_view, kCfCount> kNames = {
-    "inbox", "sessions", "calls", "operations", "outbox", "ledger", "audit", "orders", "default"};
+    "inbox",  "events", "sessions", "calls",  "operations",
+    "outbox", "ledger", "audit",    "orders", "default"};
 
 constexpr std::string_view kFormatKey = "format_version";
 
@@ -32,24 +34,27 @@ Error from_rocks(const rocksdb::Status& s, std::string_view what) {
   return make_error(errc::storage_unavailable, std::string(what) + ": " + s.ToString());
 }
 
-// Drops inbox events that were processed longer ago than the retention.
-// Queue entries and unprocessed events are always kept.
+// Drops what the inbox keeps of an event processed longer ago than the
+// retention: its index entry in `inbox`, its record in `events` (one filter
+// each, with the same rule). Queue entries and unprocessed events are kept.
+template <typename Record>
 class InboxRetentionFilter final : public rocksdb::CompactionFilter {
  public:
-  InboxRetentionFilter(const Clock& clock, int64_t retention_ms)
-      : clock_(clock), retention_ms_(retention_ms) {}
+  InboxRetentionFilter(const Clock& clock, int64_t retention_ms, std::string_view prefix)
+      : clock_(clock), retention_ms_(retention_ms), prefix_(prefix) {}
   bool Filter(int, const rocksdb::Slice& key, const rocksdb::Slice& value, std::string*,
               bool*) const override {
-    if (!key.starts_with("e/")) return false;
-    pb::InboxEvent event;
-    if (!event.ParseFromArray(value.data(), static_cast<int>(value.size()))) return false;
-    return event.processed() && event.processed_at_ms() < clock_.now_ms() - retention_ms_;
+    if (!key.starts_with(rocksdb::Slice(prefix_.data(), prefix_.size()))) return false;
+    Record record;
+    if (!record.ParseFromArray(value.data(), static_cast<int>(value.size()))) return false;
+    return record.processed() && record.processed_at_ms() < clock_.now_ms() - retention_ms_;
   }
   const char* Name() const override { return "opgate.InboxRetention"; }
 
  private:
   const Clock& clock_;
   int64_t retention_ms_;
+  std::string_view prefix_;
 };
 
 // Tells the owner, once, that RocksDB stopped accepting writes: an error of
@@ -180,11 +185,16 @@ rocksdb::DBOptions db_options_for(const OpenOptions& o) {
   return db_options;
 }
 
-// Every column family with its table options; `inbox_filter` drops the
+// The retention filters of the inbox's index and of its events.
+struct RetentionFilters {
+  std::unique_ptr<rocksdb::CompactionFilter> index, events;
+};
+
+// Every column family with its table options; `retention` drops the
 // inbox's expired events at compaction.
 std::vector<rocksdb::ColumnFamilyDescriptor> column_families(
     const OpenOptions& o, const std::shared_ptr<rocksdb::Cache>& cache,
-    rocksdb::CompactionFilter* inbox_filter) {
+    const RetentionFilters& retention) {
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
   for (auto name : kNames) {
     rocksdb::ColumnFamilyOptions cf_options;
@@ -213,21 +223,28 @@ std::vector<rocksdb::ColumnFamilyDescriptor> column_families(
     table.pin_top_level_index_and_filter = true;
     cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     if (name == cf_name(Cf::inbox)) {
-      cf_options.compaction_filter = inbox_filter;
+      cf_options.compaction_filter = retention.index.get();
       // Every incoming webhook-id is looked up before it is stored, and
       // almost every lookup misses: a filter over the memtable's keys answers
       // those without a search of its skip list.
       cf_options.memtable_prefix_bloom_size_ratio = 0.05;
       cf_options.memtable_whole_key_filtering = true;
-      // Events arrive under random keys, so every table flushed to level 0
+      // Webhook-ids are random, so every index table flushed to level 0
       // overlaps all of level 1, and each compaction into level 1 rewrites
-      // it whole. Compacting after twelve tables, not four, rewrites it a
-      // third as often: over 70 s of ingest at 64 connections (about 1.9
-      // million events), compaction took 6.5-7.7 s of CPU instead of
-      // 18.8-21.7, and the rate no longer sagged as the store filled. A
-      // duplicate check probes each level-0 table's Bloom filter, which
-      // stays in memory.
+      // it whole: after twelve tables, not four, it is rewritten a third as
+      // often. A duplicate check probes each level-0 table's Bloom filter,
+      // which stays in memory.
       cf_options.level0_file_num_compaction_trigger = 12;
+    }
+    if (name == cf_name(Cf::events)) {
+      cf_options.compaction_filter = retention.events.get();
+      // Events are written in key order, so RocksDB moves their table files
+      // down the levels without rewriting them, and the filter above sees
+      // them only when a file is rewritten: one older than the retention
+      // is, so what expired in it goes within about twice the retention.
+      if (retention.events)
+        cf_options.periodic_compaction_seconds =
+            static_cast<uint64_t>(std::max<int64_t>(3600, o.inbox_retention_ms / 1000));
     }
     cfs.emplace_back(std::string(name), cf_options);
   }
@@ -246,13 +263,17 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
     env = rocksdb::NewCompositeEnv(o.file_system);
     db_options.env = env.get();
   }
-  std::unique_ptr<rocksdb::CompactionFilter> inbox_filter;
-  if (o.inbox_retention_ms > 0 && o.clock)
-    inbox_filter = std::make_unique<InboxRetentionFilter>(*o.clock, o.inbox_retention_ms);
+  RetentionFilters retention;
+  if (o.inbox_retention_ms > 0 && o.clock) {
+    retention.index = std::make_unique<InboxRetentionFilter<pb::InboxIndex>>(
+        *o.clock, o.inbox_retention_ms, "e/");
+    retention.events =
+        std::make_unique<InboxRetentionFilter<pb::InboxEvent>>(*o.clock, o.inbox_retention_ms, "");
+  }
   // Half the cache is kept for index and filter partitions (high priority),
   // so a long history's data blocks cannot push out what every seek needs.
   auto cache = rocksdb::NewLRUCache(o.block_cache_bytes, -1, false, 0.5);
-  const auto cfs = column_families(o, cache, inbox_filter.get());
+  const auto cfs = column_families(o, cache, retention);
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = o.read_only
@@ -262,7 +283,8 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   std::unique_ptr<Db> db(new Db());
   db->dir_ = dir;
   db->read_only_ = o.read_only;
-  db->inbox_filter_ = std::move(inbox_filter);
+  db->index_filter_ = std::move(retention.index);
+  db->events_filter_ = std::move(retention.events);
   db->cache_ = std::move(cache);
   db->env_ = std::move(env);
   db->db_.reset(raw);
@@ -282,11 +304,7 @@ Status Db::check_format(bool existed) {
                         "data directory " + dir_ +
                             " records no format version: it was not written by this opgate (or "
                             "by one older than 0.2) and cannot be read");
-    WriteSet w;
-    w.put(Cf::meta, std::string(kFormatKey), std::to_string(kFormatVersion));
-    OPGATE_TRY(write(w, true));
-    format_version_ = kFormatVersion;
-    return Status::Ok();
+    return set_format_version(kFormatVersion);
   }
   int found = 0;
   try {
@@ -300,6 +318,13 @@ Status Db::check_format(bool existed) {
                           ", newer than this opgate understands (" +
                           std::to_string(kFormatVersion) + "); run a newer opgate");
   format_version_ = found;
+  return Status::Ok();
+}
+
+Status Db::set_format_version(int version, WriteSet w) {
+  w.put(Cf::meta, std::string(kFormatKey), std::to_string(version));
+  OPGATE_TRY(write(w, true));
+  format_version_ = version;
   return Status::Ok();
 }
 

@@ -29,8 +29,8 @@ class Env;
 
 namespace opgate::store::rocks {
 
-enum class Cf { inbox, sessions, calls, operations, outbox, ledger, audit, orders, meta };
-inline constexpr size_t kCfCount = 9;
+enum class Cf { inbox, events, sessions, calls, operations, outbox, ledger, audit, orders, meta };
+inline constexpr size_t kCfCount = 10;
 std::string_view cf_name(Cf cf);
 
 // Writes staged by a transaction (or a generation of them): the last write
@@ -55,7 +55,10 @@ class WriteSet {
 };
 
 // The current data format; a data directory records the format it holds.
-inline constexpr int kFormatVersion = 1;
+// 1: inbox events under their webhook-id. 2: events in arrival order in
+// `events`, found through an index in `inbox`. The first writable open of
+// a format-1 directory upgrades it (RocksStorage::open).
+inline constexpr int kFormatVersion = 2;
 
 struct OpenOptions {
   // Refuse a data directory that group or others can read: it holds
@@ -81,6 +84,10 @@ struct OpenOptions {
   // writes: a WAL sync, a flush or a compaction failed hard, and RocksDB is
   // read-only until it is opened again. The argument says why.
   std::function<void(const std::string&)> on_read_only;
+  // Called now and then while an older data format is upgraded at open,
+  // with the events moved so far (a service manager's start timeout is
+  // extended on it).
+  std::function<void(size_t moved)> on_upgrade_progress;
 };
 
 class Db {
@@ -117,6 +124,9 @@ class Db {
   const std::string& dir() const { return dir_; }
   // The data format the directory records.
   int format_version() const { return format_version_; }
+  // Records `version` as the directory's format, durably, in one write with
+  // `also`.
+  Status set_format_version(int version, WriteSet also = {});
   rocksdb::DB& raw() { return *db_; }
 
  private:
@@ -131,7 +141,7 @@ class Db {
   std::unique_ptr<rocksdb::DB> db_;
   std::array<rocksdb::ColumnFamilyHandle*, kCfCount> handles_{};
   std::atomic<uint64_t> synced_writes_{0};
-  std::unique_ptr<rocksdb::CompactionFilter> inbox_filter_;
+  std::unique_ptr<rocksdb::CompactionFilter> index_filter_, events_filter_;
   std::shared_ptr<rocksdb::Cache> cache_;
 };
 

@@ -1,9 +1,10 @@
 // Where each record lives in the RocksDB backend: the one place that spells
 // key layouts. Fixed-width hex numbers keep numeric order in byte order.
 //
-//   inbox       e/{source}/{webhook_id}      InboxEvent
+//   inbox       e/{source}/{webhook_id}      InboxIndex: the event's seq, body hash, processed
 //               q/{seq}                      queue entry -> event key
 //               w/{session}/{seq}            parked until the session is bound -> event key
+//   events      {seq}                        InboxEvent, in arrival order (the event key)
 //   sessions    {session_id}                 Session
 //   calls       {session}/{turn}/{call}      ToolCall
 //   operations  o/{key}                      Operation
@@ -41,6 +42,9 @@ inline uint64_t time_part(int64_t ms) { return ms < 0 ? 0 : static_cast<uint64_t
 inline std::string event(std::string_view source, std::string_view webhook_id) {
   return fmt::format("e/{}/{}", source, webhook_id);
 }
+// An event's key in the events column family: its sequence number, so
+// events are written in key order.
+inline std::string event_record(uint64_t seq) { return hex16(seq); }
 inline constexpr std::string_view kQueuePrefix = "q/";
 inline std::string queue(uint64_t seq) { return "q/" + hex16(seq); }
 inline std::string queue(std::string_view id) { return fmt::format("q/{}", id); }

@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "store/audit_chain.h"
 #include "store/rocksdb/keys.h"
+#include "store/rocksdb/upgrade.h"
 
 namespace opgate::store::rocks {
 
@@ -45,6 +46,16 @@ std::optional<uint64_t> parse_hex(std::string_view s) {
   return v;
 }
 
+// An event's entry in the inbox's index, for the event stored under `seq`.
+pb::InboxIndex index_of(const pb::InboxEvent& event, uint64_t seq) {
+  pb::InboxIndex index;
+  index.set_seq(seq);
+  index.set_body_sha256(event.body_sha256());
+  index.set_processed(event.processed());
+  index.set_processed_at_ms(event.processed_at_ms());
+  return index;
+}
+
 // Reads of every record kind over a key-value view.
 class KvReader : public virtual Reader {
  public:
@@ -59,10 +70,16 @@ class KvReader : public virtual Reader {
 
   Result<std::optional<pb::InboxEvent>> event(const std::string& source,
                                               const std::string& webhook_id) override {
-    return load<pb::InboxEvent>(view_, Cf::inbox, keys::event(source, webhook_id));
+    OPGATE_TRY(inbox_readable());
+    auto index = load<pb::InboxIndex>(view_, Cf::inbox, keys::event(source, webhook_id));
+    if (!index) return index.error();
+    // An event whose record retention dropped before its index entry is gone.
+    if (!*index) return std::optional<pb::InboxEvent>();
+    return load<pb::InboxEvent>(view_, Cf::events, keys::event_record((*index)->seq()));
   }
 
   Result<std::vector<QueuedEvent>> queued(const std::string& after, size_t limit) override {
+    OPGATE_TRY(inbox_readable());
     std::vector<std::pair<std::string, std::string>> entries;  // queue id, event key
     const auto from = floors_.queue.start();
     const std::string after_key = after.empty() ? "" : keys::queue(std::string_view(after)) + '\0';
@@ -83,8 +100,8 @@ class KvReader : public virtual Reader {
     std::vector<QueuedEvent> out;
     out.reserve(entries.size());
     for (auto& [id, event_key] : entries) {
-      QueuedEvent q{std::move(id), {}};
-      auto ev = load<pb::InboxEvent>(view_, Cf::inbox, event_key);
+      QueuedEvent q{std::move(id), {}, std::move(event_key)};
+      auto ev = load<pb::InboxEvent>(view_, Cf::events, q.event_key);
       if (!ev) return ev.error();
       // An entry whose event is gone stays with an empty event: finishing it
       // removes the entry.
@@ -522,11 +539,21 @@ class KvReader : public virtual Reader {
   ScanFloor& floor_of(Queue queue) {
     return queue == Queue::notifications ? floors_.notifications : floors_.work;
   }
+  // A format-1 directory opened read-only (a restored backup's copy, an
+  // offline audit) keeps its inbox in the older layout: its audit and
+  // operations read as usual, its inbox is read after the upgrade.
+  Status inbox_readable() const {
+    if (format_version_ >= kFormatVersion) return Status::Ok();
+    return make_error(errc::data_format,
+                      "this data directory's inbox is in data format 1; it is read after opgate "
+                      "has opened the directory for writing once, which upgrades it");
+  }
 
   const KvView& view_;
   ScanFloors& floors_;
   const bool raises_;
   std::function<uint64_t()> next_seq_;
+  int format_version_ = kFormatVersion;
 };
 
 // The durable reader: the database alone; the audit head by one seek.
@@ -534,7 +561,9 @@ class DurableReader final : public KvReader {
  public:
   DurableReader(const KvView& view, const Db& db, ScanFloors& floors,
                 std::function<uint64_t()> next_seq)
-      : KvReader(view, floors, true, std::move(next_seq)), db_(db) {}
+      : KvReader(view, floors, true, std::move(next_seq)), db_(db) {
+    format_version_ = db.format_version();
+  }
   Result<AuditHead> audit_head() override {
     AuditHead head;
     auto last = db_.last_key(Cf::audit, "");
@@ -564,17 +593,20 @@ class RocksTransaction final : public Transaction, public KvReader {
   void finish_event(const QueuedEvent& q) override {
     txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
     if (q.event.source().empty()) return;  // its event is gone: only the entry goes
+    auto seq = parse_hex(q.event_key);
+    if (!seq) return;
     pb::InboxEvent event = q.event;
     event.set_processed(true);
     event.set_processed_at_ms(txn_.now_ms);
+    txn_.writes.put(Cf::events, q.event_key, event.SerializeAsString());
     txn_.writes.put(Cf::inbox, keys::event(event.source(), event.webhook_id()),
-                    event.SerializeAsString());
+                    index_of(event, *seq).SerializeAsString());
   }
 
   void park_event(const QueuedEvent& q) override {
     txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
     txn_.writes.put(Cf::inbox, keys::waiting(q.event.session_id(), storage_.next_queue_seq()),
-                    keys::event(q.event.source(), q.event.webhook_id()));
+                    q.event_key);
   }
 
   Result<size_t> release_parked(const std::string& session_id) override {
@@ -747,6 +779,7 @@ Result<std::unique_ptr<RocksStorage>> RocksStorage::open(const std::string& dir,
                                                          const Clock& clock) {
   auto db = Db::open(dir, options);
   if (!db) return db.error();
+  if (!options.read_only) OPGATE_TRY(upgrade_inbox(**db, options.on_upgrade_progress));
   std::unique_ptr<RocksStorage> s(new RocksStorage());
   s->db_ = std::move(*db);
   s->clock_ = &clock;
@@ -761,6 +794,11 @@ Result<std::unique_ptr<RocksStorage>> RocksStorage::open(const std::string& dir,
   if (last_queued->has_value())
     if (auto seq = parse_hex(std::string_view(**last_queued).substr(2)))
       queue_start = std::max(queue_start, *seq + 1);
+  // Events take numbers from the same sequence.
+  auto last_event = s->db_->last_key(Cf::events, "");
+  if (!last_event) return last_event.error();
+  if (last_event->has_value())
+    if (auto seq = parse_hex(**last_event)) queue_start = std::max(queue_start, *seq + 1);
   s->queue_seq_ = queue_start;
   auto last_item = s->db_->last_key(Cf::outbox, "i/");
   if (!last_item) return last_item.error();
@@ -825,14 +863,15 @@ Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>&
   }
   // The duplicate check reads every key in one call: most are not there,
   // and a batched read answers those from each table file's filter at once.
+  // It reads the small index, never the events.
   auto stored = db_->multi_get(Cf::inbox, unique_keys);
   if (!stored) return stored.error();
-  // The body hash each key holds: the stored record's, else the first
+  // The body hash each key holds: the stored index entry's, else the first
   // occurrence's, which this batch stores.
   std::vector<std::string> held(unique_keys.size());
   for (size_t k = 0; k < unique_keys.size(); ++k) {
     if (!(*stored)[k]) continue;
-    auto existing = parse<pb::InboxEvent>((*stored)[k]);
+    auto existing = parse<pb::InboxIndex>((*stored)[k]);
     if (!existing) return existing.error();
     held[k] = (*existing)->body_sha256();
   }
@@ -846,14 +885,19 @@ Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>&
       out[i] = hash == ev.body_sha256() ? Appended::duplicate : Appended::conflict;
       continue;
     }
-    w.put(Cf::inbox, unique_keys[k],
-          events[i].record.empty() ? ev.SerializeAsString() : std::move(events[i].record));
+    // The event goes under the next sequence number, so events arrive in
+    // key order; its queue entry, if it has one, takes the same number.
+    const uint64_t seq = next_queue_seq();
+    std::string record_key = keys::event_record(seq);
+    w.put(Cf::inbox, unique_keys[k], index_of(ev, seq).SerializeAsString());
     if (events[i].queue) {
-      std::string entry = keys::queue(next_queue_seq());
+      std::string entry = keys::queue(seq);
       floors_.queue.pin(entry);
-      w.put(Cf::inbox, entry, unique_keys[k]);
+      w.put(Cf::inbox, entry, record_key);
       queue_pins.push_back(std::move(entry));
     }
+    w.put(Cf::events, std::move(record_key),
+          events[i].record.empty() ? ev.SerializeAsString() : std::move(events[i].record));
   }
   Status written = w.empty() ? Status::Ok() : db_->write(w, true);
   for (const auto& entry : queue_pins) floors_.queue.unpin(entry);

@@ -16,6 +16,7 @@
 #include "store/audit_chain.h"
 #include "store/rocksdb/keys.h"
 #include "store/rocksdb/rocks_storage.h"
+#include "store/rocksdb/upgrade.h"
 
 using namespace opgate;
 using store::rocks::RocksStorage;
@@ -284,7 +285,8 @@ TEST_CASE("a restore compares the manifest with the copy and refuses a mismatch"
     return text.replace(at, from.size(), to);
   };
   SUBCASE("another format version") {
-    auto r = with(replaced("\"format_version\":1", "\"format_version\":2"));
+    auto r = with(replaced(fmt::format("\"format_version\":{}", store::rocks::kFormatVersion),
+                           "\"format_version\":1"));
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == "data_format");
   }
@@ -303,7 +305,7 @@ TEST_CASE("a restore compares the manifest with the copy and refuses a mismatch"
     auto r = with(original);
     REQUIRE_MESSAGE(r.ok(), r.error().message);
     CHECK(r->audit_head.seq == 2);
-    CHECK(r->format_version == 1);
+    CHECK(r->format_version == store::rocks::kFormatVersion);
   }
   CHECK(std::filesystem::exists(restored.path) == (original == [&] {
           std::ifstream in(manifest);
@@ -420,4 +422,175 @@ TEST_CASE("a witnessed head is SEQ:HASH with a 64-digit hash") {
        std::vector<std::string>{"", "12", ":" + hash, "x:" + hash, "12:abc", "12:" + hash + "00",
                                 "1 2:" + hash, "12:" + std::string(64, 'z')})
     CHECK_MESSAGE(!operations::parse_head(bad).ok(), bad);
+}
+
+namespace {
+pb::InboxEvent inbox_event(const std::string& id, bool processed, const std::string& session = "") {
+  pb::InboxEvent e;
+  e.set_source("agents");
+  e.set_webhook_id(id);
+  e.set_body("{\"id\":\"" + id + "\"}");
+  e.set_body_sha256(crypto::sha256(e.body()));
+  e.set_received_at_ms(500);
+  e.set_type(session.empty() ? "response.completed" : "session.action_required");
+  e.set_session_id(session);
+  e.set_processed(processed);
+  if (processed) e.set_processed_at_ms(600);
+  return e;
+}
+}  // namespace
+
+TEST_CASE("a format-1 directory is upgraded at its first writable open, resuming a cut-short one") {
+  namespace keys = store::rocks::keys;
+  using store::rocks::Cf;
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  {
+    // The older layout, as an upgrade cut short by a crash left it: msg_a
+    // already moved (seq 1, the cursor on it), the rest still under their
+    // webhook-ids, with queue and parked entries naming those.
+    store::rocks::OpenOptions o;
+    auto db = store::rocks::Db::open(dir.path.string(), o);
+    REQUIRE(db.ok());
+    store::rocks::WriteSet w;
+    const auto a = inbox_event("msg_a", true);
+    pb::InboxIndex a_index;
+    a_index.set_seq(1);
+    a_index.set_body_sha256(a.body_sha256());
+    a_index.set_processed(true);
+    a_index.set_processed_at_ms(600);
+    w.put(Cf::events, keys::event_record(1), a.SerializeAsString());
+    w.put(Cf::inbox, keys::event("agents", "msg_a"), a_index.SerializeAsString());
+    w.put(Cf::meta, "upgrade/inbox", keys::event("agents", "msg_a"));
+    w.put(Cf::inbox, keys::event("agents", "msg_b"),
+          inbox_event("msg_b", false, "sess_1").SerializeAsString());
+    w.put(Cf::inbox, keys::event("agents", "msg_c"),
+          inbox_event("msg_c", false, "sess_2").SerializeAsString());
+    w.put(Cf::inbox, keys::queue(5), keys::event("agents", "msg_b"));
+    w.put(Cf::inbox, keys::waiting("sess_2", 6), keys::event("agents", "msg_c"));
+    w.put(Cf::inbox, keys::queue(7), keys::event("agents", "msg_gone"));
+    REQUIRE((*db)->write(w, true).ok());
+    REQUIRE((*db)->set_format_version(1).ok());
+  }
+  {
+    // Read-only, the older inbox is refused by name; the rest reads.
+    store::rocks::OpenOptions ro;
+    ro.read_only = true;
+    auto old = open(dir, clock, ro);
+    CHECK(old->db().format_version() == 1);
+    auto ev = old->reader().event("agents", "msg_a");
+    REQUIRE_FALSE(ev.ok());
+    CHECK(ev.error().code == "data_format");
+    CHECK(old->reader().counts().ok());
+  }
+  auto storage = open(dir, clock);
+  CHECK(storage->db().format_version() == 2);
+  auto cursor = storage->db().get(Cf::meta, "upgrade/inbox");
+  REQUIRE(cursor.ok());
+  CHECK_FALSE(cursor->has_value());
+  // Each event once, numbered on from the one moved before.
+  std::vector<std::pair<std::string, std::string>> moved;
+  REQUIRE(storage->db()
+              .scan(Cf::events, "",
+                    [&](std::string_view k, std::string_view v) {
+                      pb::InboxEvent e;
+                      REQUIRE(e.ParseFromArray(v.data(), static_cast<int>(v.size())));
+                      moved.emplace_back(k, e.webhook_id());
+                      return true;
+                    })
+              .ok());
+  CHECK(moved ==
+        std::vector<std::pair<std::string, std::string>>{{keys::event_record(1), "msg_a"},
+                                                         {keys::event_record(2), "msg_b"},
+                                                         {keys::event_record(3), "msg_c"}});
+  for (const char* id : {"msg_a", "msg_b", "msg_c"}) {
+    auto ev = storage->reader().event("agents", id);
+    REQUIRE(ev.ok());
+    REQUIRE(ev->has_value());
+    CHECK((*ev)->webhook_id() == id);
+  }
+  // The queue finds its event, and the entry whose event was gone stays
+  // with none, as before.
+  auto queued = storage->reader().queued("", 10);
+  REQUIRE(queued.ok());
+  REQUIRE(queued->size() == 2);
+  CHECK((*queued)[0].event.webhook_id() == "msg_b");
+  CHECK((*queued)[1].event.source().empty());
+  // The parked event comes back when its session is released.
+  REQUIRE(storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_ASSIGN_OR_RETURN(auto n, txn.release_parked("sess_2"));
+                CHECK(n == 1);
+                return Status::Ok();
+              })
+              .ok());
+  queued = storage->reader().queued("", 10);
+  REQUIRE(queued.ok());
+  REQUIRE(queued->size() == 3);
+  CHECK((*queued)[2].event.webhook_id() == "msg_c");
+  // Finishing one marks the event processed, in its record and its index.
+  REQUIRE(storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                txn.finish_event((*queued)[0]);
+                return Status::Ok();
+              })
+              .ok());
+  auto b = storage->reader().event("agents", "msg_b");
+  REQUIRE(b.ok());
+  REQUIRE(b->has_value());
+  CHECK((*b)->processed());
+  auto b_index = storage->db().get(Cf::inbox, keys::event("agents", "msg_b"));
+  REQUIRE(b_index.ok());
+  pb::InboxIndex index;
+  REQUIRE(index.ParseFromString(**b_index));
+  CHECK(index.seq() == 2);
+  CHECK(index.processed());
+  // Duplicates are found through the moved index; a new event is numbered
+  // above everything moved.
+  std::vector<store::NewEvent> batch(3);
+  batch[0].event = inbox_event("msg_a", false);
+  batch[1].event = inbox_event("msg_a", false);
+  batch[1].event.set_body_sha256(crypto::sha256("another body"));
+  batch[2].event = inbox_event("msg_new", false);
+  auto appended = storage->append_events(batch);
+  REQUIRE(appended.ok());
+  CHECK((*appended)[0] == store::Appended::duplicate);
+  CHECK((*appended)[1] == store::Appended::conflict);
+  CHECK((*appended)[2] == store::Appended::stored);
+  auto last = storage->db().last_key(Cf::events, "");
+  REQUIRE(last.ok());
+  REQUIRE(last->has_value());
+  CHECK(**last > keys::event_record(3));
+}
+
+TEST_CASE("an upgrade tells its progress in whole batches, and a second call has nothing to do") {
+  using store::rocks::Cf;
+  TempDir dir;
+  store::rocks::OpenOptions o;
+  auto db = store::rocks::Db::open(dir.path.string(), o);
+  REQUIRE(db.ok());
+  store::rocks::WriteSet w;
+  for (int i = 0; i < 2500; ++i) {
+    const auto e = inbox_event(fmt::format("msg_{:04}", i), true);
+    w.put(Cf::inbox, store::rocks::keys::event("agents", e.webhook_id()), e.SerializeAsString());
+  }
+  REQUIRE((*db)->write(w, true).ok());
+  REQUIRE((*db)->set_format_version(1).ok());
+  std::vector<size_t> told;
+  auto progress = [&](size_t moved) { told.push_back(moved); };
+  REQUIRE(store::rocks::upgrade_inbox(**db, progress, 1000).ok());
+  CHECK(told == std::vector<size_t>{1000, 2000});
+  CHECK((*db)->format_version() == 2);
+  told.clear();
+  REQUIRE(store::rocks::upgrade_inbox(**db, progress, 1000).ok());
+  CHECK(told.empty());
+  size_t events = 0;
+  REQUIRE((*db)
+              ->scan(Cf::events, "",
+                     [&](std::string_view, std::string_view) {
+                       ++events;
+                       return true;
+                     })
+              .ok());
+  CHECK(events == 2500);
 }
