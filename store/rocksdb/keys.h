@@ -45,6 +45,15 @@ inline std::string event(std::string_view source, std::string_view webhook_id) {
 // An event's key in the events column family: its sequence number, so
 // events are written in key order.
 inline std::string event_record(uint64_t seq) { return hex16(seq); }
+// The index entry, under event(), that finds the event stored under `seq`.
+inline pb::InboxIndex event_index(const pb::InboxEvent& event, uint64_t seq) {
+  pb::InboxIndex index;
+  index.set_seq(seq);
+  index.set_body_sha256(event.body_sha256());
+  index.set_processed(event.processed());
+  index.set_processed_at_ms(event.processed_at_ms());
+  return index;
+}
 inline constexpr std::string_view kQueuePrefix = "q/";
 inline std::string queue(uint64_t seq) { return "q/" + hex16(seq); }
 inline std::string queue(std::string_view id) { return fmt::format("q/{}", id); }

@@ -46,16 +46,6 @@ std::optional<uint64_t> parse_hex(std::string_view s) {
   return v;
 }
 
-// An event's entry in the inbox's index, for the event stored under `seq`.
-pb::InboxIndex index_of(const pb::InboxEvent& event, uint64_t seq) {
-  pb::InboxIndex index;
-  index.set_seq(seq);
-  index.set_body_sha256(event.body_sha256());
-  index.set_processed(event.processed());
-  index.set_processed_at_ms(event.processed_at_ms());
-  return index;
-}
-
 // Reads of every record kind over a key-value view.
 class KvReader : public virtual Reader {
  public:
@@ -593,14 +583,14 @@ class RocksTransaction final : public Transaction, public KvReader {
   void finish_event(const QueuedEvent& q) override {
     txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
     if (q.event.source().empty()) return;  // its event is gone: only the entry goes
-    auto seq = parse_hex(q.event_key);
-    if (!seq) return;
+    const auto seq = parse_hex(q.event_key);
+    if (!seq) return;  // not an event's key: only the entry goes
     pb::InboxEvent event = q.event;
     event.set_processed(true);
     event.set_processed_at_ms(txn_.now_ms);
     txn_.writes.put(Cf::events, q.event_key, event.SerializeAsString());
     txn_.writes.put(Cf::inbox, keys::event(event.source(), event.webhook_id()),
-                    index_of(event, *seq).SerializeAsString());
+                    keys::event_index(event, *seq).SerializeAsString());
   }
 
   void park_event(const QueuedEvent& q) override {
@@ -889,7 +879,7 @@ Result<std::vector<Appended>> RocksStorage::append_events(std::vector<NewEvent>&
     // key order; its queue entry, if it has one, takes the same number.
     const uint64_t seq = next_queue_seq();
     std::string record_key = keys::event_record(seq);
-    w.put(Cf::inbox, unique_keys[k], index_of(ev, seq).SerializeAsString());
+    w.put(Cf::inbox, unique_keys[k], keys::event_index(ev, seq).SerializeAsString());
     if (events[i].queue) {
       std::string entry = keys::queue(seq);
       floors_.queue.pin(entry);

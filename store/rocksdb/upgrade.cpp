@@ -58,13 +58,8 @@ Status move_events(Db& db, size_t& moved, const std::function<void(size_t)>& pro
     for (auto& [key, value] : batch) {
       pb::InboxEvent event;
       if (!event.ParseFromString(value)) return corrupt_event(key);
-      pb::InboxIndex index;
-      index.set_seq(seq);
-      index.set_body_sha256(event.body_sha256());
-      index.set_processed(event.processed());
-      index.set_processed_at_ms(event.processed_at_ms());
+      w.put(Cf::inbox, key, keys::event_index(event, seq).SerializeAsString());
       w.put(Cf::events, keys::event_record(seq++), std::move(value));
-      w.put(Cf::inbox, key, index.SerializeAsString());
     }
     start = batch.back().first + '\0';
     w.put(Cf::meta, std::string(kCursorKey), batch.back().first);
@@ -108,9 +103,10 @@ Status repoint(Db& db, std::string_view prefix) {
 
 Status upgrade_inbox(Db& db, const std::function<void(size_t)>& progress, size_t every) {
   if (db.format_version() >= 2) return Status::Ok();
-  spdlog::warn("data directory {} holds data format 1: upgrading it to 2 (inbox events move "
-               "into arrival order)",
-               db.dir());
+  spdlog::warn(
+      "data directory {} holds data format 1: upgrading it to 2 (inbox events move "
+      "into arrival order)",
+      db.dir());
   size_t moved = 0;
   OPGATE_TRY(move_events(db, moved, progress, every));
   OPGATE_TRY(repoint(db, keys::kQueuePrefix));
