@@ -273,7 +273,17 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   // Half the cache is kept for index and filter partitions (high priority),
   // so a long history's data blocks cannot push out what every seek needs.
   auto cache = rocksdb::NewLRUCache(o.block_cache_bytes, -1, false, 0.5);
-  const auto cfs = column_families(o, cache, retention);
+  auto cfs = column_families(o, cache, retention);
+  if (o.read_only && existed) {
+    // Read-only, a family an older format did not have cannot be created:
+    // it is left out and reads as empty.
+    std::vector<std::string> present;
+    rocksdb::Status listed = rocksdb::DB::ListColumnFamilies(db_options, dir, &present);
+    if (!listed.ok()) return from_rocks(listed, "cannot open data directory " + dir);
+    std::erase_if(cfs, [&](const rocksdb::ColumnFamilyDescriptor& d) {
+      return std::find(present.begin(), present.end(), d.name) == present.end();
+    });
+  }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = o.read_only
@@ -288,7 +298,9 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& dir, const OpenOptions& 
   db->cache_ = std::move(cache);
   db->env_ = std::move(env);
   db->db_.reset(raw);
-  for (size_t i = 0; i < kCfCount; ++i) db->handles_[i] = handles[i];
+  for (size_t i = 0; i < kCfCount; ++i)
+    for (auto* h : handles)
+      if (h->GetName() == kNames[i]) db->handles_[i] = h;
   OPGATE_TRY(db->check_format(existed));
   return db;
 }
@@ -351,6 +363,7 @@ Status Db::write(const WriteSet& writes, bool sync) {
   for (size_t i = 0; i < kCfCount; ++i) {
     auto* h = handles_[i];
     for (const auto& [k, v] : writes.of(static_cast<Cf>(i))) {
+      if (!h) return make_error(errc::storage_unavailable, "the store lacks a column family");
       rocksdb::Status s = v ? wb.Put(h, k, *v) : wb.Delete(h, k);
       if (!s.ok()) return from_rocks(s, "cannot build write batch");
     }
@@ -364,9 +377,10 @@ Status Db::write(const WriteSet& writes, bool sync) {
 }
 
 Result<std::optional<std::string>> Db::get(Cf cf, std::string_view key) const {
+  auto* h = handles_[static_cast<size_t>(cf)];
+  if (!h) return std::optional<std::string>();  // a family this format lacks
   std::string value;
-  rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), handles_[static_cast<size_t>(cf)], key, &value);
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), h, key, &value);
   if (s.IsNotFound()) return std::optional<std::string>();
   if (!s.ok()) return from_rocks(s, "read failed");
   return std::optional<std::string>(std::move(value));
@@ -374,11 +388,13 @@ Result<std::optional<std::string>> Db::get(Cf cf, std::string_view key) const {
 
 Result<std::vector<std::optional<std::string>>> Db::multi_get(
     Cf cf, const std::vector<std::string>& keys) const {
+  auto* h = handles_[static_cast<size_t>(cf)];
+  if (!h) return std::vector<std::optional<std::string>>(keys.size());
   std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
   std::vector<rocksdb::PinnableSlice> values(keys.size());
   std::vector<rocksdb::Status> statuses(keys.size());
-  db_->MultiGet(rocksdb::ReadOptions(), handles_[static_cast<size_t>(cf)], keys.size(),
-                slices.data(), values.data(), statuses.data());
+  db_->MultiGet(rocksdb::ReadOptions(), h, keys.size(), slices.data(), values.data(),
+                statuses.data());
   std::vector<std::optional<std::string>> out(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (statuses[i].IsNotFound()) continue;
@@ -390,11 +406,13 @@ Result<std::vector<std::optional<std::string>>> Db::multi_get(
 
 Status Db::scan(Cf cf, std::string_view prefix, const Visitor& visit,
                 std::string_view start) const {
+  auto* h = handles_[static_cast<size_t>(cf)];
+  if (!h) return Status::Ok();
   rocksdb::ReadOptions ro;
   std::string upper = prefix_successor(prefix);
   rocksdb::Slice upper_slice(upper);
   if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[static_cast<size_t>(cf)]));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, h));
   std::string_view from = start.empty() || start < prefix ? prefix : start;
   for (it->Seek(rocksdb::Slice(from.data(), from.size())); it->Valid(); it->Next()) {
     auto k = it->key();
@@ -406,8 +424,10 @@ Status Db::scan(Cf cf, std::string_view prefix, const Visitor& visit,
 }
 
 Result<std::optional<std::string>> Db::last_key(Cf cf, std::string_view prefix) const {
+  auto* h = handles_[static_cast<size_t>(cf)];
+  if (!h) return std::optional<std::string>();
   rocksdb::ReadOptions ro;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, handles_[static_cast<size_t>(cf)]));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, h));
   std::string upper = prefix_successor(prefix);
   if (upper.empty())
     it->SeekToLast();
@@ -424,8 +444,9 @@ Result<std::optional<std::string>> Db::last_key(Cf cf, std::string_view prefix) 
 Status Db::compact(Cf cf) {
   rocksdb::CompactRangeOptions options;
   options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  rocksdb::Status s =
-      db_->CompactRange(options, handles_[static_cast<size_t>(cf)], nullptr, nullptr);
+  auto* h = handles_[static_cast<size_t>(cf)];
+  if (!h) return Status::Ok();
+  rocksdb::Status s = db_->CompactRange(options, h, nullptr, nullptr);
   if (!s.ok()) return from_rocks(s, "compaction failed");
   return Status::Ok();
 }

@@ -584,7 +584,9 @@ class RocksTransaction final : public Transaction, public KvReader {
     txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
     if (q.event.source().empty()) return;  // its event is gone: only the entry goes
     const auto seq = parse_hex(q.event_key);
-    if (!seq) return;  // not an event's key: only the entry goes
+    // Never taken: q.event was read from `events`, whose keys are all
+    // numbers; an entry whose event is gone returned above.
+    if (!seq) return;
     pb::InboxEvent event = q.event;
     event.set_processed(true);
     event.set_processed_at_ms(txn_.now_ms);

@@ -15,25 +15,26 @@ namespace opgate::store::rocks {
 namespace {
 
 constexpr size_t kBatch = 1000;
-constexpr std::string_view kCursorKey = "upgrade/inbox";  // the last event moved
+// Written with each batch: the last event moved, and the number the next
+// one takes (not read back from `events`, where retention may already have
+// dropped the newest of them).
+constexpr std::string_view kCursorKey = "upgrade/inbox";
+constexpr std::string_view kNextSeqKey = "upgrade/inbox_seq";
 
 Error corrupt_event(std::string_view key) {
   return make_error(errc::corrupt_record,
                     "the inbox event under " + std::string(key) + " does not parse");
 }
 
-// The sequence number after the last event already moved, so a resumed
-// upgrade numbers on.
+// The number the next event moved takes: 1 on a fresh start.
 Result<uint64_t> next_seq(const Db& db) {
-  auto last = db.last_key(Cf::events, "");
-  if (!last) return last.error();
-  if (!last->has_value()) return uint64_t{1};
+  OPGATE_ASSIGN_OR_RETURN(auto stored, db.get(Cf::meta, kNextSeqKey));
+  if (!stored) return uint64_t{1};
   uint64_t v = 0;
-  const std::string& k = **last;
-  auto [p, ec] = std::from_chars(k.data(), k.data() + k.size(), v, 16);
-  if (ec != std::errc() || p != k.data() + k.size())
-    return make_error(errc::corrupt_record, "an event key is not a sequence number: " + k);
-  return v + 1;
+  auto [p, ec] = std::from_chars(stored->data(), stored->data() + stored->size(), v, 16);
+  if (ec != std::errc() || p != stored->data() + stored->size())
+    return make_error(errc::corrupt_record, "the upgrade's next sequence number does not parse");
+  return v;
 }
 
 // Moves the events under e/ into `events`, kBatch per commit; counts them
@@ -63,6 +64,7 @@ Status move_events(Db& db, size_t& moved, const std::function<void(size_t)>& pro
     }
     start = batch.back().first + '\0';
     w.put(Cf::meta, std::string(kCursorKey), batch.back().first);
+    w.put(Cf::meta, std::string(kNextSeqKey), keys::hex16(seq));
     OPGATE_TRY(db.write(w, true));
     moved += batch.size();
     if (progress && moved - told >= every) progress(told = moved);
@@ -70,8 +72,10 @@ Status move_events(Db& db, size_t& moved, const std::function<void(size_t)>& pro
 }
 
 // Points the queue and parked entries under `prefix` that still name an
-// event by its webhook-id at the event's new key ("" if it is gone).
-Status repoint(Db& db, std::string_view prefix) {
+// event by its webhook-id at the event's new key ("" if it is gone); tells
+// `progress` after each batch.
+Status repoint(Db& db, std::string_view prefix, size_t moved,
+               const std::function<void(size_t)>& progress) {
   std::string start;
   for (;;) {
     std::vector<std::pair<std::string, std::string>> batch;  // entry, old event key
@@ -96,6 +100,7 @@ Status repoint(Db& db, std::string_view prefix) {
       w.put(Cf::inbox, entry, std::move(now_at));
     }
     OPGATE_TRY(db.write(w, true));
+    if (progress) progress(moved);
   }
 }
 
@@ -108,13 +113,15 @@ Status upgrade_inbox(Db& db, const std::function<void(size_t)>& progress, size_t
       "into arrival order)",
       db.dir());
   size_t moved = 0;
+  if (progress) progress(moved);
   OPGATE_TRY(move_events(db, moved, progress, every));
-  OPGATE_TRY(repoint(db, keys::kQueuePrefix));
-  OPGATE_TRY(repoint(db, "w/"));
+  OPGATE_TRY(repoint(db, keys::kQueuePrefix, moved, progress));
+  OPGATE_TRY(repoint(db, "w/", moved, progress));
   // The cursor goes in the write that records the format: a directory
   // still at 1 always has its cursor, so nothing is moved twice.
   WriteSet w;
   w.del(Cf::meta, std::string(kCursorKey));
+  w.del(Cf::meta, std::string(kNextSeqKey));
   OPGATE_TRY(db.set_format_version(2, std::move(w)));
   spdlog::warn("data directory {} upgraded to data format 2 ({} inbox events moved)", db.dir(),
                moved);

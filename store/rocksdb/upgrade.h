@@ -15,8 +15,9 @@ namespace opgate::store::rocks {
 // any number a running store hands out), an index entry takes its place,
 // and queue and parked entries point at the new key. Then the directory
 // records format 2. Nothing to do on a directory already at 2. `progress`
-// (if set) hears the count moved after every `every` events (rounded up to
-// whole batches of 1,000).
+// (if set) hears the count moved when the upgrade starts, after every
+// `every` events (rounded up to whole batches of 1,000), and after each
+// batch of entries repointed.
 Status upgrade_inbox(Db& db, const std::function<void(size_t moved)>& progress = {},
                      size_t every = 100'000);
 

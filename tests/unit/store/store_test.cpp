@@ -2,6 +2,7 @@
 // outside a transaction before it is durable, a failed sync leaving
 // nothing behind, the audit chain, and the data directory's guards.
 #include <doctest/doctest.h>
+#include <rocksdb/db.h>
 
 #include <filesystem>
 #include <fstream>
@@ -438,6 +439,16 @@ pb::InboxEvent inbox_event(const std::string& id, bool processed, const std::str
   if (processed) e.set_processed_at_ms(600);
   return e;
 }
+
+// A data directory recording format 1, holding `writes`; open.
+std::unique_ptr<store::rocks::Db> format_1(const TempDir& dir,
+                                           const store::rocks::WriteSet& writes) {
+  auto db = store::rocks::Db::open(dir.path.string(), store::rocks::OpenOptions{});
+  REQUIRE(db.ok());
+  REQUIRE((*db)->write(writes, true).ok());
+  REQUIRE((*db)->set_format_version(1).ok());
+  return std::move(*db);
+}
 }  // namespace
 
 TEST_CASE("a format-1 directory is upgraded at its first writable open, resuming a cut-short one") {
@@ -449,9 +460,6 @@ TEST_CASE("a format-1 directory is upgraded at its first writable open, resuming
     // The older layout, as an upgrade cut short by a crash left it: msg_a
     // already moved (seq 1, the cursor on it), the rest still under their
     // webhook-ids, with queue and parked entries naming those.
-    store::rocks::OpenOptions o;
-    auto db = store::rocks::Db::open(dir.path.string(), o);
-    REQUIRE(db.ok());
     store::rocks::WriteSet w;
     const auto a = inbox_event("msg_a", true);
     pb::InboxIndex a_index;
@@ -462,6 +470,7 @@ TEST_CASE("a format-1 directory is upgraded at its first writable open, resuming
     w.put(Cf::events, keys::event_record(1), a.SerializeAsString());
     w.put(Cf::inbox, keys::event("agents", "msg_a"), a_index.SerializeAsString());
     w.put(Cf::meta, "upgrade/inbox", keys::event("agents", "msg_a"));
+    w.put(Cf::meta, "upgrade/inbox_seq", keys::hex16(2));
     w.put(Cf::inbox, keys::event("agents", "msg_b"),
           inbox_event("msg_b", false, "sess_1").SerializeAsString());
     w.put(Cf::inbox, keys::event("agents", "msg_c"),
@@ -469,25 +478,15 @@ TEST_CASE("a format-1 directory is upgraded at its first writable open, resuming
     w.put(Cf::inbox, keys::queue(5), keys::event("agents", "msg_b"));
     w.put(Cf::inbox, keys::waiting("sess_2", 6), keys::event("agents", "msg_c"));
     w.put(Cf::inbox, keys::queue(7), keys::event("agents", "msg_gone"));
-    REQUIRE((*db)->write(w, true).ok());
-    REQUIRE((*db)->set_format_version(1).ok());
-  }
-  {
-    // Read-only, the older inbox is refused by name; the rest reads.
-    store::rocks::OpenOptions ro;
-    ro.read_only = true;
-    auto old = open(dir, clock, ro);
-    CHECK(old->db().format_version() == 1);
-    auto ev = old->reader().event("agents", "msg_a");
-    REQUIRE_FALSE(ev.ok());
-    CHECK(ev.error().code == "data_format");
-    CHECK(old->reader().counts().ok());
+    format_1(dir, w);
   }
   auto storage = open(dir, clock);
   CHECK(storage->db().format_version() == 2);
-  auto cursor = storage->db().get(Cf::meta, "upgrade/inbox");
-  REQUIRE(cursor.ok());
-  CHECK_FALSE(cursor->has_value());
+  for (const char* key : {"upgrade/inbox", "upgrade/inbox_seq"}) {
+    auto left = storage->db().get(Cf::meta, key);
+    REQUIRE(left.ok());
+    CHECK_FALSE(left->has_value());
+  }
   // Each event once, numbered on from the one moved before.
   std::vector<std::pair<std::string, std::string>> moved;
   REQUIRE(storage->db()
@@ -566,31 +565,70 @@ TEST_CASE("a format-1 directory is upgraded at its first writable open, resuming
 TEST_CASE("an upgrade tells its progress in whole batches, and a second call has nothing to do") {
   using store::rocks::Cf;
   TempDir dir;
-  store::rocks::OpenOptions o;
-  auto db = store::rocks::Db::open(dir.path.string(), o);
-  REQUIRE(db.ok());
   store::rocks::WriteSet w;
   for (int i = 0; i < 2500; ++i) {
     const auto e = inbox_event(fmt::format("msg_{:04}", i), true);
     w.put(Cf::inbox, store::rocks::keys::event("agents", e.webhook_id()), e.SerializeAsString());
   }
-  REQUIRE((*db)->write(w, true).ok());
-  REQUIRE((*db)->set_format_version(1).ok());
+  auto db = format_1(dir, w);
   std::vector<size_t> told;
   auto progress = [&](size_t moved) { told.push_back(moved); };
-  REQUIRE(store::rocks::upgrade_inbox(**db, progress, 1000).ok());
-  CHECK(told == std::vector<size_t>{1000, 2000});
-  CHECK((*db)->format_version() == 2);
+  REQUIRE(store::rocks::upgrade_inbox(*db, progress, 1000).ok());
+  CHECK(told == std::vector<size_t>{0, 1000, 2000});
+  CHECK(db->format_version() == 2);
   told.clear();
-  REQUIRE(store::rocks::upgrade_inbox(**db, progress, 1000).ok());
+  REQUIRE(store::rocks::upgrade_inbox(*db, progress, 1000).ok());
   CHECK(told.empty());
   size_t events = 0;
-  REQUIRE((*db)
-              ->scan(Cf::events, "",
-                     [&](std::string_view, std::string_view) {
-                       ++events;
-                       return true;
-                     })
-              .ok());
+  REQUIRE(db->scan(Cf::events, "", [&](std::string_view, std::string_view) {
+              ++events;
+              return true;
+            }).ok());
   CHECK(events == 2500);
+}
+
+TEST_CASE(
+    "a format-1 directory, without the events family, opens read-only with its inbox refused") {
+  using store::rocks::Cf;
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  {
+    store::rocks::WriteSet w;
+    w.put(Cf::inbox, store::rocks::keys::event("agents", "msg_a"),
+          inbox_event("msg_a", true).SerializeAsString());
+    format_1(dir, w);
+  }
+  {
+    // As an older opgate left it: no `events` column family.
+    std::vector<std::string> names;
+    REQUIRE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.path.string(), &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+    for (const auto& n : names) cfs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.path.string(), cfs, &handles, &raw).ok());
+    for (auto* h : handles)
+      if (h->GetName() == "events") REQUIRE(raw->DropColumnFamily(h).ok());
+    for (auto* h : handles) REQUIRE(raw->DestroyColumnFamilyHandle(h).ok());
+    delete raw;
+  }
+  {
+    store::rocks::OpenOptions ro;
+    ro.read_only = true;
+    ro.create_if_missing = false;
+    auto old = open(dir, clock, ro);
+    CHECK(old->db().format_version() == 1);
+    auto ev = old->reader().event("agents", "msg_a");
+    REQUIRE_FALSE(ev.ok());
+    CHECK(ev.error().code == "data_format");
+    auto counts = old->reader().counts();
+    CHECK(counts.ok());
+    CHECK(old->verify_audit().ok());
+  }
+  auto storage = open(dir, clock);
+  CHECK(storage->db().format_version() == 2);
+  auto ev = storage->reader().event("agents", "msg_a");
+  REQUIRE(ev.ok());
+  REQUIRE(ev->has_value());
+  CHECK((*ev)->processed());
 }
