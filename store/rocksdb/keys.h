@@ -28,7 +28,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +39,13 @@
 namespace opgate::store::rocks::keys {
 
 inline std::string hex16(uint64_t v) { return fmt::format("{:016x}", v); }
+// A hex number (as hex16 writes it), if `s` is one and nothing else.
+inline std::optional<uint64_t> parse_hex(std::string_view s) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 inline uint64_t time_part(int64_t ms) { return ms < 0 ? 0 : static_cast<uint64_t>(ms); }
 
 inline std::string event(std::string_view source, std::string_view webhook_id) {

@@ -39,12 +39,7 @@ Error corrupt(std::string_view what) {
   return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
 }
 
-std::optional<uint64_t> parse_hex(std::string_view s) {
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+using keys::parse_hex;
 
 // Reads of every record kind over a key-value view.
 class KvReader : public virtual Reader {
@@ -780,17 +775,15 @@ Result<std::unique_ptr<RocksStorage>> RocksStorage::open(const std::string& dir,
                                                [raw = s.get()] { return raw->peek_queue_seq(); });
   // Queue sequence numbers start above both the clock (in µs) and any entry
   // stored, so they stay monotonic across restarts and clock steps.
-  uint64_t queue_start = static_cast<uint64_t>(std::max<int64_t>(0, clock.now_ms())) * 1000;
-  auto last_queued = s->db_->last_key(Cf::inbox, keys::kQueuePrefix);
-  if (!last_queued) return last_queued.error();
-  if (last_queued->has_value())
-    if (auto seq = parse_hex(std::string_view(**last_queued).substr(2)))
-      queue_start = std::max(queue_start, *seq + 1);
   // Events take numbers from the same sequence.
-  auto last_event = s->db_->last_key(Cf::events, "");
-  if (!last_event) return last_event.error();
-  if (last_event->has_value())
-    if (auto seq = parse_hex(**last_event)) queue_start = std::max(queue_start, *seq + 1);
+  uint64_t queue_start = static_cast<uint64_t>(std::max<int64_t>(0, clock.now_ms())) * 1000;
+  for (auto [cf, prefix] : {std::pair{Cf::inbox, keys::kQueuePrefix}, {Cf::events, ""}}) {
+    auto last = s->db_->last_key(cf, prefix);
+    if (!last) return last.error();
+    if (last->has_value())
+      if (auto seq = parse_hex(std::string_view(**last).substr(prefix.size())))
+        queue_start = std::max(queue_start, *seq + 1);
+  }
   s->queue_seq_ = queue_start;
   auto last_item = s->db_->last_key(Cf::outbox, "i/");
   if (!last_item) return last_item.error();

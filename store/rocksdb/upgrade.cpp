@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <charconv>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,11 +29,10 @@ Error corrupt_event(std::string_view key) {
 Result<uint64_t> next_seq(const Db& db) {
   OPGATE_ASSIGN_OR_RETURN(auto stored, db.get(Cf::meta, kNextSeqKey));
   if (!stored) return uint64_t{1};
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(stored->data(), stored->data() + stored->size(), v, 16);
-  if (ec != std::errc() || p != stored->data() + stored->size())
+  auto seq = keys::parse_hex(*stored);
+  if (!seq)
     return make_error(errc::corrupt_record, "the upgrade's next sequence number does not parse");
-  return v;
+  return *seq;
 }
 
 // Moves the events under e/ into `events`, kBatch per commit; counts them
