@@ -130,7 +130,7 @@ def main():
             rates[nodes] = rate
             print(f"settle, approvals on {nodes} node(s): {rate:.0f} ops/s "
                   f"({done} of {n} succeeded)", flush=True)
-            if profiled and nodes == 1:
+            if profiled:
                 print("  where the time went from approval to settled (calls, total ms, mean ms):")
                 for line in statements(pg_url, c.database, n):
                     print(line)
