@@ -4,7 +4,8 @@ request as a real sender does (a fresh webhook-id and timestamp each); then,
 given a private PostgreSQL, pgbench's committed inserts of a row of the same
 size at 64 connections beside opgate's acks at 64, in the same run.
 With --cpu instead of a PostgreSQL URL: 64 connections only, and the
-daemon's and the load generator's CPU per acknowledged event. With --fill:
+daemon's and the load generator's CPU per acknowledged event, then
+redis-server's and redis-benchmark's per XADD the same way. With --fill:
 64 connections for that many seconds in 5 s windows as the store fills,
 each window's rate and the daemon's CPU per ack, then each of the daemon's
 threads' CPU (RocksDB's compactions run on those named rocksdb:low)."""
@@ -12,6 +13,7 @@ threads' CPU (RocksDB's compactions run on those named rocksdb:low)."""
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +75,11 @@ def cpu_per_ack(bin_dir, seconds, conns=64):
               f"load generator CPU {sender / acks * 1e6:.1f} us per ack")
     finally:
         c.close()
+    if shutil.which("redis-server"):  # installed by scripts/bench-ingest
+        from redisbench import redis_cpu
+        rate, server, client = redis_cpu(conns, 300_000)
+        print(f"Redis, {conns} connections: {rate:.0f} XADDs/s, redis-server CPU {server:.1f} us "
+              f"per XADD, redis-benchmark CPU {client:.1f} us per XADD")
 
 
 def thread_cpu(pid):

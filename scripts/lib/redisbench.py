@@ -4,6 +4,7 @@ append-only file with `appendfsync always` (one fsync per event-loop pass,
 before any reply of that pass), and redis-benchmark sending XADDs of a
 1 KiB field from `clients` connections. Standard library only."""
 
+import contextlib
 import csv
 import io
 import os
@@ -22,8 +23,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def redis_xadd(clients, seconds, expected_rate=50_000):
-    """(XADDs per second, p50 ms, p99 ms), about `seconds` long."""
+@contextlib.contextmanager
+def private_redis():
+    """A private redis-server on a free port, logging every write with
+    `appendfsync always`: (its port, its pid)."""
     work = tempfile.mkdtemp(prefix="opgate-redis-")
     port = free_port()
     server = subprocess.Popen(
@@ -37,14 +40,39 @@ def redis_xadd(clients, seconds, expected_rate=50_000):
             if time.time() > deadline:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
-        out = subprocess.run(
-            ["redis-benchmark", "-p", str(port), "-c", str(clients),
-             "-n", str(int(expected_rate * seconds)), "--csv",
-             "XADD", "opgate", "*", "body", "x" * BODY_BYTES],
-            capture_output=True, text=True, check=True).stdout
-        row = list(csv.DictReader(io.StringIO(out)))[-1]
-        return float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"])
+        yield port, server.pid
     finally:
         server.terminate()
         server.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def xadds(port, clients, count):
+    """redis-benchmark's XADDs of a 1 KiB field: its last CSV row."""
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(port), "-c", str(clients), "-n", str(count), "--csv",
+         "XADD", "opgate", "*", "body", "x" * BODY_BYTES],
+        capture_output=True, text=True, check=True).stdout
+    return list(csv.DictReader(io.StringIO(out)))[-1]
+
+
+def redis_xadd(clients, seconds, expected_rate=50_000):
+    """(XADDs per second, p50 ms, p99 ms), about `seconds` long."""
+    with private_redis() as (port, _):
+        row = xadds(port, clients, int(expected_rate * seconds))
+        return float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"])
+
+
+def redis_cpu(clients, count):
+    """(XADDs per second, redis-server's CPU and redis-benchmark's per XADD in
+    microseconds) for `count` XADDs: the server's from /proc, the client's
+    from its exit's rusage."""
+    from bench_outbox import cpu_seconds
+    with private_redis() as (port, pid):
+        before, children = cpu_seconds(pid), os.times()
+        row = xadds(port, clients, count)
+        server = cpu_seconds(pid) - before
+        after = os.times()
+        client = (after.children_user + after.children_system
+                  - children.children_user - children.children_system)
+        return float(row["rps"]), server / count * 1e6, client / count * 1e6
