@@ -51,13 +51,44 @@ struct Server::Impl {
   bool stopped GUARDED_BY(mu) = false;
   std::vector<std::thread> threads;
   std::atomic<uint64_t> accept_failures{0};
-  net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // An io_context per thread, run by that thread alone (hint 1). Each
+  // connection lives on one, the one with the fewest connections when it
+  // arrives: its handlers run one at a time without a strand, the threads
+  // share no queue, and a handler that blocks holds up only the connections
+  // of its own thread (none other while there are no more connections than
+  // threads). Their guards keep them running while they have no connection.
+  //
+  // A handler on one loop may hold a connection that lives on another (a
+  // batch's answers, posted to any loop), so ~Impl shuts every loop down,
+  // destroying their handlers, before any loop is destroyed.
+  struct Loop : net::io_context {
+    Loop() : net::io_context(1) {}
+    void shut_down() { shutdown(); }
+    std::atomic<size_t> connections{0};
+  };
+  std::vector<std::unique_ptr<Loop>> loops;  // made with the Impl, never resized
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+  size_t next_loop = 0;              // where the search for the least busy starts
+  std::atomic<size_t> next_post{0};  // Server::post's round robin
+  // Accepting has a thread of its own, which no handler can hold up.
+  net::io_context accept_ioc{1};
+  tcp::acceptor acceptor{accept_ioc};
   // Waits after a failed accept (out of descriptors), so the acceptor does
   // not spin while connections close.
-  net::steady_timer accept_pause{ioc};
+  net::steady_timer accept_pause{accept_ioc};
+
+  ~Impl() {
+    for (auto& loop : loops) loop->shut_down();
+  }
 
   void accept();
+  // The loop the next connection lives on (on the accepting thread).
+  size_t least_busy() {
+    size_t best = next_loop++ % loops.size();
+    for (size_t i = 0; i < loops.size(); ++i)
+      if (loops[i]->connections.load() < loops[best]->connections.load()) best = i;
+    return best;
+  }
 };
 
 // Room each connection's read buffer starts with.
@@ -73,12 +104,12 @@ constexpr size_t kMaxFields = 100;
 using FieldsAllocator = std::pmr::polymorphic_allocator<char>;
 using RequestParser = bhttp::request_parser<bhttp::string_body, FieldsAllocator>;
 
-// Each connection runs on its own strand, named by its concrete type: with
-// Beast's tcp_stream (a type-erased executor) every operation copied and
-// destroyed an any_io_executor, 3% of the daemon at full ingest.
-using Strand = net::strand<net::io_context::executor_type>;
-using TcpStream = beast::basic_stream<tcp, Strand, beast::unlimited_rate_policy>;
-using StrandSocket = tcp::socket::rebind_executor<Strand>::other;
+// Each connection runs on its loop's executor, named by its concrete type:
+// with Beast's tcp_stream (a type-erased executor) every operation copied
+// and destroyed an any_io_executor, 3% of the daemon at full ingest.
+using Executor = net::io_context::executor_type;
+using TcpStream = beast::basic_stream<tcp, Executor, beast::unlimited_rate_policy>;
+using Socket = tcp::socket::rebind_executor<Executor>::other;
 
 // Plain TCP (TcpStream) or TLS over it (beast::ssl_stream).
 template <typename Stream>
@@ -87,15 +118,20 @@ class Connection final : public ConnectionBase,
  public:
   using std::enable_shared_from_this<Connection<Stream>>::shared_from_this;
 
-  Connection(StrandSocket socket, Server::Impl* server,
+  Connection(Socket socket, Server::Impl* server, size_t loop,
              uint64_t id) requires std::is_same_v<Stream, TcpStream>
-      : stream_(std::move(socket)), server_(server), id_(id) {}
-  Connection(StrandSocket socket, std::shared_ptr<ssl::context> tls, Server::Impl* server,
+      : stream_(std::move(socket)), server_(server), loop_(loop), id_(id) {}
+  Connection(Socket socket, std::shared_ptr<ssl::context> tls, Server::Impl* server, size_t loop,
              uint64_t id) requires(!std::is_same_v<Stream, TcpStream>)
-      : tls_(std::move(tls)), stream_(std::move(socket), *tls_), server_(server), id_(id) {}
+      : tls_(std::move(tls)),
+        stream_(std::move(socket), *tls_),
+        server_(server),
+        loop_(loop),
+        id_(id) {}
 
   ~Connection() {
     server_->connections--;
+    server_->loops[loop_]->connections--;
     MutexLock lock(server_->mu);
     server_->live.erase(id_);
   }
@@ -228,7 +264,7 @@ class Connection final : public ConnectionBase,
     Respond respond = [self = shared_from_this(), keep_alive, request](Response res) {
       uint64_t before = request - 1;
       if (!self->answered_.compare_exchange_strong(before, request)) return;  // answered already
-      // Inline when already on this connection's strand, else queued to it.
+      // Inline when already on this connection's thread, else queued to it.
       net::dispatch(self->stream_.get_executor(),
                     [self, keep_alive, res = std::move(res)]() mutable {
                       self->answer(std::move(res), keep_alive);
@@ -286,15 +322,17 @@ class Connection final : public ConnectionBase,
   std::pmr::monotonic_buffer_resource fields_{fields_buffer_.data(), fields_buffer_.size()};
   std::optional<RequestParser> parser_;  // declared after the fields it holds
   Server::Impl* server_;
+  size_t loop_;  // the loop it lives on (Impl::loops)
   uint64_t id_;
   bool idle_ = true;
   bool cooling_ = false;
-  uint64_t requests_ = 0;              // requests read, on the strand
+  uint64_t requests_ = 0;              // requests read, on its thread
   std::atomic<uint64_t> answered_{0};  // requests answered, from any thread
 };
 
 void Server::Impl::accept() {
-  acceptor.async_accept(net::make_strand(ioc), [self = this](beast::error_code ec, StrandSocket s) {
+  const size_t loop = least_busy();
+  acceptor.async_accept(*loops[loop], [self = this, loop](beast::error_code ec, Socket s) {
     if (ec) {
       if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
       // Out of descriptors (EMFILE, ENFILE) or another transient failure:
@@ -310,6 +348,7 @@ void Server::Impl::accept() {
     if (self->draining) return;
     const bool over = self->connections.load() >= self->options.max_connections;
     self->connections++;
+    self->loops[loop]->connections++;
     auto start = [&](auto conn, uint64_t id) {
       {
         MutexLock lock(self->mu);
@@ -328,10 +367,11 @@ void Server::Impl::accept() {
       id = self->next_id++;
     }
     if (tls)
-      start(std::make_shared<Connection<beast::ssl_stream<TcpStream>>>(std::move(s), tls, self, id),
+      start(std::make_shared<Connection<beast::ssl_stream<TcpStream>>>(std::move(s), tls, self,
+                                                                       loop, id),
             id);
     else
-      start(std::make_shared<Connection<TcpStream>>(std::move(s), self, id), id);
+      start(std::make_shared<Connection<TcpStream>>(std::move(s), self, loop, id), id);
     self->accept();
   });
 }
@@ -345,6 +385,10 @@ Server::Server(ServerOptions options, Handler handler)
 Server::Server(ServerOptions options, AsyncHandler handler) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->handler = std::move(handler);
+  for (int i = 0; i < std::max(1, impl_->options.threads); ++i) {
+    impl_->loops.push_back(std::make_unique<Impl::Loop>());
+    impl_->guards.push_back(net::make_work_guard(*impl_->loops.back()));
+  }
 }
 
 Server::~Server() { stop(); }
@@ -420,17 +464,21 @@ Result<uint16_t> Server::start() {
     return make_error(errc::listen_failed, "cannot listen on " + o.listen + ": " + ec.message());
   impl_->port = acc.local_endpoint().port();
   impl_->accept();
-  for (int i = 0; i < std::max(1, o.threads); ++i)
-    impl_->threads.emplace_back([impl = impl_.get()] {
+  for (auto& loop : impl_->loops)
+    impl_->threads.emplace_back([impl = impl_.get(), ioc = loop.get()] {
       name_this_thread(impl->options.name);
-      impl->ioc.run();
+      ioc->run();
     });
+  impl_->threads.emplace_back([impl = impl_.get()] {
+    name_this_thread(impl->options.name);
+    impl->accept_ioc.run();
+  });
   return impl_->port;
 }
 
 void Server::drain(std::chrono::milliseconds deadline) {
   impl_->draining = true;
-  net::post(impl_->ioc, [impl = impl_.get()] {
+  net::post(impl_->accept_ioc, [impl = impl_.get()] {
     beast::error_code ec;
     impl->acceptor.close(ec);
   });
@@ -448,7 +496,10 @@ void Server::drain(std::chrono::milliseconds deadline) {
   }
 }
 
-void Server::post(std::function<void()> work) { net::post(impl_->ioc, std::move(work)); }
+void Server::post(std::function<void()> work) {
+  // Round robin over the threads, like the connections.
+  net::post(*impl_->loops[impl_->next_post++ % impl_->loops.size()], std::move(work));
+}
 
 void Server::stop() {
   {
@@ -457,7 +508,8 @@ void Server::stop() {
     impl_->stopped = true;
   }
   impl_->draining = true;
-  impl_->ioc.stop();
+  impl_->accept_ioc.stop();
+  for (auto& loop : impl_->loops) loop->stop();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
   impl_->threads.clear();

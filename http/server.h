@@ -5,8 +5,12 @@
 // answers later through a Respond callback from any thread (the webhook
 // ingress answers after the group commit that holds its event). A connection
 // reads its next request only after answering the current one, so each holds
-// at most one request in flight. Thread-safe: start/drain/stop from any one
-// controlling thread.
+// at most one request in flight. Each thread runs an event loop of its own,
+// and a connection stays on the loop that had the fewest connections when it
+// arrived: a handler that blocks holds up only its own thread's other
+// connections, none while there are no more connections than threads;
+// accepting has a thread of its own.
+// Thread-safe: start/drain/stop from any one controlling thread.
 #pragma once
 
 #include <chrono>

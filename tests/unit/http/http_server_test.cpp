@@ -1,6 +1,11 @@
 // What the HTTP server accepts as the address to listen on.
 #include <doctest/doctest.h>
 
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <vector>
+
 #include "http/client.h"
 #include "http/server.h"
 
@@ -90,4 +95,78 @@ TEST_CASE("http server: a request with more than 100 header fields is refused be
   CHECK(send(90) == 200);
   CHECK(send(101) == 400);
   CHECK(handled == 1);
+}
+
+TEST_CASE("http server: a handler that blocks holds up no connection on another thread") {
+  http::ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.threads = 2;
+  std::promise<void> started, release;
+  auto released = release.get_future().share();
+  http::Server server(o, [&](http::Request&& r) {
+    if (r.target == "/block") {
+      started.set_value();
+      released.wait();
+    }
+    return http::json_response(200, "{}");
+  });
+  auto port = server.start();
+  REQUIRE(port.ok());
+  auto request = [&](const std::string& path) {
+    http::ClientRequest req;
+    req.url = "http://127.0.0.1:" + std::to_string(*port) + path;
+    req.timeout = std::chrono::seconds(5);
+    return http::send(req);
+  };
+  auto blocked = std::async(std::launch::async, [&] { return request("/block"); });
+  started.get_future().wait();
+  // The second connection goes to the thread without one, and is answered
+  // while the first thread's handler still waits.
+  auto quick = request("/quick");
+  release.set_value();
+  REQUIRE(quick.ok());
+  CHECK(quick->status == 200);
+  auto first = blocked.get();
+  REQUIRE(first.ok());
+  CHECK(first->status == 200);
+}
+
+TEST_CASE("http server: work posted after stop that holds connections of every thread is dropped") {
+  // A batch's answers are posted to any thread and may hold connections that
+  // live on others; a stopped server drops them unrun when it is destroyed,
+  // which must destroy each connection while every thread's loop exists.
+  http::ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.threads = 2;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<http::Respond> held;
+  std::vector<std::future<Result<http::Response>>> clients;
+  {
+    http::Server server(o, [&](http::Request&&, http::Respond respond) {
+      std::lock_guard lock(mu);
+      held.push_back(std::move(respond));
+      cv.notify_all();
+    });
+    auto port = server.start();
+    REQUIRE(port.ok());
+    for (int i = 0; i < 2; ++i)
+      clients.push_back(std::async(std::launch::async, [port = *port] {
+        http::ClientRequest req;
+        req.url = "http://127.0.0.1:" + std::to_string(port) + "/";
+        req.timeout = std::chrono::seconds(5);
+        return http::send(req);
+      }));
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return held.size() == 2; });
+    }
+    CHECK(server.open_connections() == 2);
+    server.stop();
+    for (int i = 0; i < 2; ++i)  // one to each thread, each holding both
+      server.post([held] { FAIL("work posted after stop ran"); });
+    held.clear();
+  }
+  // The stopped server closed both connections unanswered.
+  for (auto& c : clients) CHECK_FALSE(c.get().ok());
 }
