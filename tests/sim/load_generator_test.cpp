@@ -85,25 +85,3 @@ TEST_CASE("load generator: a flood of forgeries is signed with another key") {
   CHECK(report->requests > 0);
   CHECK(r.bad == report->requests);
 }
-
-TEST_CASE("load generator: connections spread over threads each send, and no id repeats") {
-  Receiver r;
-  auto o = options(r.port);
-  o.threads = 2;
-  o.connections = 5;  // three on one thread's io_context, two on the other's
-  auto report = sim::run_load(o);
-  REQUIRE(report.ok());
-  std::lock_guard lock(r.mu);
-  CHECK(r.bad == 0);
-  CHECK(r.repeats == 0);
-  CHECK(report->errors == 0);
-  CHECK(report->accepted == r.ids.size());
-  // An id is "{run prefix}_{connection}_{n}": every connection was heard.
-  std::set<std::string> connections;
-  for (const auto& id : r.ids) {
-    const auto last = id.rfind('_');
-    const auto before = id.rfind('_', last - 1);
-    connections.insert(id.substr(before + 1, last - before - 1));
-  }
-  CHECK(connections == std::set<std::string>{"0", "1", "2", "3", "4"});
-}
