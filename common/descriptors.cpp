@@ -18,12 +18,14 @@ size_t raise_open_files_limit() {
   return static_cast<size_t>(rl.rlim_cur);
 }
 
-DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted) {
+DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted,
+                                size_t event_loops) {
   DescriptorPlan p;
   // RocksDB: a quarter of the limit for table files, within [32, 4096].
   p.rocksdb_max_open_files = static_cast<int>(std::clamp<size_t>(limit / 4, 32, 4096));
-  // The WAL, the manifest, logs, the lanes' outbound calls: fixed headroom.
-  const size_t headroom = 96 + std::min<size_t>(limit / 16, 512);
+  // The WAL, the manifest, logs, the lanes' outbound calls: fixed headroom;
+  // and the listeners' event loops.
+  const size_t headroom = 96 + std::min<size_t>(limit / 16, 512) + event_loops;
   const size_t reserved = static_cast<size_t>(p.rocksdb_max_open_files) + headroom;
   const size_t budget = limit > reserved + 16 ? limit - reserved : 16;
   p.operator_connections = std::min(operator_wanted, std::max<size_t>(4, budget / 8));

@@ -1,8 +1,9 @@
 // File descriptors: every connection, table file and outbound call needs
 // one, and a process that runs out spins on accept and starves the store.
 // At start the daemon raises its soft limit to the hard one and splits what
-// it has: a share for RocksDB's table files, headroom for the WAL, logs and
-// outbound calls, the rest for the two listeners' connections. Pure apart
+// it has: a share for RocksDB's table files, headroom for the WAL, logs,
+// outbound calls and the listeners' event loops, the rest for the
+// listeners' connections. Pure apart
 // from raise_open_files_limit(); thread-safe.
 #pragma once
 
@@ -21,7 +22,9 @@ struct DescriptorPlan {
   bool capped = false;  // a listener got fewer than it asked for
 };
 
-// How `limit` descriptors are shared out, given what each listener asks for.
-DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted);
+// How `limit` descriptors are shared out, given what each listener asks for
+// and what the listeners' event loops hold (`event_loops`, kept apart).
+DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted,
+                                size_t event_loops);
 
 }  // namespace opgate

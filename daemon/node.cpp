@@ -26,6 +26,27 @@ namespace opgate::daemon {
 
 namespace {
 
+// The HTTP servers' threads. Ingress handlers never block (an accepted event
+// is answered after its group commit): one thread per core suffices.
+int ingress_threads() {
+  return static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+}
+// Operator API handlers run store transactions, and may wait on them.
+constexpr int kOperatorThreads = 32;
+// A tool call is answered by the front door's committers once durable, so
+// the MCP threads never wait on a sync: one per core suffices, unless they
+// read orders from the business's order service (a network call each).
+int mcp_threads(const Config& config) {
+  return config.orders_source == "http" ? 32 : ingress_threads();
+}
+// Each thread of an HTTP server runs an event loop, and one more accepts;
+// a loop holds three descriptors (epoll, its wake-up eventfd, a timerfd).
+size_t event_loop_descriptors(const Config& config) {
+  const int loops = (ingress_threads() + 1) + (kOperatorThreads + 1) +
+                    (config.mcp.enabled() ? mcp_threads(config) + 1 : 0);
+  return 3 * static_cast<size_t>(loops);
+}
+
 // Events are queued for fan-out while this node has an endpoint to hear
 // them: a node fans out what it queues to the endpoints it is configured
 // with, on a store other nodes share as on its own (docs/notifications.md).
@@ -106,7 +127,8 @@ Status Node::open_store() {
                 {{"version", std::string(kVersion)}, {"revision", std::string(kRevision)}});
   // Descriptors are shared out before anything opens one.
   const size_t open_files = raise_open_files_limit();
-  fds_ = plan_descriptors(open_files, static_cast<size_t>(config_.max_connections), 1024);
+  fds_ = plan_descriptors(open_files, static_cast<size_t>(config_.max_connections), 1024,
+                          event_loop_descriptors(config_));
   if (fds_.capped)
     spdlog::warn(
         "only {} file descriptors are available: connections are capped at {} (webhooks) and {} "
@@ -255,9 +277,7 @@ Status Node::build_listeners() {
   ingress.body_timeout = std::chrono::milliseconds(config_.body_timeout_ms);
   ingress.max_connections = fds_.ingress_connections;
   ingress.tls = config_.ingress_tls;
-  // Handlers never block: an accepted event is answered after its group
-  // commit, on these threads, so one thread per core suffices.
-  ingress.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+  ingress.threads = ingress_threads();
   ingress_server_ =
       std::make_unique<http::Server>(ingress, [this](http::Request&& r, http::Respond respond) {
         ingress_router_.dispatch(std::move(r), std::move(respond));
@@ -292,7 +312,7 @@ Status Node::build_listeners() {
   http::ServerOptions op;
   op.name = "operator";
   op.listen = config_.operator_listen;
-  op.threads = 32;
+  op.threads = kOperatorThreads;
   op.max_connections = fds_.operator_connections;
   op.tls = config_.operator_tls;
   operator_server_ = std::make_unique<http::Server>(op, [this](http::Request&& r) {
@@ -318,11 +338,7 @@ void Node::build_mcp() {
   o.body_timeout = std::chrono::milliseconds(config_.body_timeout_ms);
   o.max_connections = fds_.operator_connections;
   o.tls = config_.mcp.tls;
-  // A tool call is answered by the front door's committers once durable, so
-  // the threads never wait on a sync: one per core suffices, unless they
-  // read orders from the business's order service (a network call each).
-  o.threads =
-      order_service_ ? 32 : static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+  o.threads = mcp_threads(config_);
   mcp_server_ = std::make_unique<http::Server>(o, [this](http::Request&& r, http::Respond respond) {
     mcp_->handle(std::move(r), std::move(respond));
   });

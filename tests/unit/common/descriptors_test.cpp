@@ -26,7 +26,7 @@ TEST_CASE("descriptors: the soft limit is raised to the hard limit") {
 
 TEST_CASE("descriptors: listeners get what is left after the store and the headroom") {
   // Plenty: everyone gets what they asked for.
-  auto roomy = plan_descriptors(1 << 20, 4096, 64);
+  auto roomy = plan_descriptors(1 << 20, 4096, 64, 120);
   CHECK(roomy.ingress_connections == 4096);
   CHECK(roomy.operator_connections == 64);
   CHECK_FALSE(roomy.capped);
@@ -35,7 +35,7 @@ TEST_CASE("descriptors: listeners get what is left after the store and the headr
   // A small limit: connections are capped below it, leaving the store its
   // share and headroom for the WAL, logs and outbound calls.
   for (size_t limit : {256u, 1024u, 4096u}) {
-    auto p = plan_descriptors(limit, 100000, 1000);
+    auto p = plan_descriptors(limit, 100000, 1000, 0);
     CHECK(p.capped);
     CHECK(p.rocksdb_max_open_files >= 32);
     CHECK(static_cast<size_t>(p.rocksdb_max_open_files) + p.ingress_connections +
@@ -45,7 +45,20 @@ TEST_CASE("descriptors: listeners get what is left after the store and the headr
     CHECK(p.operator_connections >= 4);
   }
   // Asking for less than there is caps nothing.
-  auto modest = plan_descriptors(4096, 256, 16);
+  auto modest = plan_descriptors(4096, 256, 16, 120);
   CHECK_FALSE(modest.capped);
   CHECK(modest.ingress_connections == 256);
+}
+
+TEST_CASE("descriptors: the listeners' event loops are kept apart from their connections") {
+  // 207 descriptors of event loops (two cores, MCP on the order service):
+  // the connections get that many fewer, and all of it still fits.
+  auto without = plan_descriptors(1024, 100000, 1000, 0);
+  auto with = plan_descriptors(1024, 100000, 1000, 207);
+  CHECK(with.rocksdb_max_open_files == without.rocksdb_max_open_files);
+  CHECK(with.ingress_connections + with.operator_connections + 207 ==
+        without.ingress_connections + without.operator_connections);
+  CHECK(static_cast<size_t>(with.rocksdb_max_open_files) + with.ingress_connections +
+            with.operator_connections + 207 + 96 <=
+        1024);
 }
