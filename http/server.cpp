@@ -1,6 +1,7 @@
 #include "http/server.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -34,8 +35,8 @@ class ConnectionBase {
 };
 
 // Connections refer to the Impl by plain pointer: the Impl outlives them,
-// because the io_context (declared last, destroyed first) owns every handler
-// that keeps a connection alive.
+// because ~Impl shuts every loop down, destroying each handler that keeps a
+// connection alive, before any member goes.
 struct Server::Impl {
   ServerOptions options;
   AsyncHandler handler;
@@ -82,6 +83,9 @@ struct Server::Impl {
   }
 
   void accept();
+  // Moves an accepted connection to its loop and starts it there.
+  void place(tcp::socket accepted);
+  tcp protocol = tcp::v4();  // the listening socket's
   // The loop the next connection lives on (on the accepting thread).
   size_t least_busy() {
     size_t best = next_loop++ % loops.size();
@@ -331,8 +335,7 @@ class Connection final : public ConnectionBase,
 };
 
 void Server::Impl::accept() {
-  const size_t loop = least_busy();
-  acceptor.async_accept(*loops[loop], [self = this, loop](beast::error_code ec, Socket s) {
+  acceptor.async_accept([self = this](beast::error_code ec, tcp::socket accepted) {
     if (ec) {
       if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
       // Out of descriptors (EMFILE, ENFILE) or another transient failure:
@@ -346,34 +349,57 @@ void Server::Impl::accept() {
       return;
     }
     if (self->draining) return;
-    const bool over = self->connections.load() >= self->options.max_connections;
-    self->connections++;
-    self->loops[loop]->connections++;
-    auto start = [&](auto conn, uint64_t id) {
-      {
-        MutexLock lock(self->mu);
-        self->live[id] = conn;
-      }
+    self->place(std::move(accepted));
+    self->accept();
+  });
+}
+
+void Server::Impl::place(tcp::socket accepted) {
+  // The loop is chosen now that the connection has arrived, and the socket
+  // moves to it.
+  const size_t loop = least_busy();
+  beast::error_code ec;
+  const auto fd = accepted.release(ec);
+  if (ec) return;  // closed with `accepted`
+  Socket s(*loops[loop]);
+  s.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return;
+  }
+  const bool over = connections.load() >= options.max_connections;
+  std::shared_ptr<ssl::context> context;
+  uint64_t id = 0;
+  {
+    MutexLock lock(mu);
+    context = tls;
+    id = next_id++;
+  }
+  // Counted once it exists (its destructor uncounts it), and started on its
+  // own loop, where everything else it does runs.
+  auto started = [&](auto conn) {
+    connections++;
+    loops[loop]->connections++;
+    {
+      MutexLock lock(mu);
+      live[id] = conn;
+    }
+    net::post(*loops[loop], [conn, over] {
       if (over)
         conn->refuse_overloaded();
       else
         conn->run();
-    };
-    std::shared_ptr<ssl::context> tls;
-    uint64_t id = 0;
-    {
-      MutexLock lock(self->mu);
-      tls = self->tls;
-      id = self->next_id++;
-    }
-    if (tls)
-      start(std::make_shared<Connection<beast::ssl_stream<TcpStream>>>(std::move(s), tls, self,
-                                                                       loop, id),
-            id);
+    });
+  };
+  try {
+    if (context)
+      started(std::make_shared<Connection<beast::ssl_stream<TcpStream>>>(std::move(s), context,
+                                                                         this, loop, id));
     else
-      start(std::make_shared<Connection<TcpStream>>(std::move(s), self, loop, id), id);
-    self->accept();
-  });
+      started(std::make_shared<Connection<TcpStream>>(std::move(s), this, loop, id));
+  } catch (const std::exception& e) {  // e.g. OpenSSL out of memory
+    spdlog::warn("{}: cannot set up a connection: {}", options.name, e.what());
+  }
 }
 
 Server::Server(ServerOptions options, Handler handler)
@@ -463,6 +489,7 @@ Result<uint16_t> Server::start() {
   if (ec)
     return make_error(errc::listen_failed, "cannot listen on " + o.listen + ": " + ec.message());
   impl_->port = acc.local_endpoint().port();
+  impl_->protocol = ep.protocol();
   impl_->accept();
   for (auto& loop : impl_->loops)
     impl_->threads.emplace_back([impl = impl_.get(), ioc = loop.get()] {

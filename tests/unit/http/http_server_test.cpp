@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "http/client.h"
@@ -19,6 +20,48 @@ Result<uint16_t> start_on(const std::string& listen) {
   http::Server server(o, [](http::Request&&) { return http::Response{}; });
   return server.start();
 }
+
+// A server on two threads whose handler for /block waits until released;
+// any other path is answered at once. Requests go each on a thread of its
+// own: the client keeps a thread's connections open for reuse, and closes
+// them when the thread ends.
+struct BlockingServer {
+  std::promise<void> started, release;
+  std::shared_future<void> released = release.get_future().share();
+  http::Server server{[] {
+                        http::ServerOptions o;
+                        o.listen = "127.0.0.1:0";
+                        o.threads = 2;
+                        return o;
+                      }(),
+                      [this](http::Request&& r) {
+                        if (r.target == "/block") {
+                          started.set_value();
+                          released.wait();
+                        }
+                        return http::json_response(200, "{}");
+                      }};
+  Result<uint16_t> port = server.start();
+
+  // A failed check must not leave the handler waiting: the server's
+  // destructor joins its threads.
+  ~BlockingServer() {
+    try {
+      release.set_value();
+    } catch (const std::future_error&) {  // released already
+    }
+  }
+
+  std::future<Result<http::Response>> request(const std::string& path,
+                                              std::chrono::seconds timeout) {
+    return std::async(std::launch::async, [this, path, timeout] {
+      http::ClientRequest req;
+      req.url = "http://127.0.0.1:" + std::to_string(*port) + path;
+      req.timeout = timeout;
+      return http::send(req);
+    });
+  }
+};
 
 }  // namespace
 
@@ -98,37 +141,43 @@ TEST_CASE("http server: a request with more than 100 header fields is refused be
 }
 
 TEST_CASE("http server: a handler that blocks holds up no connection on another thread") {
-  http::ServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.threads = 2;
-  std::promise<void> started, release;
-  auto released = release.get_future().share();
-  http::Server server(o, [&](http::Request&& r) {
-    if (r.target == "/block") {
-      started.set_value();
-      released.wait();
-    }
-    return http::json_response(200, "{}");
-  });
-  auto port = server.start();
-  REQUIRE(port.ok());
-  auto request = [&](const std::string& path) {
-    http::ClientRequest req;
-    req.url = "http://127.0.0.1:" + std::to_string(*port) + path;
-    req.timeout = std::chrono::seconds(5);
-    return http::send(req);
-  };
-  auto blocked = std::async(std::launch::async, [&] { return request("/block"); });
-  started.get_future().wait();
+  BlockingServer b;
+  REQUIRE(b.port.ok());
+  auto blocked = b.request("/block", std::chrono::seconds(5));
+  b.started.get_future().wait();
   // The second connection goes to the thread without one, and is answered
   // while the first thread's handler still waits.
-  auto quick = request("/quick");
-  release.set_value();
+  auto quick = b.request("/quick", std::chrono::seconds(5)).get();
+  b.release.set_value();
   REQUIRE(quick.ok());
   CHECK(quick->status == 200);
   auto first = blocked.get();
   REQUIRE(first.ok());
   CHECK(first->status == 200);
+}
+
+TEST_CASE(
+    "http server: a connection goes to the thread with the fewest connections when it arrives") {
+  // One thread blocked, and another connection came and went on the other:
+  // the next goes to the free thread, whatever turn it would have had.
+  BlockingServer b;
+  REQUIRE(b.port.ok());
+  auto blocked = b.request("/block", std::chrono::seconds(10));
+  b.started.get_future().wait();
+  auto second = b.request("/quick", std::chrono::seconds(2)).get();
+  // Waits for the server to see the second connection closed (an event,
+  // not a time: the bound only keeps a failure from hanging).
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (b.server.open_connections() > 1 && std::chrono::steady_clock::now() < bound)
+    std::this_thread::yield();
+  const size_t open = b.server.open_connections();
+  auto third = b.request("/quick", std::chrono::seconds(2)).get();
+  b.release.set_value();
+  CHECK(second.ok());
+  CHECK(open == 1);
+  REQUIRE(third.ok());
+  CHECK(third->status == 200);
+  CHECK(blocked.get().ok());
 }
 
 TEST_CASE("http server: work posted after stop that holds connections of every thread is dropped") {
