@@ -18,8 +18,7 @@ size_t raise_open_files_limit() {
   return static_cast<size_t>(rl.rlim_cur);
 }
 
-DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted,
-                                size_t event_loops) {
+DescriptorPlan plan_descriptors(size_t limit, ConnectionsWanted wanted, size_t event_loops) {
   DescriptorPlan p;
   // RocksDB: a quarter of the limit for table files, within [32, 4096].
   p.rocksdb_max_open_files = static_cast<int>(std::clamp<size_t>(limit / 4, 32, 4096));
@@ -28,11 +27,16 @@ DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t oper
   const size_t headroom = 96 + std::min<size_t>(limit / 16, 512) + event_loops;
   const size_t reserved = static_cast<size_t>(p.rocksdb_max_open_files) + headroom;
   const size_t budget = limit > reserved + 16 ? limit - reserved : 16;
-  p.operator_connections = std::min(operator_wanted, std::max<size_t>(4, budget / 8));
-  p.ingress_connections =
-      std::min(ingress_wanted, budget - std::min(budget, p.operator_connections));
+  // The operator API and MCP an eighth each at most (four at least), the
+  // webhooks the rest.
+  const size_t eighth = std::max<size_t>(4, budget / 8);
+  p.operator_connections = std::min(wanted.operator_api, eighth);
+  p.mcp_connections = std::min(wanted.mcp, eighth);
+  const size_t others = p.operator_connections + p.mcp_connections;
+  p.ingress_connections = std::min(wanted.ingress, budget - std::min(budget, others));
   p.ingress_connections = std::max<size_t>(p.ingress_connections, 4);
-  p.capped = p.ingress_connections < ingress_wanted || p.operator_connections < operator_wanted;
+  p.capped = p.ingress_connections < wanted.ingress ||
+             p.operator_connections < wanted.operator_api || p.mcp_connections < wanted.mcp;
   return p;
 }
 

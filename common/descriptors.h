@@ -19,12 +19,21 @@ struct DescriptorPlan {
   int rocksdb_max_open_files = 0;
   size_t ingress_connections = 0;
   size_t operator_connections = 0;
-  bool capped = false;  // a listener got fewer than it asked for
+  size_t mcp_connections = 0;  // 0 without an MCP listener
+  bool capped = false;         // a listener got fewer than it asked for
+};
+
+// What each listener asks for (`mcp` 0: no MCP listener).
+struct ConnectionsWanted {
+  size_t ingress = 0;
+  size_t operator_api = 0;
+  size_t mcp = 0;
 };
 
 // How `limit` descriptors are shared out, given what each listener asks for
 // and what the listeners' event loops hold (`event_loops`, kept apart).
-DescriptorPlan plan_descriptors(size_t limit, size_t ingress_wanted, size_t operator_wanted,
-                                size_t event_loops);
+// Every listener gets a share of its own: together they never hold more
+// than the budget.
+DescriptorPlan plan_descriptors(size_t limit, ConnectionsWanted wanted, size_t event_loops);
 
 }  // namespace opgate

@@ -39,6 +39,10 @@ constexpr int kOperatorThreads = 32;
 int mcp_threads(const Config& config) {
   return config.orders_source == "http" ? 32 : ingress_threads();
 }
+// Connections the operator API and MCP ask for; each gets a share of the
+// descriptors of its own (fewer when the limit is low).
+constexpr size_t kOperatorConnections = 1024;
+constexpr size_t kMcpConnections = 1024;
 // Each thread of an HTTP server runs an event loop, and one more accepts;
 // a loop holds three descriptors (epoll, its wake-up eventfd, a timerfd).
 size_t event_loop_descriptors(const Config& config) {
@@ -127,13 +131,17 @@ Status Node::open_store() {
                 {{"version", std::string(kVersion)}, {"revision", std::string(kRevision)}});
   // Descriptors are shared out before anything opens one.
   const size_t open_files = raise_open_files_limit();
-  fds_ = plan_descriptors(open_files, static_cast<size_t>(config_.max_connections), 1024,
+  fds_ = plan_descriptors(open_files,
+                          {.ingress = static_cast<size_t>(config_.max_connections),
+                           .operator_api = kOperatorConnections,
+                           .mcp = config_.mcp.enabled() ? kMcpConnections : 0},
                           event_loop_descriptors(config_));
   if (fds_.capped)
     spdlog::warn(
-        "only {} file descriptors are available: connections are capped at {} (webhooks) and {} "
-        "(operator); raise LimitNOFILE to allow more",
-        open_files, fds_.ingress_connections, fds_.operator_connections);
+        "only {} file descriptors are available: connections are capped at {} (webhooks), {} "
+        "(operator){}; raise LimitNOFILE to allow more",
+        open_files, fds_.ingress_connections, fds_.operator_connections,
+        config_.mcp.enabled() ? fmt::format(" and {} (MCP)", fds_.mcp_connections) : "");
   // A store that stops accepting writes (a failed WAL sync makes RocksDB
   // read-only until it is opened again) cannot settle or answer anything:
   // the daemon stops and exits non-zero, so that the service manager starts
@@ -336,7 +344,7 @@ void Node::build_mcp() {
   o.max_body_bytes = config_.max_body_bytes;
   o.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
   o.body_timeout = std::chrono::milliseconds(config_.body_timeout_ms);
-  o.max_connections = fds_.operator_connections;
+  o.max_connections = fds_.mcp_connections;
   o.tls = config_.mcp.tls;
   o.threads = mcp_threads(config_);
   mcp_server_ = std::make_unique<http::Server>(o, [this](http::Request&& r, http::Respond respond) {
