@@ -477,8 +477,10 @@ void Node::reload(const std::string& path) {
 int Node::drain(bool store_failed) {
   notify_stopping("draining");
   if (watchdog_) watchdog_->stop();
-  ready_ = false;
+  // Webhooks are refused before the node says it is unready, so that a
+  // sender who saw it unready is refused too, never accepted after.
   webhooks_->set_draining(true);
+  ready_ = false;
   ingress_server_->drain(std::chrono::seconds(10));
   // Answers whatever still waits for its group commit while the connections
   // it answers to can still be written.
