@@ -171,9 +171,13 @@ class Connection final : public ConnectionBase,
 
   void close_stopped() override { close(); }
 
-  // Called on drain from any thread: close if waiting for a new request.
+  // Called on drain from any thread: close if waiting for a new request. At
+  // most one such check waits in the loop's queue per connection, however
+  // long a handler holds up the loop.
   void close_if_idle() override {
+    if (idle_check_queued_.exchange(true)) return;
     net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->idle_check_queued_ = false;
       // A connection cooling down after a refused request is not waited for.
       if ((self->idle_ && !self->has_pending_bytes()) || self->cooling_) {
         self->cooldown_.cancel();
@@ -330,8 +334,9 @@ class Connection final : public ConnectionBase,
   uint64_t id_;
   bool idle_ = true;
   bool cooling_ = false;
-  uint64_t requests_ = 0;              // requests read, on its thread
-  std::atomic<uint64_t> answered_{0};  // requests answered, from any thread
+  uint64_t requests_ = 0;                       // requests read, on its thread
+  std::atomic<uint64_t> answered_{0};           // requests answered, from any thread
+  std::atomic<bool> idle_check_queued_{false};  // close_if_idle's, on drain
 };
 
 void Server::Impl::accept() {

@@ -1,6 +1,8 @@
 // What the HTTP server accepts as the address to listen on.
 #include <doctest/doctest.h>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -21,27 +23,32 @@ Result<uint16_t> start_on(const std::string& listen) {
   return server.start();
 }
 
-// A server on two threads whose handler for /block waits until released;
-// any other path is answered at once. Requests go each on a thread of its
-// own: the client keeps a thread's connections open for reuse, and closes
-// them when the thread ends.
+// A server (on two threads unless told) whose handler for /block waits
+// until released; any other path is answered at once. Requests go each on a
+// thread of its own: the client keeps a thread's connections open for
+// reuse, and closes them when the thread ends.
 struct BlockingServer {
+  explicit BlockingServer(int threads = 2)
+      : server(
+            [threads] {
+              http::ServerOptions o;
+              o.listen = "127.0.0.1:0";
+              o.threads = threads;
+              return o;
+            }(),
+            [this](http::Request&& r) {
+              if (r.target == "/block") {
+                started.set_value();
+                released.wait();
+              }
+              return http::json_response(200, "{}");
+            }),
+        port(server.start()) {}
+
   std::promise<void> started, release;
   std::shared_future<void> released = release.get_future().share();
-  http::Server server{[] {
-                        http::ServerOptions o;
-                        o.listen = "127.0.0.1:0";
-                        o.threads = 2;
-                        return o;
-                      }(),
-                      [this](http::Request&& r) {
-                        if (r.target == "/block") {
-                          started.set_value();
-                          released.wait();
-                        }
-                        return http::json_response(200, "{}");
-                      }};
-  Result<uint16_t> port = server.start();
+  http::Server server;
+  Result<uint16_t> port;
 
   // A failed check must not leave the handler waiting: the server's
   // destructor joins its threads.
@@ -218,4 +225,35 @@ TEST_CASE("http server: work posted after stop that holds connections of every t
   }
   // The stopped server closed both connections unanswered.
   for (auto& c : clients) CHECK_FALSE(c.get().ok());
+}
+
+TEST_CASE(
+    "http server: a drain closes an idle connection that shares its thread with a blocked "
+    "handler") {
+  // One thread: the idle connection's close waits behind the handler, and
+  // the drain, which asks again every few milliseconds meanwhile, still ends
+  // with both connections gone once the handler returns.
+  BlockingServer b(1);
+  REQUIRE(b.port.ok());
+  auto blocked = b.request("/block", std::chrono::seconds(10));
+  b.started.get_future().wait();
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::socket idle(ioc);
+  idle.connect({boost::asio::ip::make_address("127.0.0.1"), *b.port});
+  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (b.server.open_connections() < 2 && std::chrono::steady_clock::now() < bound)
+    std::this_thread::yield();
+  REQUIRE(b.server.open_connections() == 2);
+  auto drained = std::async(std::launch::async, [&] { b.server.drain(std::chrono::seconds(10)); });
+  b.release.set_value();
+  drained.get();
+  REQUIRE(b.server.open_connections() == 0);
+  auto first = blocked.get();
+  REQUIRE(first.ok());
+  CHECK(first->status == 200);
+  // The idle connection was closed by the server, unanswered.
+  char byte;
+  boost::system::error_code ec;
+  CHECK(boost::asio::read(idle, boost::asio::buffer(&byte, 1), ec) == 0);
+  CHECK(ec == boost::asio::error::eof);
 }
