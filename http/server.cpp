@@ -561,6 +561,7 @@ void Server::stop() {
 
 uint16_t Server::port() const { return impl_->port; }
 size_t Server::open_connections() const { return impl_->connections.load(); }
+bool Server::draining() const { return impl_->draining.load(); }
 uint64_t Server::accept_failures() const { return impl_->accept_failures.load(); }
 
 }  // namespace opgate::http

@@ -88,6 +88,8 @@ class Server {
   void stop();
   uint16_t port() const;
   size_t open_connections() const;
+  // True once drain() or stop() has begun.
+  bool draining() const;
   // Accepts that failed (e.g. out of descriptors) and were paused.
   uint64_t accept_failures() const;
 

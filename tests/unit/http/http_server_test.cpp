@@ -34,6 +34,9 @@ struct BlockingServer {
               http::ServerOptions o;
               o.listen = "127.0.0.1:0";
               o.threads = threads;
+              // Longer than any wait below: an idle connection is closed by
+              // the server's doing, never by its header deadline.
+              o.header_timeout = std::chrono::seconds(60);
               return o;
             }(),
             [this](http::Request&& r) {
@@ -230,21 +233,32 @@ TEST_CASE("http server: work posted after stop that holds connections of every t
 TEST_CASE(
     "http server: a drain closes an idle connection that shares its thread with a blocked "
     "handler") {
-  // One thread: the idle connection's close waits behind the handler, and
-  // the drain, which asks again every few milliseconds meanwhile, still ends
-  // with both connections gone once the handler returns.
+  // One thread. The idle connection is waiting for a request before the
+  // handler blocks the thread, so only the drain's check can close it, and
+  // that check waits behind the handler; the drain, which asks again every
+  // few milliseconds meanwhile, ends with both connections gone once the
+  // handler returns.
   BlockingServer b(1);
   REQUIRE(b.port.ok());
+  namespace net = boost::asio;
+  const net::ip::tcp::endpoint at(net::ip::make_address("127.0.0.1"), *b.port);
+  net::io_context ioc;
+  net::ip::tcp::socket idle(ioc);
+  idle.connect(at);
+  // Counted means its start is queued on the one thread, ahead of the
+  // blocked request's: by the time the handler blocks, it waits to read.
+  auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (b.server.open_connections() < 1 && std::chrono::steady_clock::now() < bound)
+    std::this_thread::yield();
+  REQUIRE(b.server.open_connections() == 1);
   auto blocked = b.request("/block", std::chrono::seconds(10));
   b.started.get_future().wait();
-  boost::asio::io_context ioc;
-  boost::asio::ip::tcp::socket idle(ioc);
-  idle.connect({boost::asio::ip::make_address("127.0.0.1"), *b.port});
-  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (b.server.open_connections() < 2 && std::chrono::steady_clock::now() < bound)
-    std::this_thread::yield();
-  REQUIRE(b.server.open_connections() == 2);
   auto drained = std::async(std::launch::async, [&] { b.server.drain(std::chrono::seconds(10)); });
+  // The handler is released once the drain has begun.
+  bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!b.server.draining() && std::chrono::steady_clock::now() < bound)
+    std::this_thread::yield();
+  REQUIRE(b.server.draining());
   b.release.set_value();
   drained.get();
   REQUIRE(b.server.open_connections() == 0);
@@ -254,6 +268,6 @@ TEST_CASE(
   // The idle connection was closed by the server, unanswered.
   char byte;
   boost::system::error_code ec;
-  CHECK(boost::asio::read(idle, boost::asio::buffer(&byte, 1), ec) == 0);
-  CHECK(ec == boost::asio::error::eof);
+  CHECK(net::read(idle, net::buffer(&byte, 1), ec) == 0);
+  CHECK(ec == net::error::eof);
 }
