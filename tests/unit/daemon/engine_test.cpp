@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "becomes_true.h"
 #include "world.h"
 
 using namespace opgate;
@@ -33,12 +34,7 @@ struct World : testing::World {
   }
   // Waits (bounded) for the dispatcher thread to finish a pass.
   static bool becomes_alive(const daemon::Engine& e, std::chrono::milliseconds within) {
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (std::chrono::steady_clock::now() < until) {
-      if (e.alive(within)) return true;
-      std::this_thread::yield();
-    }
-    return false;
+    return testing::becomes_true([&] { return e.alive(within); }, 10s);
   }
 };
 

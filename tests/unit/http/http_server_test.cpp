@@ -1,4 +1,5 @@
-// What the HTTP server accepts as the address to listen on.
+// The HTTP server: the addresses it listens on, header fields, its threads
+// and connections, drain and stop.
 #include <doctest/doctest.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -9,10 +10,12 @@
 #include <thread>
 #include <vector>
 
+#include "becomes_true.h"
 #include "http/client.h"
 #include "http/server.h"
 
 using namespace opgate;
+using testing::becomes_true;
 
 namespace {
 
@@ -177,9 +180,7 @@ TEST_CASE(
   auto second = b.request("/quick", std::chrono::seconds(2)).get();
   // Waits for the server to see the second connection closed (an event,
   // not a time: the bound only keeps a failure from hanging).
-  const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (b.server.open_connections() > 1 && std::chrono::steady_clock::now() < bound)
-    std::this_thread::yield();
+  becomes_true([&] { return b.server.open_connections() <= 1; }, std::chrono::seconds(3));
   const size_t open = b.server.open_connections();
   auto third = b.request("/quick", std::chrono::seconds(2)).get();
   b.release.set_value();
@@ -247,18 +248,13 @@ TEST_CASE(
   idle.connect(at);
   // Counted means its start is queued on the one thread, ahead of the
   // blocked request's: by the time the handler blocks, it waits to read.
-  auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (b.server.open_connections() < 1 && std::chrono::steady_clock::now() < bound)
-    std::this_thread::yield();
+  becomes_true([&] { return b.server.open_connections() >= 1; }, std::chrono::seconds(3));
   REQUIRE(b.server.open_connections() == 1);
   auto blocked = b.request("/block", std::chrono::seconds(10));
   b.started.get_future().wait();
   auto drained = std::async(std::launch::async, [&] { b.server.drain(std::chrono::seconds(10)); });
   // The handler is released once the drain has begun.
-  bound = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (!b.server.draining() && std::chrono::steady_clock::now() < bound)
-    std::this_thread::yield();
-  REQUIRE(b.server.draining());
+  REQUIRE(becomes_true([&] { return b.server.draining(); }, std::chrono::seconds(3)));
   b.release.set_value();
   drained.get();
   REQUIRE(b.server.open_connections() == 0);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "becomes_true.h"
 #include "fault_fs.h"
 #include "operations/attention.h"
 #include "operations/decisions.h"
@@ -594,9 +595,7 @@ TEST_CASE("a slow provider call holds only its own lane: another session is answ
   };
   for (int i = 0; i < 100 && !answered(); ++i) {
     w.engine->pass();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (w.lanes->in_flight() > 1 && std::chrono::steady_clock::now() < until)
-      std::this_thread::yield();
+    testing::becomes_true([&] { return w.lanes->in_flight() <= 1; }, std::chrono::seconds(10));
   }
   CHECK(answered());
   CHECK(w.state(kRefund) == "executing");  // the provider has not answered yet
