@@ -55,8 +55,8 @@ def split(before, after, done):
     return sorted(((n, t * 1000 / HZ / done) for n, t in by.items()), key=lambda x: -x[1])
 
 
-def round_of(bin_dir, pg_url, n):
-    c = Nodes(bin_dir, orders(n, prefix="S"), pg_url, count=1)
+def round_of(bin_dir, pg_url, n, nodes):
+    c = Nodes(bin_dir, orders(n, prefix="S"), pg_url, count=nodes)
     try:
         mark = {}
 
@@ -64,7 +64,7 @@ def round_of(bin_dir, pg_url, n):
             psql(c.db_url, "CHECKPOINT")
             mark["machine"], mark["processes"] = machine(), processes()
 
-        rate, done = settle(c, bin_dir, 1, [f"S{i}" for i in range(n)], before)
+        rate, done = settle(c, bin_dir, nodes, [f"S{i}" for i in range(n)], before)
         busy, procs, done = machine(), processes(), max(done, 1)
         cpu = (busy - mark["machine"]) * 1000 / HZ / done
         return rate, cpu, split(mark["processes"], procs, done)
@@ -73,14 +73,15 @@ def round_of(bin_dir, pg_url, n):
 
 
 def main():
-    a, b, pg_url, rounds, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(
-        sys.argv[5])
+    a, b, pg_url = sys.argv[1], sys.argv[2], sys.argv[3]
+    rounds, n, nodes = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
     names = {a: "A", b: "B"}
-    print(f"A = {a}\nB = {b}\n{n} refunds on one node, {rounds} rounds, the order swapped each")
+    where = "on one node" if nodes == 1 else f"approved on {nodes} nodes in turn"
+    print(f"A = {a}\nB = {b}\n{n} refunds {where}, {rounds} rounds, the order swapped each")
     results = {a: [], b: []}
     for r in range(rounds):
         for bin_dir in ((a, b) if r % 2 == 0 else (b, a)):
-            rate, cpu, by = round_of(bin_dir, pg_url, n)
+            rate, cpu, by = round_of(bin_dir, pg_url, n, nodes)
             results[bin_dir].append((rate, cpu))
             top = ", ".join(f"{name} {ms:.2f}" for name, ms in by[:4])
             print(f"round {r + 1} {names[bin_dir]}: {rate:.0f} refunds/s, {cpu:.2f} ms CPU per "
