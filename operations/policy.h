@@ -46,7 +46,8 @@ int tier_rank(std::string_view tier);
 // is raised to escalate_to_tier (operation.escalated). 0 turns either off.
 // Expiry still fails closed at approval_ttl_s.
 // [console.step_up]: approvals of proposals in these tiers, or above these
-// amounts (per currency), need a passkey's assertion (operations/step_up.h).
+// amounts (per currency), need a passkey's assertion (operations/step_up.h);
+// with any amount set, so does money in a currency it names no amount for.
 struct StepUpPolicy {
   std::vector<std::string> tiers;
   std::map<std::string, int64_t> above_minor;

@@ -124,8 +124,11 @@ std::string passkey_id(const pb::Passkey& p) { return crypto::base64url_encode(p
 bool step_up_required(const pb::Proposal& p, const StepUpPolicy& policy) {
   if (std::find(policy.tiers.begin(), policy.tiers.end(), p.tier()) != policy.tiers.end())
     return true;
+  if (policy.above_minor.empty() || p.currency().empty()) return false;
+  // A currency the policy names no line for needs the passkey at any
+  // amount, as the two-person rule counts it: a line left out fails closed.
   auto above = policy.above_minor.find(p.currency());
-  return above != policy.above_minor.end() && p.amount_minor() > above->second;
+  return above == policy.above_minor.end() || p.amount_minor() > above->second;
 }
 
 Result<std::string> issue_passkey_challenge(store::Transaction& txn, const std::string& principal,

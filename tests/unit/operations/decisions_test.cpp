@@ -599,6 +599,24 @@ TEST_CASE("step-up: above the policy's line an approval needs the approver's pas
   CHECK((*operations::passkeys_of(w.storage->reader(), "alice"))[0].sign_count() == 1);
 }
 
+TEST_CASE("step-up: a currency the policy names no line for needs the passkey at any amount") {
+  operations::PolicyConfig policy;
+  policy.step_up.above_minor = {{"EUR", 50000}};  // the refund is in USD
+  World w(policy);
+  const auto before = w.operation(kRefund);
+  REQUIRE(before.proposal().currency() == "USD");
+  Status bare = approve_with(w, person("alice"), std::nullopt);
+  REQUIRE_FALSE(bare.ok());
+  CHECK(bare.error().is(errc::step_up_required));
+  CHECK(w.operation(kRefund).SerializeAsString() == before.SerializeAsString());
+  // With a line for USD above the refund, no passkey is asked.
+  operations::PolicyConfig lined;
+  lined.step_up.above_minor = {{"EUR", 50000}, {"USD", 50000}};
+  World v(lined);
+  Status approved = approve_with(v, person("alice"), std::nullopt);
+  REQUIRE_MESSAGE(approved.ok(), approved.error().message);
+}
+
 TEST_CASE("step-up: a replayed assertion, another operation's or a stale one is refused") {
   operations::PolicyConfig policy;
   policy.step_up.above_minor = {{"USD", 1000}};
