@@ -21,6 +21,11 @@ namespace {
 constexpr std::string_view kRelatedTask = "io.modelcontextprotocol/related-task";
 constexpr size_t kTasksPerPage = 100;
 
+bool same_call(const pb::CallRef& a, const pb::CallRef& b) {
+  return a.session_id() == b.session_id() && a.turn_id() == b.turn_id() &&
+         a.call_id() == b.call_id();
+}
+
 http::Response json_answer(int status, std::string body) {
   http::Response r = http::json_response(status, std::move(body));
   return r;
@@ -419,6 +424,12 @@ Result<json::object> FrontDoor::cancel_task(const Caller& caller, const json::ob
     }
     if (call->result_saved() || !op)
       return make_error(errc::invalid_state, "The task has ended; it cannot be cancelled.");
+    // A task that linked to an operation another call proposed waits on it
+    // but does not own it: only the proposing call's task withdraws it.
+    if (op->calls_size() == 0 || !same_call(op->calls(0), ref))
+      return make_error(errc::invalid_state,
+                        "The task waits on an operation another call proposed; only that "
+                        "call's task can withdraw it.");
     return operations::withdraw(txn, op->key(), caller.token.owner(), caller.principal,
                                 std::string(kWithdrawnReason));
   }));

@@ -309,6 +309,15 @@ TEST_CASE("tasks/cancel withdraws a pending proposal; a task survives a kill -9 
   a.initialize();
   auto first = a.tool("request_refund", json::object{{"order_id", "ORDER-100"}}, true);
   const std::string withdrawn = str(first.at("task"), "taskId");
+  // Another agent of the same owner asks the same refund: its task waits on
+  // the operation, and cancelling that task does not withdraw it.
+  Agent other(c, str(mint(c, "demo-user"), "token"));
+  other.initialize();
+  auto linked = other.tool("request_refund", json::object{{"order_id", "ORDER-100"}}, true);
+  const std::string linked_id = str(linked.at("task"), "taskId");
+  CHECK(other.error("tasks/cancel", json::object{{"taskId", linked_id}}).at("code").as_int64() ==
+        -32602);
+  CHECK(str(c.wait_operation(kRefund, [](auto&) { return true; }), "state") == "pending");
   auto cancelled = a.call("tasks/cancel", json::object{{"taskId", withdrawn}});
   CHECK(str(cancelled, "status") == "cancelled");
   auto op = c.wait_operation(kRefund, [](auto& o) { return str(o, "state") == "settled"; });
