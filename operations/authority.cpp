@@ -25,6 +25,29 @@ bool Principal::sees_every_owner() const {
   return std::find(owners.begin(), owners.end(), "*") != owners.end();
 }
 
+namespace {
+
+// Why `principal`'s tier, limit or name keep it from approving `p`.
+std::optional<Error> authority_refusal(const Principal& principal, const pb::Proposal& p) {
+  if (!principal.tiers.empty() &&
+      std::find(principal.tiers.begin(), principal.tiers.end(), p.tier()) == principal.tiers.end())
+    return make_error(errc::forbidden,
+                      fmt::format("This token may not approve {}-tier proposals.", p.tier()));
+  auto limit = principal.max_amount_minor.find(p.currency());
+  if (limit == principal.max_amount_minor.end() || p.amount_minor() > limit->second)
+    return make_error(errc::forbidden, "The amount is above this token's approval limit.");
+  if (principal.name == p.owner())
+    return make_error(errc::self_approval, "A principal cannot approve its own operation.");
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool may_approve(const Principal& principal, const pb::Proposal& proposal) {
+  return principal.has_scope(scope::approve) && principal.may_act_for(proposal.owner()) &&
+         !authority_refusal(principal, proposal);
+}
+
 Result<ApprovalStep> check_approval(const pb::Operation& op, const Principal& principal,
                                     const ApprovalRequest& request, int approvals_needed) {
   const auto& p = op.proposal();
@@ -40,15 +63,7 @@ Result<ApprovalStep> check_approval(const pb::Operation& op, const Principal& pr
     return make_error(errc::proposal_mismatch,
                       "The approval does not match the stored proposal (amount, currency or "
                       "fingerprint); fetch the operation again and approve what it shows.");
-  if (!principal.tiers.empty() &&
-      std::find(principal.tiers.begin(), principal.tiers.end(), p.tier()) == principal.tiers.end())
-    return make_error(errc::forbidden,
-                      fmt::format("This token may not approve {}-tier proposals.", p.tier()));
-  auto limit = principal.max_amount_minor.find(p.currency());
-  if (limit == principal.max_amount_minor.end() || p.amount_minor() > limit->second)
-    return make_error(errc::forbidden, "The amount is above this token's approval limit.");
-  if (principal.name == p.owner())
-    return make_error(errc::self_approval, "A principal cannot approve its own operation.");
+  if (auto refused = authority_refusal(principal, p)) return *refused;
   for (const auto& a : op.approvals())
     if (a.principal() == principal.name) return ApprovalStep::repeat;
   return op.approvals_size() + 1 >= approvals_needed ? ApprovalStep::complete

@@ -61,6 +61,10 @@ enum class ApprovalStep {
   repeat,    // this principal approved before: nothing changes
 };
 
+// Whether `principal` may approve `proposal` now: the scope, its owner in
+// sight and not the principal's own, the tier and the limit.
+bool may_approve(const Principal& principal, const pb::Proposal& proposal);
+
 // Checks a principal's approval of a pending operation that needs
 // `approvals_needed` distinct approvers. Errors: forbidden, self_approval,
 // proposal_mismatch, invalid_state.

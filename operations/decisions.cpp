@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <vector>
 
 #include "common/crypto.h"
 #include "operations/escalation.h"
@@ -105,12 +107,41 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
                   {"discarded_approvals", discarded}});
 }
 
+// An approval names its token by this many hex digits of its SHA-256.
+constexpr size_t kTokenIdDigits = 16;
+
+// Discards the approvals of a pending operation whose approver may no
+// longer approve it, or whose token is no longer configured (approve(),
+// `in_force`).
+Status drop_lapsed_approvals(store::Transaction& txn, pb::Operation& op,
+                             const std::vector<Principal>& in_force, const std::string& by) {
+  if (!is(op, State::pending)) return Status::Ok();
+  std::string lapsed;
+  google::protobuf::RepeatedPtrField<pb::Approval> kept;
+  for (const auto& a : op.approvals()) {
+    const bool holds = std::any_of(in_force.begin(), in_force.end(), [&](const Principal& p) {
+      return p.name == a.principal() && p.token_sha256.starts_with(a.token_id()) &&
+             may_approve(p, op.proposal());
+    });
+    if (holds)
+      *kept.Add() = a;
+    else
+      lapsed += (lapsed.empty() ? "" : ",") + a.principal();
+  }
+  if (lapsed.empty()) return Status::Ok();
+  *op.mutable_approvals() = std::move(kept);
+  return save_with_audit(txn, op, "approval_lapsed", by,
+                         details({{"discarded_approvals", lapsed},
+                                  {"reason", "the approver may no longer approve this proposal"}}));
+}
+
 }  // namespace
 
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
                          const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced,
-                         const std::optional<ClaimAtOnce>& claim_at_once) {
+                         const std::optional<ClaimAtOnce>& claim_at_once,
+                         const std::vector<Principal>* in_force) {
   OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
   if (!principal.has_scope(scope::approve))
     return make_error(errc::forbidden, "This token may not approve operations.");
@@ -126,6 +157,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                     op.proposal().tier(), shown_tier));
     return out;
   }
+  if (in_force) OPGATE_TRY(drop_lapsed_approvals(txn, op, *in_force, principal.name));
   // A lower amount is applied to a copy first: an approval refused below
   // keeps nothing of it, and an expiry or rejection settles what was proposed.
   ApprovalRequest asked = request;
@@ -177,6 +209,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   auto* approval = op.add_approvals();
   approval->set_principal(principal.name);
   approval->set_at_ms(txn.now_ms());
+  approval->set_token_id(principal.token_sha256.substr(0, kTokenIdDigits));
   // What was approved, and the policy it was approved under.
   json::object shown{{"amount_minor", asked.amount_minor},
                      {"currency", asked.currency},

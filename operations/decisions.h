@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "operations/authority.h"
@@ -66,11 +67,18 @@ struct Approved {
 //
 // With `claim_at_once`, the last approval also claims the operation (see
 // ClaimAtOnce).
+//
+// With `in_force` (the principals configured now), an earlier approval
+// counts only while the token it was given with is still configured and its
+// principal may still approve the proposal (may_approve: tier, limit and
+// owners still covering it); those that may not are discarded first,
+// audited as "approval_lapsed". The operator API always passes them.
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
                          const Principal& principal, const ApprovalRequest& request,
                          const PolicyConfig& policy,
                          const std::optional<SourcedOrder>& sourced = std::nullopt,
-                         const std::optional<ClaimAtOnce>& claim_at_once = std::nullopt);
+                         const std::optional<ClaimAtOnce>& claim_at_once = std::nullopt,
+                         const std::vector<Principal>* in_force = nullptr);
 
 // Binds a pending operation to the tier the policy in force gives it: a
 // new tier changes the proposal, so its fingerprint is computed again and

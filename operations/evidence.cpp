@@ -95,9 +95,12 @@ json::value details_of(const pb::AuditRecord& r) {
 // What a reader wants without walking the records: the decisions and the
 // provider's (or executor's) side, each pointing at its record.
 void summarise(const std::vector<pb::AuditRecord>& records, json::object& body) {
-  static const std::set<std::string_view> kDecisions = {
-      "approve",  "approval_recorded", "deny",          "narrow", "expire", "reject", "retier",
-      "escalate", "resolve_succeeded", "resolve_failed"};
+  static const std::set<std::string_view> kDecisions = {"approve",         "approval_recorded",
+                                                        "approval_lapsed", "deny",
+                                                        "narrow",          "expire",
+                                                        "reject",          "retier",
+                                                        "escalate",        "resolve_succeeded",
+                                                        "resolve_failed"};
   static const std::set<std::string_view> kProvider = {
       "claim",      "provider_succeeded",  "provider_refused", "provider_indeterminate",
       "restart",    "reconcile_succeeded", "reconcile_failed", "reconcile_absent",

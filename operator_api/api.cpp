@@ -642,6 +642,7 @@ class Api {
       if (!sourced) return from_error(sourced.error());
     }
     auto policy = d_.policy.get();
+    auto in_force = d_.principals.get();  // the approvals so far must still hold
     std::optional<Error> refusal;
     store::ReadAhead ahead;
     ahead.operations = {key};
@@ -661,7 +662,8 @@ class Api {
       if (auto shown = operations::visible_operation(txn, key, p); shown)
         OPGATE_TRY(names_only_its_own(*shown, body));
       OPGATE_ASSIGN_OR_RETURN(
-          auto approved, operations::approve(txn, key, p, request, *policy, *sourced, at_once));
+          auto approved,
+          operations::approve(txn, key, p, request, *policy, *sourced, at_once, in_force.get()));
       refusal = approved.refusal;
       claimed = std::move(approved.claimed);
       // A refusal is answered with the state as it is (conflict_with_state).

@@ -141,6 +141,31 @@ owners = ["*"]
   CHECK(count_of(c.daemon_log(), "\"listening: ") == 1);  // never restarted
 }
 
+TEST_CASE("an approval whose token a reload revoked no longer counts toward the two needed") {
+  Cluster c;
+  c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-300"}}])");
+  const std::string key = "demo-user:ORDER-300:full-refund:v1";
+  c.wait_operation(key, [](auto& x) { return str(x, "state") == "pending"; });
+  REQUIRE(c.approve(key, kAliceToken).at("approvals").as_array().size() == 1);
+  auto config = read_file(c.config_file());
+  const std::string alice = crypto::sha256_hex(kAliceToken);
+  REQUIRE(config.find(alice) != std::string::npos);
+  replace_all(config, alice, crypto::sha256_hex("tok-alice-revoked"));
+  write_file(c.config_file(), config);
+  c.signal_daemon(SIGHUP);
+  CHECK(eventually([&] { return c.daemon_log().find("config.reloaded") != std::string::npos; }));
+  // bob's approval is the only one in force: the refund still waits.
+  auto after = c.approve(key, kBobToken);
+  CHECK(str(after, "state") == "pending");
+  auto approvals = after.at("approvals").as_array();
+  REQUIRE(approvals.size() == 1);
+  CHECK(str(approvals[0], "principal") == "bob");
+  auto audit = c.op("GET", "/v1/audit?operation=" + key).body.at("audit").as_array();
+  CHECK(std::any_of(audit.begin(), audit.end(),
+                    [](const auto& r) { return str(r, "action") == "approval_lapsed"; }));
+  CHECK(c.payments_admin("GET", "/_sim/stats").body.at("post_requests").as_int64() == 0);
+}
+
 TEST_CASE("a request in flight during a reload is answered") {
   Cluster c;
   boost::asio::io_context ioc;

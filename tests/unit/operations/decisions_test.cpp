@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/crypto.h"
 #include "operations/drafts.h"
 #include "operations/keys.h"
 #include "operations/notifications.h"
@@ -50,18 +51,19 @@ struct World : testing::World {
                                        std::optional<int64_t> amount = std::nullopt,
                                        std::string edit_reason = {},
                                        std::optional<std::string> currency = std::nullopt,
-                                       std::optional<operations::ClaimAtOnce> claim_at_once = {}) {
+                                       std::optional<operations::ClaimAtOnce> claim_at_once = {},
+                                       const std::vector<operations::Principal>* in_force = {}) {
     auto op = operation(kRefund);
     std::optional<operations::Approved> out;
     Status s = storage->transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(auto a,
-                              operations::approve(txn, kRefund, who,
-                                                  {amount.value_or(op.proposal().amount_minor()),
-                                                   currency.value_or(op.proposal().currency()),
-                                                   op.fingerprint(),
-                                                   edit_reason,
-                                                   {}},
-                                                  *policy.get(), std::nullopt, claim_at_once));
+      OPGATE_ASSIGN_OR_RETURN(
+          auto a, operations::approve(txn, kRefund, who,
+                                      {amount.value_or(op.proposal().amount_minor()),
+                                       currency.value_or(op.proposal().currency()),
+                                       op.fingerprint(),
+                                       edit_reason,
+                                       {}},
+                                      *policy.get(), std::nullopt, claim_at_once, in_force));
       out = a;
       return Status::Ok();
     });
@@ -135,6 +137,75 @@ TEST_CASE("with no threshold for the currency, one approval does not release the
   REQUIRE(second.ok());
   CHECK(second->step == operations::ApprovalStep::complete);
   CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+}
+
+TEST_CASE("an earlier approval counts only while its approver may still approve the proposal") {
+  operations::PolicyConfig policy;
+  policy.two_person_threshold_minor = {{"GBP", 50000}};  // none for USD: two approvals
+  auto approve = [](World& w, const operations::Principal& who,
+                    const std::vector<operations::Principal>& in_force) {
+    return w.approve(who, std::nullopt, {}, std::nullopt, {}, &in_force);
+  };
+  auto lapsed_record = [](World& w) -> std::string {
+    auto audit = w.storage->reader().audit_of(kRefund);
+    REQUIRE(audit.ok());
+    for (const auto& r : *audit)
+      if (r.action() == "approval_lapsed")
+        return json::parse(r.details_json()).at("discarded_approvals").as_string().c_str();
+    return "";
+  };
+  std::vector<operations::Principal> in_force{person("alice"), person("bob"), person("carol")};
+  for (auto& p : in_force) p.token_sha256 = crypto::sha256_hex("tok-" + p.name);
+  SUBCASE("the first approver's limit was cut below the amount") {
+    World w(policy);
+    REQUIRE(approve(w, in_force[0], in_force)->step == operations::ApprovalStep::recorded);
+    in_force[0].max_amount_minor = {{"USD", 100}};  // a reload
+    auto second = approve(w, in_force[1], in_force);
+    REQUIRE(second.ok());
+    CHECK(second->step == operations::ApprovalStep::recorded);
+    auto op = w.operation(kRefund);
+    CHECK(op.state() == pb::STATE_PENDING);
+    REQUIRE(op.approvals_size() == 1);
+    CHECK(op.approvals(0).principal() == "bob");
+    CHECK(lapsed_record(w) == "alice");
+    // A second approver in force completes it.
+    auto third = approve(w, in_force[2], in_force);
+    REQUIRE(third.ok());
+    CHECK(third->step == operations::ApprovalStep::complete);
+    CHECK(w.operation(kRefund).state() == pb::STATE_APPROVED);
+    CHECK(w.storage->verify_audit()->ok);
+  }
+  SUBCASE("the first approver's token is gone") {
+    World w(policy);
+    REQUIRE(approve(w, in_force[0], in_force)->step == operations::ApprovalStep::recorded);
+    in_force.erase(in_force.begin());  // alice's token revoked
+    auto second = approve(w, in_force[0], in_force);
+    REQUIRE(second.ok());
+    CHECK(second->step == operations::ApprovalStep::recorded);
+    CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+    CHECK(lapsed_record(w) == "alice");
+  }
+  SUBCASE("the first approver's token was replaced") {
+    World w(policy);
+    REQUIRE(approve(w, in_force[0], in_force)->step == operations::ApprovalStep::recorded);
+    in_force[0].token_sha256 = crypto::sha256_hex("tok-alice-new");  // the old one leaked
+    auto second = approve(w, in_force[1], in_force);
+    REQUIRE(second.ok());
+    CHECK(second->step == operations::ApprovalStep::recorded);
+    CHECK(lapsed_record(w) == "alice");
+    // alice's new token approves again, and that approval counts.
+    auto again = approve(w, in_force[0], in_force);
+    REQUIRE(again.ok());
+    CHECK(again->step == operations::ApprovalStep::complete);
+  }
+  SUBCASE("approvers still in force: nothing lapses") {
+    World w(policy);
+    REQUIRE(approve(w, in_force[0], in_force)->step == operations::ApprovalStep::recorded);
+    auto second = approve(w, in_force[1], in_force);
+    REQUIRE(second.ok());
+    CHECK(second->step == operations::ApprovalStep::complete);
+    CHECK(lapsed_record(w).empty());
+  }
 }
 
 TEST_CASE("a reload that raises a refund's tier binds the pending proposal: the old tier cannot") {
