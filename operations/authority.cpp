@@ -21,6 +21,10 @@ bool Principal::may_act_for(const std::string& owner) const {
   return false;
 }
 
+bool Principal::decides_tier(std::string_view tier) const {
+  return tiers.empty() || std::find(tiers.begin(), tiers.end(), tier) != tiers.end();
+}
+
 bool Principal::sees_every_owner() const {
   return std::find(owners.begin(), owners.end(), "*") != owners.end();
 }
@@ -29,8 +33,7 @@ namespace {
 
 // Why `principal`'s tier, limit or name keep it from approving `p`.
 std::optional<Error> authority_refusal(const Principal& principal, const pb::Proposal& p) {
-  if (!principal.tiers.empty() &&
-      std::find(principal.tiers.begin(), principal.tiers.end(), p.tier()) == principal.tiers.end())
+  if (!principal.decides_tier(p.tier()))
     return make_error(errc::forbidden,
                       fmt::format("This token may not approve {}-tier proposals.", p.tier()));
   auto limit = principal.max_amount_minor.find(p.currency());

@@ -39,6 +39,8 @@ struct Principal {
   // "admin" holds every scope.
   bool has_scope(std::string_view scope) const;
   bool may_act_for(const std::string& owner) const;
+  // Whether this token may decide (approve or deny) proposals of `tier`.
+  bool decides_tier(std::string_view tier) const;
   // A pattern "*": every owner, so whole-store facts (the audit chain's
   // length and its problems, which name other owners' keys) may be shown.
   bool sees_every_owner() const;

@@ -280,6 +280,9 @@ Status deny(store::Transaction& txn, const std::string& key, const Principal& pr
   OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
   if (!principal.has_scope(scope::approve))
     return make_error(errc::forbidden, "This token may not deny operations.");
+  if (!principal.decides_tier(op.proposal().tier()))
+    return make_error(errc::forbidden, fmt::format("This token may not decide {}-tier proposals.",
+                                                   op.proposal().tier()));
   if (is(op, Outcome::denied) && op.decided_by() == principal.name) return Status::Ok();
   if (!is(op, State::pending))
     return make_error(errc::invalid_state, "Only pending operations can be denied.");

@@ -93,7 +93,8 @@ Result<bool> retier(store::Transaction& txn, pb::Operation& operation, const Pol
 Result<size_t> retier_pending(store::Storage& storage, const PolicyConfig& policy);
 
 // Denies a pending operation; the reason is what the session is told.
-// Denying again by the same principal is not an error.
+// The principal must decide the proposal's tier (Principal::decides_tier),
+// as for an approval. Denying again by the same principal is not an error.
 Status deny(store::Transaction& txn, const std::string& key, const Principal& principal,
             const std::string& reason);
 

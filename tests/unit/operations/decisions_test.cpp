@@ -232,6 +232,13 @@ TEST_CASE("a reload that raises a refund's tier binds the pending proposal: the 
   REQUIRE_FALSE(again.ok());
   CHECK(again.error().is(errc::forbidden));
   CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
+  // Nor deny: a desk decides its own tiers only, either way.
+  Status denied = w.storage->transact([&](store::Transaction& txn) -> Status {
+    return operations::deny(txn, kRefund, desk, "not ours to decide");
+  });
+  REQUIRE_FALSE(denied.ok());
+  CHECK(denied.error().is(errc::forbidden));
+  CHECK(w.operation(kRefund).state() == pb::STATE_PENDING);
   auto supervisor = w.approve(person("sam"));
   REQUIRE(supervisor.ok());
   CHECK_FALSE(supervisor->refusal);
