@@ -183,7 +183,7 @@ http::Response FrontDoor::answer(const http::Request& request, http::Respond& re
     return json_answer(400, error_body(m.id, rpc::invalid_request,
                                        fmt::format("Protocol version {} is not supported.",
                                                    version->substr(0, 40))));
-  Caller caller{**found, operations::agent_principal(**found), "mcp:" + (*found)->id()};
+  Caller caller{**found, operations::agent_principal(**found), operations::agent_session(**found)};
   if (m.method == "initialize") {
     const auto asked = string_param(m.params, "protocolVersion", 40).value_or("");
     const std::string agreed(negotiate(asked));

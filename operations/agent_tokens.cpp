@@ -14,6 +14,7 @@ namespace {
 
 constexpr std::string_view kByHash = "agent_token";
 constexpr std::string_view kById = "agent_token_id";
+constexpr std::string_view kSessionPrefix = "mcp:";
 
 std::string audit_key(const pb::AgentToken& t) { return "agent-token:" + t.id(); }
 
@@ -106,6 +107,19 @@ Result<pb::AgentToken> revoke_agent_token(store::Transaction& txn, const std::st
 }
 
 std::string agent_principal(const pb::AgentToken& token) { return "agent:" + token.id(); }
+
+std::string agent_session(const pb::AgentToken& token) {
+  return std::string(kSessionPrefix) + token.id();
+}
+
+Result<std::optional<pb::AgentToken>> agent_token_of_session(store::Reader& reader,
+                                                             std::string_view session_id) {
+  if (!session_id.starts_with(kSessionPrefix)) return std::optional<pb::AgentToken>();
+  OPGATE_ASSIGN_OR_RETURN(
+      auto sha, reader.kept(kById, std::string(session_id.substr(kSessionPrefix.size()))));
+  if (!sha) return std::optional<pb::AgentToken>();
+  return by_hash(reader, *sha);
+}
 
 json::object agent_token_json(const pb::AgentToken& t, int64_t now_ms) {
   const char* state = t.revoked_at_ms() != 0                                    ? "revoked"

@@ -50,6 +50,15 @@ Result<pb::AgentToken> revoke_agent_token(store::Transaction& txn, const std::st
 // "agent:{id}": who acts, in the audit, when the token does.
 std::string agent_principal(const pb::AgentToken& token);
 
+// "mcp:{id}": the session its calls are made in.
+std::string agent_session(const pb::AgentToken& token);
+
+// The agent token whose calls make up `session_id`, if that is such a
+// session (revoked or expired as well): who minted it is who stands behind
+// what it proposed.
+Result<std::optional<pb::AgentToken>> agent_token_of_session(store::Reader& reader,
+                                                             std::string_view session_id);
+
 // {"id","owner","label","created_by","created_at_ms","expires_at_ms",
 // "revoked_at_ms","revoked_by","state"}: never the hash.
 boost::json::object agent_token_json(const pb::AgentToken& token, int64_t now_ms);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "operations/agent_tokens.h"
 #include "operations/escalation.h"
 #include "operations/execution.h"
 #include "operations/keys.h"
@@ -174,6 +175,11 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
                           check_approval(op, principal, asked, approvals_needed(p, policy)));
   out.step = step;
   if (step == ApprovalStep::repeat) return out;  // the same answer; nothing written
+  // Proposed through an agent token this principal minted: its own, too.
+  OPGATE_ASSIGN_OR_RETURN(auto minted, agent_token_of_session(txn, op.session_id()));
+  if (minted && minted->created_by() == principal.name)
+    return make_error(errc::self_approval,
+                      "A principal cannot approve what an agent token it minted proposed.");
   const bool step_up = step_up_required(as_proposed.proposal(), policy.step_up) ||
                        step_up_required(p, policy.step_up);
   if (step_up && !request.step_up)

@@ -252,6 +252,22 @@ TEST_CASE("a revoked token is refused at once; what it proposed lives on and set
   CHECK(str(calls[0], "call_id") == task_id);
 }
 
+TEST_CASE("who minted an agent token cannot approve what the token proposed") {
+  Cluster c;
+  Agent a(c, str(mint(c, "demo-user", kAdminToken), "token"));
+  a.initialize();
+  a.tool("request_refund", json::object{{"order_id", "ORDER-100"}}, true);
+  c.wait_operation(kRefund, [](auto& o) { return str(o, "state") == "pending"; });
+  auto self = c.approve(kRefund, kAdminToken, 403);
+  CHECK(json::serialize(self).find("self_approval") != std::string::npos);
+  CHECK(str(c.operation(kRefund), "state") == "pending");
+  CHECK(c.operation(kRefund).at("approvals").as_array().empty());
+  // Another approver may.
+  c.approve(kRefund, kAliceToken);
+  auto op = c.wait_operation(kRefund, [](auto& o) { return str(o, "state") == "settled"; });
+  CHECK(str(op, "outcome") == "succeeded");
+}
+
 TEST_CASE("sessions, versions, methods and DNS rebinding are checked before anything else") {
   Cluster c;
   const std::string token = str(mint(c, "demo-user"), "token");
