@@ -16,6 +16,14 @@ namespace json = boost::json;
 
 namespace {
 
+// Two calls' arguments as JSON values (key order and spacing aside).
+bool same_arguments(std::string_view a, std::string_view b) {
+  boost::json::error_code ea, eb;
+  const auto va = boost::json::parse(a, ea);
+  const auto vb = boost::json::parse(b, eb);
+  return !ea && !eb && va == vb;
+}
+
 pb::CallRef ref_of(const pb::ToolCall& call) {
   pb::CallRef ref;
   ref.set_session_id(call.session_id());
@@ -153,6 +161,19 @@ Result<bool> link_to_refund(store::Transaction& txn, pb::ToolCall& call, const s
   OPGATE_ASSIGN_OR_RETURN(auto latest, latest_operation(txn, owner, order_id, kFullRefund));
   if (!latest) return false;
   if (is(*latest, Outcome::rejected) || is(*latest, Outcome::expired)) return false;
+  OPGATE_TRY(link(txn, *latest, call, principal));
+  return true;
+}
+
+Result<bool> link_to_same_call(store::Transaction& txn, pb::ToolCall& call,
+                               const std::string& owner, const std::string& order_id,
+                               std::string_view kind, const std::string& principal) {
+  OPGATE_ASSIGN_OR_RETURN(auto latest, latest_operation(txn, owner, order_id, std::string(kind)));
+  if (!latest || latest->calls_size() == 0) return false;
+  if (is(*latest, Outcome::rejected) || is(*latest, Outcome::expired)) return false;
+  OPGATE_ASSIGN_OR_RETURN(auto proposing, txn.call(latest->calls(0)));
+  if (!proposing || !same_arguments(proposing->arguments_json(), call.arguments_json()))
+    return false;
   OPGATE_TRY(link(txn, *latest, call, principal));
   return true;
 }

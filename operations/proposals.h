@@ -45,4 +45,13 @@ Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& 
 Result<bool> link_to_refund(store::Transaction& txn, pb::ToolCall& call, const std::string& owner,
                             const std::string& order_id, const std::string& principal = "system");
 
+// Any other proposing tool: links the call to the newest operation of
+// `kind` for the order when the call that proposed it had the same
+// arguments (as JSON values) and it was not rejected or expired, and returns
+// true: the same call made again hears that operation, even where the
+// policy, asked again, would refuse it now (a credit's money already spent).
+Result<bool> link_to_same_call(store::Transaction& txn, pb::ToolCall& call,
+                               const std::string& owner, const std::string& order_id,
+                               std::string_view kind, const std::string& principal);
+
 }  // namespace opgate::operations

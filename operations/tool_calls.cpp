@@ -40,19 +40,27 @@ Result<AnsweredCall> answer_call(store::Transaction& txn, const AgentCall& reque
   call.set_created_at_ms(txn.now_ms());
   call.set_mcp(request.mcp);
 
-  // A refund already proposed for the order answers from the operation,
-  // before the policy is asked again: once refunded, the order would fail
-  // the policy, but the agent must hear the recorded outcome.
-  if (request.name == "request_refund" && policy.enabled("request_refund"))
-    if (auto order_id = refund_order_id(request.arguments_json)) {
+  // A refund already proposed for the order, or the same call of another
+  // proposing tool made again, answers from the operation before the policy
+  // is asked again: once refunded (or credited), the order would fail the
+  // policy, but the agent must hear the recorded outcome.
+  if (auto kind = proposal_kind(request.name, policy)) {
+    const bool refund = request.name == "request_refund";
+    auto order_id = refund ? refund_order_id(request.arguments_json)
+                           : order_id_argument(request.arguments_json);
+    if (order_id) {
       call.set_order_id(*order_id);
       OPGATE_ASSIGN_OR_RETURN(
-          bool linked, link_to_refund(txn, call, request.owner, *order_id, request.principal));
+          bool linked,
+          refund
+              ? link_to_refund(txn, call, request.owner, *order_id, request.principal)
+              : link_to_same_call(txn, call, request.owner, *order_id, *kind, request.principal));
       if (linked) {
         out.outcome = "proposal";
         return out;
       }
     }
+  }
 
   OrderLookup lookup = [&](const std::string& order_id) -> Result<std::optional<OrderView>> {
     if (fetched) {

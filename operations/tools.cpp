@@ -435,6 +435,15 @@ pb::ToolResult note_result(const Note& note, std::string_view note_id) {
                                      {"visible_to_customer", false}});
 }
 
+std::optional<std::string> proposal_kind(std::string_view tool, const PolicyConfig& policy) {
+  if (!policy.offers(tool) || !policy.proposes(tool)) return std::nullopt;
+  if (tool == "request_refund") return std::string(kFullRefund);
+  if (tool == "issue_account_credit") return std::string(kAccountCredit);
+  if (tool == "cancel_order") return std::string(kCancelOrder);
+  if (const auto* declared = policy.declared_operation(tool)) return declared->name;
+  return std::nullopt;
+}
+
 std::optional<std::string> refund_order_id(std::string_view arguments_json) {
   RefundArgs parsed;
   if (parse_refund_args(arguments_json, parsed)) return std::nullopt;

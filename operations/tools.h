@@ -85,6 +85,11 @@ pb::ToolResult note_result(const Note& note, std::string_view note_id);
 // The answer to draft_customer_reply once the draft is stored.
 pb::ToolResult draft_result(const DraftReply& draft, std::string_view draft_id);
 
+// The kind of operation a proposing tool proposes (request_refund's
+// "full-refund", a declared operation's name), or nothing for a tool that
+// proposes none.
+std::optional<std::string> proposal_kind(std::string_view tool, const PolicyConfig& policy);
+
 // The valid order_id argument of any tool call, or nothing.
 std::optional<std::string> order_id_argument(std::string_view arguments_json);
 

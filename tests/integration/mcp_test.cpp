@@ -184,6 +184,30 @@ TEST_CASE("a plain call answers with the exact pending proposal; the same call a
   CHECK(str(structured(read).at("result"), "status") == "denied");
 }
 
+TEST_CASE("a credit asked again once paid answers with that credit, not the policy's refusal") {
+  Cluster c;
+  Agent a(c, str(mint(c, "demo-user"), "token"));
+  a.initialize();
+  // 20.00 of ORDER-100's 25.00: a second one would exceed what remains.
+  const json::object args{{"order_id", "ORDER-100"},
+                          {"amount_minor", 2000},
+                          {"currency", "USD"},
+                          {"reason_code", "GOODWILL"}};
+  const std::string key = str(structured(a.tool("issue_account_credit", args)), "operation_key");
+  c.approve(key, kAliceToken);
+  auto paid = c.wait_operation(key, [](auto& o) { return str(o, "state") == "settled"; });
+  REQUIRE(str(paid, "outcome") == "succeeded");
+  auto again = a.tool("issue_account_credit", args);
+  CHECK_FALSE(again.at("isError").as_bool());
+  CHECK(str(structured(again), "status") == "succeeded");
+  CHECK(c.operation(key).at("calls").as_array().size() == 2);
+  CHECK(c.op("GET", "/v1/operations").body.at("operations").as_array().size() == 1);
+  // Another amount is a new call, and the policy answers it.
+  auto other = args;
+  other["amount_minor"] = 1000;
+  CHECK(a.tool("issue_account_credit", other).at("isError").as_bool());
+}
+
 TEST_CASE("the token is the binding: no owner argument, another customer's order is not found") {
   Cluster c;
   Agent a(c, str(mint(c, "demo-user"), "token"));
