@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/thread_name.h"
+#include "operations/agent_tokens.h"
 
 namespace opgate::mcp {
 
@@ -77,6 +78,9 @@ std::vector<Result<CallAnswer>> CallCommitter::commit(const std::vector<Pending>
     answers.clear();
     for (size_t i = first; i < first + count; ++i) {
       const Pending& p = batch[i];
+      if (!p.call.agent_token_sha256.empty())
+        OPGATE_TRY(
+            operations::require_live_agent_token(txn, p.call.agent_token_sha256, txn.now_ms()));
       CallAnswer a;
       OPGATE_ASSIGN_OR_RETURN(
           a.answered,

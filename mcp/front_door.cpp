@@ -42,7 +42,7 @@ int rpc_code_of(const Error& e) {
   if (e.is(errc::bad_request) || e.is(errc::not_found) || e.is(errc::invalid_state) ||
       e.is(errc::conflict))
     return rpc::invalid_params;
-  if (e.is(errc::overloaded)) return rpc::server_error;
+  if (e.is(errc::overloaded) || e.is(errc::unauthorized)) return rpc::server_error;
   return rpc::internal_error;
 }
 
@@ -304,6 +304,7 @@ void FrontDoor::call_tool(const Caller& caller, const json::object& params, Tool
   request.owner = caller.token.owner();
   request.principal = caller.principal;
   request.mcp = true;
+  request.agent_token_sha256 = caller.token.token_sha256();
   std::optional<operations::FetchedOrders> fetched;
   if (orders_) fetched = operations::fetch_orders(orders_, {request.arguments_json}, metrics_);
   committer_.submit(std::move(request), policy, std::move(fetched),

@@ -39,6 +39,11 @@ Result<std::optional<pb::AgentToken>> by_hash(store::Reader& reader, const std::
   return std::optional<pb::AgentToken>(std::move(t));
 }
 
+// Neither revoked nor expired at `now_ms`.
+bool live(const pb::AgentToken& t, int64_t now_ms) {
+  return t.revoked_at_ms() == 0 && (t.expires_at_ms() == 0 || now_ms < t.expires_at_ms());
+}
+
 }  // namespace
 
 Result<MintedToken> mint_agent_token(store::Transaction& txn, const std::string& owner,
@@ -71,9 +76,17 @@ Result<std::optional<pb::AgentToken>> authenticate_agent(store::Reader& reader,
   if (!token.starts_with(kAgentTokenPrefix) || token.size() != kAgentTokenPrefix.size() + 64)
     return None();
   OPGATE_ASSIGN_OR_RETURN(auto t, by_hash(reader, crypto::sha256_hex(token)));
-  if (!t || t->revoked_at_ms() != 0 || (t->expires_at_ms() != 0 && now_ms >= t->expires_at_ms()))
-    return None();
+  if (!t || !live(*t, now_ms)) return None();
   return t;
+}
+
+Status require_live_agent_token(store::Reader& reader, const std::string& token_sha256,
+                                int64_t now_ms) {
+  OPGATE_ASSIGN_OR_RETURN(auto t, by_hash(reader, token_sha256));
+  if (!t || !live(*t, now_ms))
+    return make_error(errc::unauthorized,
+                      "The agent token was revoked or has expired; the call was not made.");
+  return Status::Ok();
 }
 
 Result<std::vector<pb::AgentToken>> agent_tokens(store::Reader& reader) {

@@ -40,6 +40,12 @@ Result<MintedToken> mint_agent_token(store::Transaction& txn, const std::string&
 Result<std::optional<pb::AgentToken>> authenticate_agent(store::Reader& reader,
                                                          std::string_view token, int64_t now_ms);
 
+// Unauthorized unless the token with this SHA-256 (hex) still
+// authenticates now: read in the transaction that acts for it, so that what
+// a call does cannot commit after the token's revocation.
+Status require_live_agent_token(store::Reader& reader, const std::string& token_sha256,
+                                int64_t now_ms);
+
 // Every token minted, by id.
 Result<std::vector<pb::AgentToken>> agent_tokens(store::Reader& reader);
 

@@ -38,6 +38,10 @@ struct AgentCall {
   // "agent:{id}" for an agent token's.
   std::string principal = "system";
   bool mcp = false;  // its result is read over MCP, not posted to a session
+  // An MCP call's agent token (its SHA-256, hex): checked again in the
+  // transaction that stores the call, so that a call racing the token's
+  // revocation makes nothing (mcp/call_committer.h).
+  std::string agent_token_sha256{};
 };
 
 struct AnsweredCall {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fault_fs.h"
+#include "operations/agent_tokens.h"
 #include "world.h"
 
 namespace opgate {
@@ -129,6 +130,46 @@ TEST_CASE("many calls for one refund at once: one operation, every call linked t
   REQUIRE(pending.ok());
   CHECK(pending->operations.size() == 1);
   CHECK(committer.calls() == kCalls);
+}
+
+TEST_CASE("a call whose agent token was revoked before it is stored makes nothing") {
+  testing::World w;
+  w.seed_order("ORDER-100");
+  std::optional<operations::MintedToken> minted;
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_ASSIGN_OR_RETURN(minted, operations::mint_agent_token(
+                                                    txn, "demo-user", "test agent", 0, "admin"));
+                return Status::Ok();
+              })
+              .ok());
+  auto call = [&](const std::string& id) {
+    auto c = agent_call(id, "request_refund", "ORDER-100");
+    c.agent_token_sha256 = minted->record.token_sha256();
+    return c;
+  };
+  mcp::CallCommitter committer(*w.storage);
+  Answers answers;
+  committer.submit(call("before"), default_policy(), std::nullopt, answers.to("before"));
+  answers.wait_for(1);
+  REQUIRE(answers.by_call.at("before").ok());
+  // Authenticated at the front door, then revoked while the call waited.
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                OPGATE_TRY(operations::revoke_agent_token(txn, minted->record.id(), "admin"));
+                return Status::Ok();
+              })
+              .ok());
+  committer.submit(call("raced"), default_policy(), std::nullopt, answers.to("raced"));
+  answers.wait_for(2);
+  REQUIRE_FALSE(answers.by_call.at("raced").ok());
+  CHECK(answers.by_call.at("raced").error().is(errc::unauthorized));
+  CHECK(w.call("mcp:agent-1", "call", "before").has_value());
+  CHECK_FALSE(w.call("mcp:agent-1", "call", "raced").has_value());
+  auto pending = w.storage->reader().operations({pb::STATE_PENDING, "", 10, {}});
+  REQUIRE(pending.ok());
+  REQUIRE(pending->operations.size() == 1);
+  CHECK(pending->operations[0].calls_size() == 1);  // the raced call linked nothing
 }
 
 TEST_CASE("a full queue and a stopped committer refuse at once and store nothing") {
