@@ -78,4 +78,10 @@ std::string html_escape(std::string_view text) {
   return out;
 }
 
+size_t character_count(std::string_view utf8) {
+  size_t n = 0;
+  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;  // each lead byte begins one
+  return n;
+}
+
 }  // namespace opgate

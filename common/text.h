@@ -15,6 +15,10 @@ namespace opgate {
 // shown is what the text holds.
 std::string printable(std::string_view text);
 
+// The characters (Unicode code points) of valid UTF-8 text, as JSON
+// Schema's minLength and maxLength count them: not its bytes.
+size_t character_count(std::string_view utf8);
+
 // &, <, >, " and ' as character references: text safe inside HTML or XML
 // markup (attribute values included).
 std::string html_escape(std::string_view text);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/identifiers.h"
+#include "common/text.h"
 #include "operations/policy.h"
 
 namespace opgate::operations {
@@ -180,6 +181,12 @@ Status parse_parameters(const Fields& top, DeclaredOperation& op) {
     if (!name_like(name, 64))
       return bad(
           fmt::format("property '{}': names are a-z, 0-9 and '_', starting with a letter", path));
+    // The effect's own fields: an argument of that name would be shown as
+    // the order's value, not the one the agent sent.
+    if (name == "amount" || name == "customer" || name == "payment_method")
+      return bad(fmt::format(
+          "property '{}': '{}' is a field of the effect (the {}); name the argument otherwise",
+          path, name, name == "amount" ? "amount that moves" : "order's " + name));
     OPGATE_ASSIGN_OR_RETURN(auto p, parse_parameter(name, properties->at(name), path));
     op.parameters.push_back(std::move(p));
   }
@@ -453,8 +460,8 @@ std::variant<json::object, std::string> check_declared_arguments(const DeclaredO
         if (!p.values.empty()) {
           if (std::find(p.values.begin(), p.values.end(), s) == p.values.end())
             return fmt::format("{} must be one of: {}.", p.name, fmt::join(p.values, ", "));
-        } else if (static_cast<int64_t>(s.size()) < p.min_length ||
-                   static_cast<int64_t>(s.size()) > p.max_length) {
+        } else if (const auto n = static_cast<int64_t>(character_count(s));
+                   n < p.min_length || n > p.max_length) {
           return fmt::format("{} must be {} to {} characters.", p.name, p.min_length, p.max_length);
         }
         break;

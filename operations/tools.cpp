@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "common/text.h"
 #include "operations/keys.h"
 #include "operations/orders.h"
 #include "operations/proposals.h"
@@ -236,7 +237,7 @@ std::optional<std::string> parse_refund_args(std::string_view args_text, RefundA
   if (auto it = args.find("reason"); it != args.end()) {
     if (!it->value().is_string()) return "reason must be a string.";
     out.reason = std::string(it->value().as_string());
-    if (out.reason.size() > 500) return "reason must be at most 500 characters.";
+    if (character_count(out.reason) > 500) return "reason must be at most 500 characters.";
   }
   return std::nullopt;
 }
@@ -304,7 +305,8 @@ Result<ToolOutcome> cancel_order(std::string_view args_text, const std::string& 
   std::string order_id;
   if (auto e = get_order_id(args, order_id)) return refuse(*e);
   const auto& reason = args.at("reason");
-  if (!reason.is_string() || reason.as_string().empty() || reason.as_string().size() > 500)
+  if (!reason.is_string() || reason.as_string().empty() ||
+      character_count(reason.as_string()) > 500)
     return refuse("reason must be text of 1 to 500 characters.");
   OPGATE_ASSIGN_OR_RETURN(auto view, owned_order(lookup, order_id, owner));
   if (!view) return refuse(std::string(kNotFound));

@@ -25,6 +25,14 @@ TEST_CASE("control characters are shown escaped, never sent to the terminal") {
                   "31m") == "csi\\u009b31m");  // C1 CSI in UTF-8
 }
 
+TEST_CASE("text is as long as its characters, not its bytes") {
+  CHECK(character_count("") == 0);
+  CHECK(character_count("refund") == 6);
+  CHECK(character_count("ünïcode") == 7);         // two-byte characters
+  CHECK(character_count("\u8fd4\u91d1") == 2);    // three bytes each
+  CHECK(character_count("\U0001F4E6 box") == 5);  // four bytes, then ASCII
+}
+
 TEST_CASE("a slow gauge does not hold up counter increments while /metrics renders") {
   Metrics m;
   m.inc("opgate_requests_total");

@@ -154,6 +154,15 @@ TEST_CASE("bad declarations are refused, naming the key") {
         std::string::npos);
   CHECK(refusal_of(w, [](auto& o) { o["effect"] = "Credit {amount"; }).find("never closed") !=
         std::string::npos);
+  // An argument named as an effect field would be shown as the order's value.
+  for (const char* clash : {"amount", "customer", "payment_method"}) {
+    const auto refused = refusal_of(w, [&](auto& o) {
+      o["parameters"].as_object()["properties"].as_object()[clash] =
+          json::object{{"type", "string"}};
+    });
+    CHECK_MESSAGE(refused.find(std::string("properties.") + clash) != std::string::npos, refused);
+    CHECK(refused.find("field of the effect") != std::string::npos);
+  }
   // The schema subset: anything outside it is named.
   CHECK(refusal_of(w, [](auto& o) {
           o["parameters"].as_object()["properties"].as_object()["fee"].as_object()["pattern"] =

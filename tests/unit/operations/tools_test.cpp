@@ -144,6 +144,16 @@ TEST_CASE("a model-supplied owner, amount or key is rejected") {
   }
 }
 
+TEST_CASE("a reason's length is counted in characters, as the schema's maxLength says") {
+  std::string japanese;
+  for (int i = 0; i < 200; ++i) japanese += "\u9045";  // 200 characters, 600 bytes
+  CHECK(operations::refund_order_id(R"({"order_id":"ORDER-100","reason":")" + japanese + R"("})"));
+  std::string too_long;
+  for (int i = 0; i < 501; ++i) too_long += "\u00e9";  // 501 characters
+  CHECK_FALSE(
+      operations::refund_order_id(R"({"order_id":"ORDER-100","reason":")" + too_long + R"("})"));
+}
+
 TEST_CASE("malformed arguments and unknown tools get an accurate refusal") {
   Fixture f;
   CHECK_FALSE(f.run("lookup_order", "not json").result->success());
