@@ -241,14 +241,17 @@ http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,
         result = ended.error();
       } else if (*ended) {
         result = std::move(**ended);
-      } else if (park({ref, m.id, std::move(respond), session,
-                       clock_.monotonic_ms() + options_.longest_wait.count()})) {
+      } else if (auto refused = park({ref,
+                                      m.id,
+                                      {},
+                                      session,
+                                      clock_.monotonic_ms() + options_.longest_wait.count()},
+                                     respond)) {
+        result = make_error(errc::overloaded, *refused);
+      } else {
         parked = true;
         metrics_.inc("opgate_mcp_requests_total", {{"method", m.method}, {"result", "waiting"}});
         return {};
-      } else {
-        result = make_error(errc::overloaded,
-                            "Too many tasks/result requests are waiting; poll tasks/get instead.");
       }
     }
   } else {
@@ -447,11 +450,21 @@ Result<std::optional<json::object>> FrontDoor::task_result(const pb::CallRef& re
   return std::optional<json::object>(std::move(result));
 }
 
-bool FrontDoor::park(Waiting waiting) {
+std::optional<std::string> FrontDoor::park(Waiting waiting, http::Respond& respond) {
   MutexLock lock(mu_);
-  if (stopping_ || waiting_.size() >= options_.max_waiting) return false;
+  if (stopping_ || waiting_.size() >= options_.max_waiting)
+    return "Too many tasks/result requests are waiting; poll tasks/get instead.";
+  // By the token's calls' session ("mcp:{id}"), however many MCP sessions
+  // it opened.
+  const auto mine = std::count_if(waiting_.begin(), waiting_.end(), [&](const Waiting& w) {
+    return w.ref.session_id() == waiting.ref.session_id();
+  });
+  if (static_cast<size_t>(mine) >= options_.max_waiting_per_token)
+    return fmt::format(
+        "This agent has {} tasks/result requests waiting already; poll tasks/get instead.", mine);
+  waiting.respond = std::move(respond);  // only now: a refusal is answered with it
   waiting_.push_back(std::move(waiting));
-  return true;
+  return std::nullopt;
 }
 
 void FrontDoor::watch() {

@@ -50,6 +50,9 @@ struct FrontDoorOptions {
   // tasks/result requests waiting for their operation at once; past this
   // they are refused (the client polls tasks/get instead).
   size_t max_waiting = 1024;
+  // And per agent token: one agent cannot take every waiting place (each
+  // also holds its connection open).
+  size_t max_waiting_per_token = 64;
   // How long a tasks/result waits before it answers that the task is still
   // working.
   std::chrono::milliseconds longest_wait{10 * 60 * 1000};
@@ -102,7 +105,10 @@ class FrontDoor {
   // The task's result if it has ended; nothing while it works.
   Result<std::optional<json::object>> task_result(const pb::CallRef& ref);
   // Parks a tasks/result until its task ends; false if too many wait.
-  bool park(Waiting waiting) EXCLUDES(mu_);
+  // Why a tasks/result cannot wait (too many wait, or too many of its
+  // token's), or nothing once it waits, answered later with `respond`
+  // (taken only then).
+  std::optional<std::string> park(Waiting waiting, http::Respond& respond) EXCLUDES(mu_);
   void watch() EXCLUDES(mu_);
 
   store::Storage& storage_;

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <boost/asio.hpp>
 #include <future>
 
 #include "cluster.h"
@@ -72,6 +73,7 @@ class Agent {
   }
 
   const std::string& session() const { return session_; }
+  const std::string& token() const { return token_; }
 
  private:
   Cluster& c_;
@@ -85,6 +87,12 @@ json::object mint(Cluster& c, const std::string& owner, const std::string& token
                 json::serialize(json::object{{"owner", owner}, {"label", "test agent"}}), token);
   REQUIRE_MESSAGE(r.status == 201, r.raw);
   return r.body.as_object();
+}
+
+// ORDER-100's refund asked as a task: its id.
+std::string refund_task(Agent& a) {
+  auto task = a.tool("request_refund", json::object{{"order_id", "ORDER-100"}}, true);
+  return str(task.at("task"), "taskId");
 }
 
 json::object structured(const json::object& result) {
@@ -276,6 +284,54 @@ TEST_CASE("a revoked token is refused at once; what it proposed lives on and set
   CHECK(str(calls[0], "call_id") == task_id);
 }
 
+TEST_CASE("one agent cannot take every place to wait for a task's result") {
+  Cluster c;
+  Agent a(c, str(mint(c, "demo-user"), "token"));
+  a.initialize();
+  const std::string task_id = refund_task(a);
+  const std::string& token = a.token();
+  // 64 tasks/result requests wait on the pending proposal, each on its own
+  // connection, sent and not read.
+  const std::string body =
+      json::serialize(json::object{{"jsonrpc", "2.0"},
+                                   {"id", 7},
+                                   {"method", "tasks/result"},
+                                   {"params", json::object{{"taskId", task_id}}}});
+  const std::string request = fmt::format(
+      "POST /mcp/{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n"
+      "Accept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\n"
+      "MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{}",
+      token, c.mcp_port(), a.session(), body.size(), body);
+  boost::asio::io_context ioc;
+  std::vector<boost::asio::ip::tcp::socket> waiting;
+  const boost::asio::ip::tcp::endpoint ep(boost::asio::ip::make_address("127.0.0.1"), c.mcp_port());
+  for (int i = 0; i < 64; ++i) {
+    boost::asio::ip::tcp::socket s(ioc);
+    s.connect(ep);
+    boost::asio::write(s, boost::asio::buffer(request));
+    waiting.push_back(std::move(s));
+  }
+  CHECK(eventually([&] {
+    return c.op("GET", "/metrics")
+               .raw.find(
+                   R"(opgate_mcp_requests_total{method="tasks/result",result="waiting"} 64)") !=
+           std::string::npos;
+  }));
+  // The 65th of this agent is told to poll, at once.
+  auto refused = a.error("tasks/result", json::object{{"taskId", task_id}});
+  CHECK(refused.at("code").as_int64() == -32000);
+  CHECK(str(refused, "message").find("poll tasks/get") != std::string::npos);
+  // What waits is answered when the task ends.
+  c.approve(kRefund, kAliceToken);
+  for (auto& s : waiting) {
+    boost::asio::streambuf answer;
+    boost::asio::read_until(s, answer, "\r\n\r\n");
+    std::string head(boost::asio::buffers_begin(answer.data()),
+                     boost::asio::buffers_end(answer.data()));
+    CHECK(head.starts_with("HTTP/1.1 200"));
+  }
+}
+
 TEST_CASE("who minted an agent token cannot approve what the token proposed") {
   Cluster c;
   Agent a(c, str(mint(c, "demo-user", kAdminToken), "token"));
@@ -347,8 +403,7 @@ TEST_CASE("tasks/cancel withdraws a pending proposal; a task survives a kill -9 
   const std::string token = str(mint(c, "demo-user"), "token");
   Agent a(c, token);
   a.initialize();
-  auto first = a.tool("request_refund", json::object{{"order_id", "ORDER-100"}}, true);
-  const std::string withdrawn = str(first.at("task"), "taskId");
+  const std::string withdrawn = refund_task(a);
   // Another agent of the same owner asks the same refund: its task waits on
   // the operation, and cancelling that task does not withdraw it.
   Agent other(c, str(mint(c, "demo-user"), "token"));
