@@ -34,6 +34,19 @@ pb::CallRef ref_of(const pb::ToolCall& call) {
 
 Status link(store::Transaction& txn, pb::Operation& op, pb::ToolCall& call,
             const std::string& principal) {
+  // Each linked call is kept on the operation and answered when it
+  // settles: bounded, so that an agent calling in a loop cannot grow it
+  // without end.
+  if (op.calls_size() >= kMaxLinkedCalls) {
+    stage_result(txn, call,
+                 is(op, State::settled)
+                     ? settled_result(op)
+                     : failure_result(fmt::format(
+                           "{} calls already wait on {}; read it with get_operation instead of "
+                           "asking again.",
+                           op.calls_size(), op.key())));
+    return Status::Ok();
+  }
   call.set_operation_key(op.key());
   *op.add_calls() = ref_of(call);
   OPGATE_TRY(

@@ -19,6 +19,10 @@ namespace opgate::operations {
 // where, and, once an approver lowered the amount, from what.
 std::string effect_text(const pb::Proposal& proposal);
 
+// Calls linked to one operation, at most. Past it a call is answered at
+// once: with the outcome once settled, else told to read the operation.
+inline constexpr int kMaxLinkedCalls = 100;
+
 // The newest version of (owner, order, kind), if any was ever proposed.
 Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
                                                       const std::string& owner,

@@ -13,6 +13,7 @@
 
 #include "fault_fs.h"
 #include "operations/agent_tokens.h"
+#include "operations/proposals.h"
 #include "world.h"
 
 namespace opgate {
@@ -130,6 +131,36 @@ TEST_CASE("many calls for one refund at once: one operation, every call linked t
   REQUIRE(pending.ok());
   CHECK(pending->operations.size() == 1);
   CHECK(committer.calls() == kCalls);
+}
+
+TEST_CASE("an operation keeps a bounded number of linked calls; past it a call is told to read") {
+  testing::World w;
+  w.seed_order("ORDER-100");
+  mcp::CallCommitter committer(*w.storage);
+  Answers answers;
+  const int calls = operations::kMaxLinkedCalls + 5;
+  for (int i = 0; i < calls; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    committer.submit(agent_call(id, "request_refund", "ORDER-100"), default_policy(), std::nullopt,
+                     answers.to(id));
+  }
+  answers.wait_for(calls);
+  int linked = 0, told = 0;
+  for (const auto& [id, a] : answers.by_call) {
+    REQUIRE(a.ok());
+    if (!a->answered.call.operation_key().empty()) {
+      ++linked;
+    } else {
+      ++told;
+      CHECK(a->answered.call.result().error().find("get_operation") != std::string::npos);
+    }
+  }
+  CHECK(linked == operations::kMaxLinkedCalls);
+  CHECK(told == 5);
+  auto pending = w.storage->reader().operations({pb::STATE_PENDING, "", 10, {}});
+  REQUIRE(pending.ok());
+  REQUIRE(pending->operations.size() == 1);
+  CHECK(pending->operations[0].calls_size() == operations::kMaxLinkedCalls);
 }
 
 TEST_CASE("a call whose agent token was revoked before it is stored makes nothing") {
