@@ -68,8 +68,8 @@ TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /
   CHECK(keys(list("state=pending&tier=refund&owner=someone-else")).empty());
   CHECK(keys(list("state=pending&tier=supervisor")).empty());
   for (const char* bad :
-       {"tier=gold", "sort=amount", "sort=created_at", "state=pending&sort=created_at&cursor=x",
-        "state=pending&sort=created_at&cursor=12"}) {
+       {"tier=gold", "sort=amount", "sort=created_at", "state=settled&sort=created_at",
+        "state=pending&sort=created_at&cursor=x", "state=pending&sort=created_at&cursor=12"}) {
     CAPTURE(bad);
     CHECK(send(request("GET", std::string("/v1/operations?") + bad, alice)).status == 400);
   }
