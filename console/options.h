@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "console/sessions.h"
 
@@ -17,6 +18,11 @@ struct Options {
   // The operator listener serves TLS: cookies are Secure. A configured
   // https origin makes them Secure too.
   bool tls = false;
+  // Addresses of the reverse proxies in front of the console: a request
+  // from one of them is from the client its X-Forwarded-For names last
+  // (what that proxy appended), so the sign-in limiter counts each client
+  // apart. From any other peer the header is ignored.
+  std::vector<std::string> trusted_proxies;
 };
 
 }  // namespace opgate::console

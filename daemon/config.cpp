@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -579,7 +580,8 @@ void parse_step_up(const Section& t, operations::StepUpPolicy& step_up) {
 }
 
 void parse_console(const Section& t, console::Options& c, operations::PolicyConfig& policy) {
-  t.only({"enabled", "idle_timeout_s", "absolute_timeout_s", "max_sessions", "origin", "step_up"});
+  t.only({"enabled", "idle_timeout_s", "absolute_timeout_s", "max_sessions", "origin", "step_up",
+          "trusted_proxies"});
   if (t.has("step_up")) parse_step_up(t.table("step_up"), policy.step_up);
   c.enabled = t.boolean("enabled", c.enabled);
   const int64_t idle_s = t.integer("idle_timeout_s", c.sessions.idle_ms / 1000);
@@ -602,6 +604,15 @@ void parse_console(const Section& t, console::Options& c, operations::PolicyConf
     throw ConfigError(
         "console.origin must be a scheme and host as browsers send it, such as "
         "\"https://ops.example.com\" (no path, no trailing slash)");
+  if (t.has("trusted_proxies")) c.trusted_proxies = t.strings("trusted_proxies");
+  for (const auto& a : c.trusted_proxies) {
+    unsigned char parsed[sizeof(in6_addr)];
+    if (inet_pton(AF_INET, a.c_str(), parsed) != 1 && inet_pton(AF_INET6, a.c_str(), parsed) != 1)
+      throw ConfigError(fmt::format(
+          "console.trusted_proxies: '{}' is not an IP address (a proxy's address as the "
+          "listener sees it, such as \"127.0.0.1\")",
+          a));
+  }
 }
 
 Config parse(const toml::value& file, const std::filesystem::path& base_dir) {

@@ -220,8 +220,9 @@ struct Stage : testing::ApiStage {
   console::Options options;
   std::unique_ptr<console::Console> console;
 
-  explicit Stage(SessionLimits limits = {}) {
+  explicit Stage(SessionLimits limits = {}, std::vector<std::string> trusted_proxies = {}) {
     options.sessions = limits;
+    options.trusted_proxies = std::move(trusted_proxies);
     console = std::make_unique<console::Console>(options, people, clock);
     open_api([this](const http::Request& r, const operator_api::Principals& p) {
       return console->authenticate(r, p);
@@ -234,6 +235,23 @@ struct Stage : testing::ApiStage {
     auto res = router.dispatch(r);
     console::Console::finish(r, res);
     return res;
+  }
+
+  // A sign-in through the form from the peer `address` (with `extra`
+  // headers), the sign-in page's token in its cookie and in the form.
+  http::Response sign_in_from(const std::string& address, const std::string& token,
+                              http::Headers extra = {}) {
+    auto page = send(request("GET", "/console/"));
+    auto login = console::cookie_value(page.headers.at("Set-Cookie"), console::kLoginCookie);
+    REQUIRE(login);
+    http::Headers h{{"Cookie", "opgate_console_login=" + *login},
+                    {"Origin", kOrigin},
+                    {"Content-Type", "application/x-www-form-urlencoded"}};
+    for (auto& [k, v] : extra) h[k] = v;
+    auto r = request("POST", "/console/login", std::move(h),
+                     "token=" + token + "&csrf=" + *login + "&next=%2Fconsole%2F");
+    r.remote_address = address;
+    return send(std::move(r));
   }
 
   // Signs in through the form as a browser does: the sign-in page's token
@@ -327,16 +345,7 @@ TEST_CASE("console sign-in: a bad token is refused; a good one gets a flagged se
 TEST_CASE("console sign-in: failures are limited per address, logged, and short tokens refused") {
   Stage s;
   auto attempt = [&](const std::string& address, const std::string& token) {
-    auto page = s.send(request("GET", "/console/"));
-    auto login = console::cookie_value(page.headers.at("Set-Cookie"), console::kLoginCookie);
-    REQUIRE(login);
-    auto r = request("POST", "/console/login",
-                     {{"Cookie", "opgate_console_login=" + *login},
-                      {"Origin", kOrigin},
-                      {"Content-Type", "application/x-www-form-urlencoded"}},
-                     "token=" + token + "&csrf=" + *login + "&next=%2Fconsole%2F");
-    r.remote_address = address;
-    return s.send(std::move(r));
+    return s.sign_in_from(address, token);
   };
   // Many connections from one address: ten guesses, then 429 for everyone
   // there (the good token too) until the oldest guess leaves the window.
@@ -355,6 +364,30 @@ TEST_CASE("console sign-in: failures are limited per address, logged, and short 
   auto short_token = attempt("198.51.100.8", "tok-alice");
   CHECK(short_token.status == 401);
   CHECK(short_token.body.find("shorter than 20 characters") != std::string::npos);
+}
+
+TEST_CASE("console sign-in behind a trusted proxy: failures are limited per client it names") {
+  Stage s({}, {"10.0.0.2"});
+  auto attempt = [&](const std::string& peer, const std::string& forwarded,
+                     const std::string& token) {
+    return s.sign_in_from(peer, token, {{"X-Forwarded-For", forwarded}});
+  };
+  // One client's guesses through the proxy: it alone is held up.
+  for (int i = 0; i < 10; ++i)
+    CHECK(attempt("10.0.0.2", "203.0.113.9", "guess-" + std::to_string(i) + "-0123456789abcd")
+              .status == 401);
+  CHECK(attempt("10.0.0.2", "203.0.113.9", "tok-alice-only-for-tests").status == 429);
+  // The proxy appends the client it saw: what came before it is the
+  // client's own claim and does not count.
+  CHECK(attempt("10.0.0.2", "198.51.100.1, 203.0.113.9", "tok-alice-only-for-tests").status == 429);
+  CHECK(attempt("10.0.0.2", "198.51.100.7", "tok-alice-only-for-tests").status == 303);
+  // From a peer that is no trusted proxy the header is ignored: the peer
+  // is the client, however many addresses it names.
+  for (int i = 0; i < 10; ++i)
+    CHECK(attempt("192.0.2.5", "198.51.100." + std::to_string(i),
+                  "guess-" + std::to_string(i) + "-0123456789abcd")
+              .status == 401);
+  CHECK(attempt("192.0.2.5", "198.51.100.99", "tok-alice-only-for-tests").status == 429);
 }
 
 TEST_CASE("console pages and files carry the security headers; pages need a session") {

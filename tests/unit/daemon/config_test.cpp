@@ -353,9 +353,11 @@ idle_timeout_s = 60
 absolute_timeout_s = 600
 max_sessions = 5
 origin = "https://ops.example.com"
+trusted_proxies = ["127.0.0.1", "::1"]
 )");
   auto c = daemon::load_config(f.path.string());
   REQUIRE_MESSAGE(c.ok(), c.error().message);
+  CHECK(c->console.trusted_proxies == std::vector<std::string>{"127.0.0.1", "::1"});
   CHECK(c->console.enabled);
   CHECK(c->console.sessions.idle_ms == 60'000);
   CHECK(c->console.sessions.absolute_ms == 600'000);
@@ -389,6 +391,8 @@ origin = "https://ops.example.com"
                              "https://ops.example.com/console", "https://"})
     CHECK(error_of(fmt::format("origin = \"{}\"\n", origin)).find("console.origin") !=
           std::string::npos);
+  CHECK(error_of("trusted_proxies = [\"proxy.internal\"]\n").find("console.trusted_proxies") !=
+        std::string::npos);
 }
 
 TEST_CASE(
