@@ -796,6 +796,12 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
             a.store.block_cache_bytes == b.store.block_cache_bytes &&
             a.store.write_buffer_bytes == b.store.write_buffer_bytes,
         "store");
+  check(a.console.enabled == b.console.enabled && a.console.origin == b.console.origin &&
+            a.console.trusted_proxies == b.console.trusted_proxies &&
+            a.console.sessions.idle_ms == b.console.sessions.idle_ms &&
+            a.console.sessions.absolute_ms == b.console.sessions.absolute_ms &&
+            a.console.sessions.max_sessions == b.console.sessions.max_sessions,
+        "console (its step_up is applied)");
   return keys;
 }
 

@@ -333,6 +333,13 @@ TEST_CASE("a reload names the keys it cannot apply without a restart") {
   auto keys = daemon::keys_needing_restart(a, b);
   REQUIRE(keys.size() == 1);
   CHECK(keys[0] == "ingress.listen");
+  // The console is built once: its settings (but step_up) need a restart.
+  daemon::Config proxied = a;
+  proxied.console.trusted_proxies = {"127.0.0.1"};
+  proxied.policy.step_up.tiers = {"supervisor"};  // reloadable
+  auto console_keys = daemon::keys_needing_restart(a, proxied);
+  REQUIRE(console_keys.size() == 1);
+  CHECK(console_keys[0].starts_with("console"));
 }
 
 TEST_CASE("log level and TLS files are checked where they are read") {
