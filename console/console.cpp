@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <tuple>
 
 #include "common/crypto.h"
@@ -74,27 +73,6 @@ bool Console::secure() const { return options_.tls || options_.origin.rfind("htt
 
 std::string Console::origin_of(const Request& request) const {
   return expected_origin(request, options_.origin, options_.tls);
-}
-
-std::string Console::client_address(const Request& request) const {
-  const std::string& peer = request.remote_address;
-  const auto& proxies = options_.trusted_proxies;
-  auto trusted = [&](std::string_view a) {
-    return std::find(proxies.begin(), proxies.end(), a) != proxies.end();
-  };
-  if (!peer.empty() && trusted(peer)) {
-    // Right to left: the last entry a trusted proxy did not add.
-    std::string_view chain = request.header("X-Forwarded-For").value_or("");
-    while (!chain.empty()) {
-      const size_t comma = chain.rfind(',');
-      std::string_view hop = comma == std::string_view::npos ? chain : chain.substr(comma + 1);
-      chain = comma == std::string_view::npos ? std::string_view() : chain.substr(0, comma);
-      while (!hop.empty() && hop.front() == ' ') hop.remove_prefix(1);
-      while (!hop.empty() && hop.back() == ' ') hop.remove_suffix(1);
-      if (!hop.empty() && !trusted(hop)) return std::string(hop.substr(0, 64));
-    }
-  }
-  return peer.empty() ? std::string("unknown") : peer;
 }
 
 operations::PasskeySite Console::passkey_site(const Request& request) const {
@@ -210,7 +188,7 @@ Response Console::login(const Request& request) {
     return login_page(request, 403,
                       "The sign-in form expired or came from another site; please sign in again.",
                       next);
-  const std::string address = client_address(request);
+  const std::string address = client_address(request, options_.trusted_proxies);
   if (auto wait = sign_in_failures_.wait_ms(address, clock_.monotonic_ms())) {
     auto r = login_page(request, 429,
                         "Too many failed sign-ins from this address; try again in a minute.", next);

@@ -75,9 +75,6 @@ class Console {
   http::Response asset(std::string_view name) const;
   bool secure() const;
   std::string origin_of(const http::Request& request) const;
-  // Who sent the request, for the sign-in limiter: its peer, or through a
-  // trusted proxy the client that proxy names (Options::trusted_proxies).
-  std::string client_address(const http::Request& request) const;
 
   Options options_;
   const Live<operator_api::Principals>& principals_;

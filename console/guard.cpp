@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/url/parse_query.hpp>
 
 #include "common/crypto.h"
@@ -32,6 +33,26 @@ std::optional<std::string> cookie_value(std::string_view header, std::string_vie
     return std::string(value);
   }
   return std::nullopt;
+}
+
+std::string client_address(const http::Request& request,
+                           const std::vector<std::string>& trusted_proxies) {
+  const std::string& peer = request.remote_address;
+  auto trusted = [&](std::string_view a) {
+    return std::find(trusted_proxies.begin(), trusted_proxies.end(), a) != trusted_proxies.end();
+  };
+  if (!peer.empty() && trusted(peer)) {
+    // Right to left: the last entry a trusted proxy did not add.
+    std::string_view chain = request.header("X-Forwarded-For").value_or("");
+    while (!chain.empty()) {
+      const size_t comma = chain.rfind(',');
+      const std::string_view hop =
+          trim(comma == std::string_view::npos ? chain : chain.substr(comma + 1));
+      chain = comma == std::string_view::npos ? std::string_view() : chain.substr(0, comma);
+      if (!hop.empty() && !trusted(hop)) return std::string(hop.substr(0, 64));
+    }
+  }
+  return peer.empty() ? std::string("unknown") : peer;
 }
 
 std::optional<std::string> cookie_value(const http::Request& request, std::string_view name) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/text.h"
 #include "http/message.h"
@@ -47,6 +48,12 @@ std::string expected_origin(const http::Request& request, std::string_view confi
 // (absent, or "null" as Referrer-Policy: no-referrer makes it for a form),
 // Sec-Fetch-Site: same-origin. Pages cannot set either header.
 bool from_same_origin(const http::Request& request, std::string_view expected);
+
+// Who sent the request: its peer ("unknown" if none), or, from one of the
+// `trusted_proxies`, the last client in X-Forwarded-For that is not one of
+// them (what the proxy appended). From any other peer the header is ignored.
+std::string client_address(const http::Request& request,
+                           const std::vector<std::string>& trusted_proxies);
 
 // The host of an origin ("https://ops.example.com:8443" -> "ops.example.com"):
 // the WebAuthn relying party id of the console.

@@ -39,6 +39,13 @@ Result<std::optional<pb::AgentToken>> by_hash(store::Reader& reader, const std::
   return std::optional<pb::AgentToken>(std::move(t));
 }
 
+// The token with this id, if one was minted.
+Result<std::optional<pb::AgentToken>> by_id(store::Reader& reader, const std::string& id) {
+  OPGATE_ASSIGN_OR_RETURN(auto sha, reader.kept(kById, id));
+  if (!sha) return std::optional<pb::AgentToken>();
+  return by_hash(reader, *sha);
+}
+
 // Neither revoked nor expired at `now_ms`.
 bool live(const pb::AgentToken& t, int64_t now_ms) {
   return t.revoked_at_ms() == 0 && (t.expires_at_ms() == 0 || now_ms < t.expires_at_ms());
@@ -105,11 +112,7 @@ Result<std::vector<pb::AgentToken>> agent_tokens(store::Reader& reader) {
 
 Result<pb::AgentToken> revoke_agent_token(store::Transaction& txn, const std::string& id,
                                           const std::string& principal) {
-  OPGATE_ASSIGN_OR_RETURN(auto sha, txn.kept(kById, id));
-  std::optional<pb::AgentToken> t;
-  if (sha) {
-    OPGATE_ASSIGN_OR_RETURN(t, by_hash(txn, *sha));
-  }
+  OPGATE_ASSIGN_OR_RETURN(auto t, by_id(txn, id));
   if (!t) return make_error(errc::not_found, "No agent token with that id.");
   if (t->revoked_at_ms() != 0) return std::move(*t);
   t->set_revoked_at_ms(txn.now_ms());
@@ -128,16 +131,11 @@ std::string agent_session(const pb::AgentToken& token) {
 Result<std::optional<pb::AgentToken>> agent_token_of_session(store::Reader& reader,
                                                              std::string_view session_id) {
   if (!session_id.starts_with(kSessionPrefix)) return std::optional<pb::AgentToken>();
-  OPGATE_ASSIGN_OR_RETURN(
-      auto sha, reader.kept(kById, std::string(session_id.substr(kSessionPrefix.size()))));
-  if (!sha) return std::optional<pb::AgentToken>();
-  return by_hash(reader, *sha);
+  return by_id(reader, std::string(session_id.substr(kSessionPrefix.size())));
 }
 
 json::object agent_token_json(const pb::AgentToken& t, int64_t now_ms) {
-  const char* state = t.revoked_at_ms() != 0                                    ? "revoked"
-                      : (t.expires_at_ms() != 0 && now_ms >= t.expires_at_ms()) ? "expired"
-                                                                                : "active";
+  const char* state = t.revoked_at_ms() != 0 ? "revoked" : live(t, now_ms) ? "active" : "expired";
   return json::object{{"id", t.id()},
                       {"owner", t.owner()},
                       {"label", t.label()},
