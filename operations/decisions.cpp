@@ -290,8 +290,13 @@ Status deny(store::Transaction& txn, const std::string& key, const Principal& pr
     return make_error(errc::forbidden, fmt::format("This token may not decide {}-tier proposals.",
                                                    op.proposal().tier()));
   if (is(op, Outcome::denied) && op.decided_by() == principal.name) return Status::Ok();
+  // Past its time limit a proposal is expired, whether or not the sweeper
+  // has noticed yet: the record says so, and the denier (who wanted nothing
+  // paid) reads that outcome in the answer, now and when it asks again.
+  if (is(op, Outcome::expired)) return Status::Ok();
   if (!is(op, State::pending))
     return make_error(errc::invalid_state, "Only pending operations can be denied.");
+  if (txn.now_ms() >= op.expires_at_ms()) return settle_expired(txn, op, principal.name);
   op.set_decided_by(principal.name);
   op.set_decision_reason(reason);
   return settle(txn, op, Event::deny, principal.name, details({{"reason", reason}}));
@@ -306,6 +311,7 @@ Status withdraw(store::Transaction& txn, const std::string& key, const std::stri
     return make_error(errc::invalid_state,
                       fmt::format("The operation is {} already; it can no longer be withdrawn.",
                                   state_text(*op)));
+  if (txn.now_ms() >= op->expires_at_ms()) return settle_expired(txn, *op, principal);
   op->set_decided_by(principal);
   op->set_decision_reason(reason);
   return settle(txn, *op, Event::deny, principal, details({{"reason", reason}}));

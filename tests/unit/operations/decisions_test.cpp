@@ -293,6 +293,46 @@ TEST_CASE("a credit re-tiered by a lower support limit is decided at the tier in
   CHECK(w.operation(key).state() == pb::STATE_PENDING);  // re-tiered, not rejected
 }
 
+TEST_CASE("a deny after the TTL records the expiry it is, and asking again changes nothing") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 3600;
+  World w(policy);
+  w.clock.advance_ms(3600 * 1000);  // the sweeper has not run since
+  auto deny = [&] {
+    return w.storage->transact([&](store::Transaction& txn) {
+      return operations::deny(txn, kRefund, person("alice"), "not this one");
+    });
+  };
+  REQUIRE(deny().ok());
+  CHECK(w.outcome() == "expired");
+  auto op = w.operation(kRefund);
+  CHECK(op.decided_by().empty());
+  auto audit = w.storage->reader().audit_of(kRefund);
+  REQUIRE(audit.ok());
+  CHECK(audit->back().action() == "expire");
+  CHECK(json::parse(audit->back().details_json()).at("noticed_by").as_string() == "alice");
+  const auto head = w.storage->reader().audit_head()->seq;
+  REQUIRE(deny().ok());  // again: the same outcome, nothing written
+  CHECK(w.storage->reader().audit_head()->seq == head);
+  CHECK(json::parse(w.result_output()).at("status").as_string() == "expired");
+  CHECK(w.storage->verify_audit()->ok);
+}
+
+TEST_CASE("a withdrawal after the TTL records the expiry, not the agent's withdrawal") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 60;
+  World w(policy);
+  const std::string owner = w.operation(kRefund).proposal().owner();
+  w.clock.advance_ms(60 * 1000);
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::withdraw(txn, kRefund, owner, "agent", "changed my mind");
+              })
+              .ok());
+  CHECK(w.outcome() == "expired");
+  CHECK(w.operation(kRefund).decision_reason() != "changed my mind");
+}
+
 TEST_CASE("outside the principal's owner patterns an operation does not exist") {
   World w;
   auto r = w.approve(person("alice", {"team-b-*"}));

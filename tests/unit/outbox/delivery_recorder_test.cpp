@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "becomes_true.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "store/rocksdb/rocks_storage.h"
@@ -169,7 +170,8 @@ std::vector<Status> record_behind_held_commit(GatedStorage& gated,
   record(0);
   gated.wait_started(1);
   for (size_t i = 1; i < items.size(); ++i) record(i);
-  while (recorder.waiting() < items.size() - 1) std::this_thread::yield();
+  CHECK(testing::becomes_true([&] { return recorder.waiting() >= items.size() - 1; },
+                              std::chrono::seconds(10)));  // released below either way
   CHECK(gated.transactions_started() == 1);
   gated.release();
   std::vector<Status> out;

@@ -404,7 +404,10 @@ TEST_CASE(
   const std::string lane = "operation:" + std::string(kRefund);
   REQUIRE(b_lanes.try_post(lane, [unblocked] { unblocked.wait(); }));
   auto manual = std::async(std::launch::async, [&] { return b.reconcile_now(kRefund, alice()); });
-  while (!b_lanes.awaited(lane)) std::this_thread::yield();
+  const bool awaited =
+      testing::becomes_true([&] { return b_lanes.awaited(lane); }, std::chrono::seconds(10));
+  if (!awaited) unblock.set_value();  // so that the failure below ends the test, not hangs it
+  REQUIRE(awaited);
   // Node A's scheduled pass proves the refund absent and executes it
   // again; while that call is in flight, node B's pass runs.
   w.provider.lookups = {lookup(operations::Lookup::absent)};
