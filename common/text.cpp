@@ -84,4 +84,12 @@ size_t character_count(std::string_view utf8) {
   return n;
 }
 
+std::string_view utf8_prefix(std::string_view utf8, size_t max_bytes) {
+  if (utf8.size() <= max_bytes) return utf8;
+  size_t end = max_bytes;
+  // Back off the continuation bytes (10xxxxxx) of a character the cut splits.
+  while (end > 0 && (static_cast<unsigned char>(utf8[end]) & 0xC0) == 0x80) --end;
+  return utf8.substr(0, end);
+}
+
 }  // namespace opgate

@@ -19,6 +19,11 @@ std::string printable(std::string_view text);
 // Schema's minLength and maxLength count them: not its bytes.
 size_t character_count(std::string_view utf8);
 
+// The longest start of valid UTF-8 text that fits in `max_bytes` and ends
+// on a character's boundary: a cut that never splits a character, so what
+// is kept (stored, shown) is valid UTF-8 still.
+std::string_view utf8_prefix(std::string_view utf8, size_t max_bytes);
+
 // &, <, >, " and ' as character references: text safe inside HTML or XML
 // markup (attribute values included).
 std::string html_escape(std::string_view text);

@@ -441,7 +441,7 @@ std::variant<json::object, std::string> check_declared_arguments(const DeclaredO
     if (std::none_of(op.parameters.begin(), op.parameters.end(),
                      [&](const auto& p) { return p.name == k; }))
       return fmt::format("Unknown argument '{}'; this tool does not accept it.",
-                         std::string(k.substr(0, 64)));
+                         utf8_prefix(k, 64));
   }
   json::object out;
   for (const auto& p : op.parameters) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/text.h"
 #include "operations/keys.h"
 
 namespace opgate::operations {
@@ -32,8 +33,8 @@ Result<std::vector<pb::DeliveryEvent>> parse_deliveries(const json::value& v) {
                         "A delivery event must be an object with at, status and detail.");
     for (const auto& [k, _] : *e)
       if (k != "at" && k != "status" && k != "detail")
-        return make_error(errc::bad_order, fmt::format("Unknown delivery event field '{}'.",
-                                                       std::string(k).substr(0, 64)));
+        return make_error(errc::bad_order,
+                          fmt::format("Unknown delivery event field '{}'.", utf8_prefix(k, 64)));
     const auto* at = e->if_contains("at");
     const auto* status = e->if_contains("status");
     const auto* detail = e->if_contains("detail");
@@ -87,7 +88,7 @@ Result<pb::Order> parse_order(std::string_view text) {
   for (const auto& [k, _] : o)
     if (!known.count(std::string(k)))
       return make_error(errc::bad_order,
-                        fmt::format("Unknown order field '{}'.", std::string(k).substr(0, 64)));
+                        fmt::format("Unknown order field '{}'.", utf8_prefix(k, 64)));
   auto str = [&](const char* k, bool required, std::string& out) -> std::optional<Error> {
     auto* p = o.if_contains(k);
     if (!p) {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/text.h"
 #include "operations/drafts.h"
 #include "operations/notes.h"
 #include "operations/orders.h"
@@ -35,8 +36,8 @@ Result<AnsweredCall> answer_call(store::Transaction& txn, const AgentCall& reque
   call.set_session_id(request.ref.session_id());
   call.set_turn_id(request.ref.turn_id());
   call.set_call_id(request.ref.call_id());
-  call.set_name(request.name.substr(0, 128));
-  call.set_arguments_json(request.arguments_json.substr(0, 16384));
+  call.set_name(std::string(utf8_prefix(request.name, 128)));
+  call.set_arguments_json(std::string(utf8_prefix(request.arguments_json, 16384)));
   call.set_created_at_ms(txn.now_ms());
   call.set_mcp(request.mcp);
 

@@ -139,7 +139,7 @@ std::optional<std::string> check_shape(std::string_view text, const ArgSpec& spe
     std::string key(k);
     if (!spec.required.count(key) && !spec.optional.count(key))
       return fmt::format("Unknown argument '{}'; this tool does not accept it.",
-                         key.size() > 64 ? key.substr(0, 64) : key);
+                         utf8_prefix(key, 64));
   }
   for (const auto& key : spec.required)
     if (!out.contains(key)) return fmt::format("Missing required argument '{}'.", key);

@@ -12,6 +12,7 @@
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/text.h"
 #include "operations/agent_tokens.h"
 #include "operations/audit.h"
 #include "operations/decisions.h"
@@ -581,9 +582,8 @@ class Api {
       if (!k || !k->is_string() || k->as_string().empty() || k->as_string().size() > 256)
         return error_response(errc::bad_request, "Every item needs its operation key.");
       if (!keys.insert(std::string(k->as_string())).second)
-        return error_response(errc::bad_request,
-                              fmt::format("The operation {} is listed twice.",
-                                          std::string_view(k->as_string()).substr(0, 64)));
+        return error_response(errc::bad_request, fmt::format("The operation {} is listed twice.",
+                                                             utf8_prefix(k->as_string(), 64)));
     }
     json::array results;
     size_t approved = 0;

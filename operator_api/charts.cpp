@@ -10,11 +10,11 @@ namespace opgate::operator_api {
 
 namespace {
 
-// At most 80 characters, without the control characters XML text cannot
-// hold, escaped.
+// At most 80 bytes (cut between characters), without the control characters
+// XML text cannot hold, escaped.
 std::string xml_text(std::string_view text) {
   std::string kept;
-  for (char c : text.substr(0, 80))
+  for (char c : utf8_prefix(text, 80))
     if (static_cast<unsigned char>(c) >= 0x20) kept += c;
   return html_escape(kept);
 }

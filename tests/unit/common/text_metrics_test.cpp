@@ -33,6 +33,18 @@ TEST_CASE("text is as long as its characters, not its bytes") {
   CHECK(character_count("\U0001F4E6 box") == 5);  // four bytes, then ASCII
 }
 
+TEST_CASE("a cut to a number of bytes never splits a character") {
+  CHECK(utf8_prefix("refund", 10) == "refund");
+  CHECK(utf8_prefix("refund", 3) == "ref");
+  CHECK(utf8_prefix("caf\u00e9", 4) == "caf");  // é's two bytes do not fit: both go
+  CHECK(utf8_prefix("caf\u00e9", 5) == "caf\u00e9");
+  CHECK(utf8_prefix("\u8fd4\u91d1", 5) == "\u8fd4");  // three bytes each
+  CHECK(utf8_prefix("\U0001F4E6", 3).empty());        // a four-byte character, cut inside
+  CHECK(utf8_prefix("\U0001F4E6", 0).empty());
+  const std::string long_text = std::string(63, 'a') + "\u00e9";  // é across byte 64
+  CHECK(utf8_prefix(long_text, 64) == std::string(63, 'a'));
+}
+
 TEST_CASE("a slow gauge does not hold up counter increments while /metrics renders") {
   Metrics m;
   m.inc("opgate_requests_total");

@@ -101,6 +101,37 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("text cut to fit the store is cut between characters, so the stored call reads back") {
+  testing::World w;
+  w.seed_order("ORDER-100");
+  mcp::CallCommitter committer(*w.storage, {});
+  Answers answers;
+  // An unknown argument whose name has an 'é' across the 64th byte, which
+  // the refusal quotes; arguments whose 16,384th byte falls inside an 'é';
+  // a tool name with one across the 128th.
+  auto unknown = agent_call("long-name", "lookup_order", "ORDER-100");
+  unknown.arguments_json = R"({"order_id":"ORDER-100",")" + std::string(63, 'a') + "\u00e9\":1}";
+  auto large = agent_call("large", "lookup_order", "ORDER-100");
+  large.arguments_json = R"({"order_id":"ORDER-100","x":")";
+  large.arguments_json += std::string(16383 - large.arguments_json.size(), 'b') + "\u00e9\"}";
+  auto named = agent_call("tool-name", std::string(127, 't') + "\u00e9", "ORDER-100");
+  for (auto* c : {&unknown, &large, &named})
+    committer.submit(*c, default_policy(), std::nullopt, answers.to(c->ref.call_id()));
+  answers.wait_for(3);
+  for (const char* id : {"long-name", "large", "tool-name"}) {
+    CAPTURE(id);
+    REQUIRE(answers.by_call.at(id).ok());
+    auto stored = w.call("mcp:agent-1", "call", id);  // a read that fails is a failed REQUIRE
+    REQUIRE(stored.has_value());
+    CHECK(stored->result_saved());
+    CHECK_FALSE(stored->result().success());
+  }
+  CHECK(w.call("mcp:agent-1", "call", "long-name")->result().error().find(std::string(63, 'a')) !=
+        std::string::npos);
+  CHECK(w.call("mcp:agent-1", "call", "large")->arguments_json().size() == 16383);
+  CHECK(w.call("mcp:agent-1", "call", "tool-name")->name() == std::string(127, 't'));
+}
+
 TEST_CASE("many calls for one refund at once: one operation, every call linked to it") {
   testing::World w;
   w.seed_order("ORDER-100");

@@ -212,6 +212,14 @@ TEST_CASE("a declared tool's arguments are checked outside the model") {
   CHECK(refusal(f.run("reship_order",
                       R"({"order_id":"ORDER-1","carrier":"express","owner":"other-user"})"))
             .find("Unknown argument 'owner'") != std::string::npos);
+  {  // a name quoted in part is cut between characters: the refusal can be stored and read
+    auto out = f.run("reship_order", R"({"order_id":"ORDER-1","carrier":"express",")" +
+                                         std::string(63, 'a') + "\u00e9\":1}");
+    REQUIRE(out.result);
+    pb::ToolResult read;
+    CHECK(read.ParseFromString(out.result->SerializeAsString()));
+    CHECK(read.error().find(std::string(63, 'a') + "'") != std::string::npos);
+  }
   CHECK(
       refusal(
           f.run(
