@@ -347,14 +347,24 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   }
   if (*op && operations::is(**op, operations::State::executing)) {
     // Executed again after a proven absence, and its answer never recorded.
+    // The item is written too, so that the call's holder, if its answer
+    // still comes, finds the item no longer its own: it records the answer
+    // as a late one and leaves the item here, for the next pass.
     Status s = storage_.transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
       if (!ours) return Status::Ok();
       OPGATE_ASSIGN_OR_RETURN(auto cur, txn.operation(key));
       if (!cur || !operations::is(*cur, operations::State::executing)) return Status::Ok();
-      return operations::recover_executing(
-          txn, *cur, "the provider call's answer was never recorded; its outcome is unknown",
-          false);
+      const std::string why =
+          "the provider call's answer was never recorded; its outcome is unknown";
+      OPGATE_TRY(operations::recover_executing(txn, *cur, why, false));
+      store::OutboxEntry fenced = entry;
+      fenced.item.clear_lease_token();
+      fenced.item.set_attempts(entry.item.attempts() + 1);
+      fenced.item.set_last_error(why);
+      fenced.item.set_not_before_ms(txn.now_ms());
+      txn.update_outbox(fenced);
+      return Status::Ok();
     });
     if (!s) spdlog::error("cannot recover operation {}: {}", key, s.error().message);
     return;  // the item stays due: the next pass reconciles

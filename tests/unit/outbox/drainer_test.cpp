@@ -432,6 +432,48 @@ TEST_CASE(
   CHECK(w.ledger(kRefund).has_value());
 }
 
+TEST_CASE(
+    "a re-execution that outlives its lease is fenced by the node that recovers it: its late "
+    "answer leaves the reconcile item in place") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout"),
+                        answer(operations::Verdict::indeterminate, "timeout again")};
+  w.pump();
+  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  // Proven absent, node A executes it again on the reconcile item it
+  // leases; the call stalls past the lease, and node B, finding the item
+  // due and the operation executing, recovers it to outcome_unknown.
+  Lanes b_lanes("node-b", 2, 16);
+  outbox::Drainer b(*w.storage, b_lanes, w.provider, w.agents, w.policy, w.metrics, w.clock,
+                    [] { return 0.0; });
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
+  bool recovered = false;
+  w.provider.during_execute = [&] {
+    if (recovered) return;
+    recovered = true;
+    w.clock.advance_ms(31'000);
+    CHECK(b.dispatch() == 1);
+    b_lanes.wait_idle();
+    CHECK(w.state(kRefund) == "outcome_unknown");
+    w.provider.lookups = {lookup(operations::Lookup::unreachable)};  // from now on
+  };
+  w.clock.advance_ms(60'000);
+  w.pump();
+  w.provider.during_execute = nullptr;
+  REQUIRE(recovered);
+  // Node A's answer (a timeout again) came after: recorded as a late one,
+  // and the operation still has the item that reconciles it.
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);
+  w.provider.lookups = {lookup(operations::Lookup::found)};
+  w.clock.advance_ms(3'600'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.calls() == 2);  // the first call and the re-execution, same key
+}
+
 TEST_CASE("an operator's reconcile of an operation that lost its reconcile item makes one") {
   World w;
   w.propose_refund();
