@@ -236,7 +236,7 @@ Result<Approved> approve(store::Transaction& txn, const std::string& key,
   item.set_order_id(op.proposal().order_id());
   if (claim_at_once) {
     // The order and the policy were re-checked above, in this transaction.
-    OPGATE_ASSIGN_OR_RETURN(out.claimed, claim_checked(txn, std::move(op)));
+    OPGATE_ASSIGN_OR_RETURN(out.claimed, claim_checked(txn, std::move(op), policy));
     item.set_not_before_ms(txn.now_ms() + claim_at_once->lease_ms);
     item.set_lease_token(claim_at_once->lease_token);
   }

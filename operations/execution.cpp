@@ -35,7 +35,8 @@ PaymentRequest payment_request(const pb::Operation& op) {
           .order_id = p.order_id(),
           .operation = declared ? p.kind() : std::string(),
           .owner = p.owner(),
-          .arguments_json = p.arguments_json()};
+          .arguments_json = p.arguments_json(),
+          .executor_url = op.executor_url()};
 }
 
 Status recover_executing(store::Transaction& txn, pb::Operation& op, const std::string& reason,
@@ -65,12 +66,16 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
                       details({{"reason", "before execution: " + *now.refusal}})));
     return out;
   }
-  OPGATE_ASSIGN_OR_RETURN(out.claimed, claim_checked(txn, std::move(*op)));
+  OPGATE_ASSIGN_OR_RETURN(out.claimed, claim_checked(txn, std::move(*op), policy));
   return out;
 }
 
-Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op) {
+Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op,
+                                    const PolicyConfig& policy) {
   op.set_attempts(op.attempts() + 1);
+  if (op.executor_url().empty() && !op.proposal().arguments_json().empty())
+    if (const auto* declared = policy.declared_operation(op.proposal().kind()))
+      op.set_executor_url(declared->executor.url);
   OPGATE_TRY(reserve_funds(txn, op));
   OPGATE_TRY(
       apply(txn, op, Event::claim, "system", details({{"idempotency_key", op.idempotency_key()}})));

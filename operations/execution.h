@@ -40,9 +40,11 @@ Result<Claim> claim(store::Transaction& txn, const std::string& key, const Polic
 
 // The claim of an approved operation whose order and policy this
 // transaction has re-checked already (`op` as it read or wrote it): its
-// amount held, and executing. Used by claim(), and by the approval that
-// claims at once (decisions.h).
-Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op);
+// amount held, and executing; a declared operation's executor, as `policy`
+// names it, recorded on its first claim. Used by claim(), and by the
+// approval that claims at once (decisions.h).
+Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op,
+                                    const PolicyConfig& policy);
 
 // Records the provider's answer for an executing operation: settled
 // (succeeded or failed), or outcome_unknown with a reconcile item due at

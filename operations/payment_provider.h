@@ -32,6 +32,8 @@ struct PaymentRequest {
   std::string operation;
   std::string owner;
   std::string arguments_json;
+  // The executor the operation was first sent to (pb::Operation), if any.
+  std::string executor_url;
 };
 
 enum class Verdict {

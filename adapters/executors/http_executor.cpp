@@ -45,6 +45,19 @@ PaymentResult classify(const std::string& body) {
   return out;
 }
 
+bool is_json_object(const std::string& body) {
+  json::error_code ec;
+  auto v = json::parse(body, ec);
+  return !ec && v.is_object();
+}
+
+// Where a request goes: the executor its operation was first sent to, and
+// before any, the declaration's (the policy in force).
+const std::string& executor_url(const PaymentRequest& req,
+                                const operations::DeclaredOperation& op) {
+  return req.executor_url.empty() ? op.executor.url : req.executor_url;
+}
+
 class DeclaredExecutors final : public operations::PaymentProvider {
  public:
   DeclaredExecutors(operations::PaymentProvider& provider,
@@ -64,7 +77,7 @@ class DeclaredExecutors final : public operations::PaymentProvider {
     json::error_code ec;
     auto arguments = json::parse(req.arguments_json, ec);
     if (ec) arguments = json::object();
-    http::ClientRequest http_req = base(*op, "POST", op->executor.url);
+    http::ClientRequest http_req = base(*op, "POST", executor_url(req, *op));
     http_req.headers["Content-Type"] = "application/json";
     http_req.headers["Idempotency-Key"] = req.operation_key;
     http_req.body = json::serialize(json::object{{"operation_key", req.operation_key},
@@ -101,15 +114,25 @@ class DeclaredExecutors final : public operations::PaymentProvider {
           req.operation);
       return out;
     }
-    const std::string url = fmt::format(
-        "{}/{}", op->executor.url, boost::urls::encode(req.operation_key, boost::urls::pchars));
+    const std::string url =
+        fmt::format("{}/{}", executor_url(req, *op),
+                    boost::urls::encode(req.operation_key, boost::urls::pchars));
     auto res = http::send(base(*op, "GET", url));
     if (!res) {
       out.error = res.error().message;
       return out;
     }
     if (res->status == 404) {
-      out.lookup = operations::Lookup::absent;
+      // The proof that it never ran, on which it is carried out again, is
+      // the executor's own answer: a JSON object. A proxy's or a gateway's
+      // 404 (a page, or nothing) says only that the request found no route.
+      if (is_json_object(res->body)) {
+        out.lookup = operations::Lookup::absent;
+        return out;
+      }
+      out.error =
+          "the executor's lookup answered 404 without a JSON body, which is not taken as proof "
+          "that it never ran";
       return out;
     }
     if (res->status != 200) {

@@ -16,6 +16,7 @@
 #include "fault_fs.h"
 #include "operations/attention.h"
 #include "operations/decisions.h"
+#include "operations/declared.h"
 #include "operations/execution.h"
 #include "operations/settlement.h"
 #include "world.h"
@@ -472,6 +473,45 @@ TEST_CASE(
   w.pump();
   CHECK(w.state(kRefund) == "settled/succeeded");
   CHECK(w.provider.calls() == 2);  // the first call and the re-execution, same key
+}
+
+TEST_CASE(
+    "a declared operation is reconciled and executed again at the executor its claim sent it to") {
+  auto reship = [](const std::string& url) {
+    auto declared = operations::parse_declared_operation(json::parse(R"({
+      "name": "reship_order", "description": "Ship an order again.", "tier": "support",
+      "effect": "Order {order_id} is shipped again.",
+      "parameters": {"required": [], "properties": {}},
+      "executor": {"url": ")" + url + R"(", "token_env": "SHIP_TOKEN"}})"),
+                                                         "operations[0]");
+    REQUIRE_MESSAGE(declared.ok(), declared.error().message);
+    operations::PolicyConfig policy;
+    policy.declared.push_back(*declared);
+    return policy;
+  };
+  World w;
+  w.policy.set(reship("https://ship-a.example/reship"));
+  w.propose("call_reship", "reship_order", R"({"order_id":"ORDER-100"})");
+  const std::string key = "demo-user:ORDER-100:reship_order:v1";
+  REQUIRE(w.state(key) == "pending");
+  REQUIRE(w.approve(key).ok());
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
+  w.pump();
+  REQUIRE(w.state(key) == "outcome_unknown");
+  CHECK(w.operation(key).executor_url() == "https://ship-a.example/reship");
+  // A reload points the declaration at another executor: the operation
+  // sent to the first is proven absent there and sent there again.
+  w.policy.set(reship("https://ship-b.example/reship"));
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
+  w.provider.answers = {answer(operations::Verdict::succeeded)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(key) == "settled/succeeded");
+  REQUIRE(w.provider.looked_up.size() == 1);
+  CHECK(w.provider.looked_up[0].executor_url == "https://ship-a.example/reship");
+  REQUIRE(w.provider.executed.size() == 2);
+  for (const auto& sent : w.provider.executed)
+    CHECK(sent.executor_url == "https://ship-a.example/reship");
 }
 
 TEST_CASE("an operator's reconcile of an operation that lost its reconcile item makes one") {

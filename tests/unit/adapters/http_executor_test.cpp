@@ -1,0 +1,122 @@
+// A declared operation's executor over HTTP (adapters/executors): a lookup's
+// 404 proves the operation never ran only when it is the executor's own
+// answer, and an operation sent already is reconciled and executed again
+// where it was sent, whatever a reload has made the declaration's URL since.
+#include "adapters/executors/http_executor.h"
+
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <vector>
+
+#include "http/server.h"
+#include "world.h"
+
+using namespace opgate;
+
+namespace {
+
+// An executor (or whatever answers in its place) on loopback: answers as
+// scripted, and keeps what it was asked.
+struct Executor {
+  std::mutex mu;
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::string> asked;  // "METHOD target"
+  http::Server server{{}, [this](http::Request&& r) {
+                        std::lock_guard lock(mu);
+                        asked.push_back(r.method + " " + r.target);
+                        http::Response res;
+                        res.status = status;
+                        res.body = body;
+                        res.headers["Content-Type"] = content_type;
+                        return res;
+                      }};
+  std::string url;
+
+  explicit Executor(const std::string& path) {
+    auto port = server.start();
+    REQUIRE(port.ok());
+    url = "http://127.0.0.1:" + std::to_string(*port) + path;
+  }
+  void answer(int s, std::string b, std::string type = "application/json") {
+    std::lock_guard lock(mu);
+    status = s;
+    body = std::move(b);
+    content_type = std::move(type);
+  }
+  std::vector<std::string> requests() {
+    std::lock_guard lock(mu);
+    return asked;
+  }
+};
+
+operations::PolicyConfig declaring(const std::string& url) {
+  operations::PolicyConfig policy;
+  operations::DeclaredOperation op;
+  op.name = "waive_fee";
+  op.executor.url = url;
+  op.executor.token = "tok";
+  op.executor.timeout_ms = 5'000;
+  policy.declared.push_back(op);
+  return policy;
+}
+
+operations::PaymentRequest waive_fee(std::string executor_url = "") {
+  operations::PaymentRequest r;
+  r.kind = operations::PaymentRequest::Kind::declared;
+  r.operation_key = "demo-user:ORDER-1:waive_fee:v1";
+  r.operation = "waive_fee";
+  r.owner = "demo-user";
+  r.order_id = "ORDER-1";
+  r.arguments_json = R"({"order_id":"ORDER-1"})";
+  r.executor_url = std::move(executor_url);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a lookup's 404 proves absence only as the executor's own JSON answer") {
+  Executor executor("/waive");
+  Live<operations::PolicyConfig> policy(declaring(executor.url));
+  testing::FakeProvider underneath;
+  auto executors = adapters::make_declared_executors(underneath, policy, 5'000);
+
+  executor.answer(404, R"({"error":{"code":"not_found"}})");
+  auto found = executors->find(waive_fee());
+  CHECK(found.lookup == operations::Lookup::absent);
+
+  // A gateway's page, or an empty 404: the request found no route, which
+  // says nothing of whether the executor ran the operation.
+  for (const char* body : {"<html><body>Not Found</body></html>", ""}) {
+    CAPTURE(body);
+    executor.answer(404, body, "text/html");
+    found = executors->find(waive_fee());
+    CHECK(found.lookup == operations::Lookup::unreachable);
+    CHECK(found.error.find("not taken as proof") != std::string::npos);
+  }
+  CHECK(executor.requests().size() == 3);
+  CHECK(underneath.looked_up.empty());
+}
+
+TEST_CASE("an operation sent already is asked for, and sent again, where it was first sent") {
+  Executor first("/waive"), second("/v2/waive");
+  Live<operations::PolicyConfig> policy(declaring(first.url));
+  testing::FakeProvider underneath;
+  auto executors = adapters::make_declared_executors(underneath, policy, 5'000);
+  // A reload moves the declaration to another executor after the operation
+  // was sent to the first.
+  policy.set(declaring(second.url));
+  first.answer(404, R"({"error":{"code":"not_found"}})");
+  CHECK(executors->find(waive_fee(first.url)).lookup == operations::Lookup::absent);
+  first.answer(200, R"({"status":"succeeded","id":"w_1"})");
+  CHECK(executors->execute(waive_fee(first.url)).verdict == operations::Verdict::succeeded);
+  CHECK(first.requests() ==
+        std::vector<std::string>{"GET /waive/demo-user:ORDER-1:waive_fee:v1", "POST /waive"});
+  CHECK(second.requests().empty());
+  // One never sent goes where the declaration now says.
+  second.answer(200, R"({"status":"succeeded","id":"w_2"})");
+  CHECK(executors->execute(waive_fee()).verdict == operations::Verdict::succeeded);
+  CHECK(second.requests() == std::vector<std::string>{"POST /v2/waive"});
+}
