@@ -269,8 +269,20 @@ std::optional<std::string> recheck(const pb::Proposal& p, const pb::Order& order
   if (const auto* op = policy.declared_operation(p.kind())) {
     if (p.money() != to_string(op->money))
       return fmt::format("The declaration of {} changed how it moves money.", op->name);
-    if (op->money != Money::none) return money_refusal(order, funds, p.amount_minor());
-    return std::nullopt;
+    // A reload may have narrowed what the declaration accepts (a lower
+    // maximum, an enum value dropped, a parameter renamed or required): the
+    // proposal is held to the declaration in force, as a credit to its cap.
+    auto checked = check_declared_arguments(*op, p.arguments_json());
+    if (const auto* refusal = std::get_if<std::string>(&checked))
+      return fmt::format("Its arguments no longer fit the declaration of {}: {}", op->name,
+                         *refusal);
+    if (op->money == Money::none) return std::nullopt;
+    const auto& args = std::get<boost::json::object>(checked);
+    const auto* amount = args.if_contains(op->amount_argument);
+    if (!amount || !amount->is_int64() || amount->as_int64() != p.amount_minor())
+      return fmt::format("The declaration of {} now takes its amount from another argument.",
+                         op->name);
+    return money_refusal(order, funds, p.amount_minor());
   }
   if (!p.money().empty())
     return fmt::format("{} is no longer declared in the configuration.", p.kind());

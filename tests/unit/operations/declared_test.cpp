@@ -307,6 +307,35 @@ TEST_CASE("a pending declared proposal is rechecked under the policy in force") 
   const auto diff = operations::replay_proposal(p, f.policy, stricter);
   REQUIRE_FALSE(diff.empty());
   CHECK(diff[0].what == "tier");
+  // What the declaration accepts narrowed by a reload: rejected, as a
+  // credit above a lowered cap is.
+  auto parameter = [](operations::PolicyConfig & policy, const std::string& name) -> auto& {
+    for (auto& q : policy.declared[0].parameters)
+      if (q.name == name) return q;
+    FAIL("no parameter " << name);
+    return policy.declared[0].parameters.front();
+  };
+  auto lower = f.policy;
+  parameter(lower, "amount_minor").maximum = 1000;
+  CHECK(operations::recheck(p, o, {}, lower, kNow).value_or("").find("no longer fit") !=
+        std::string::npos);
+  auto dropped = f.policy;
+  parameter(dropped, "fee").values = {"restocking_fee"};  // late_fee dropped
+  CHECK(operations::recheck(p, o, {}, dropped, kNow).value_or("").find("fee must be one of") !=
+        std::string::npos);
+  auto renamed = f.policy;
+  parameter(renamed, "amount_minor").name = "fee_minor";
+  renamed.declared[0].amount_argument = "fee_minor";
+  CHECK(operations::recheck(p, o, {}, renamed, kNow).value_or("").find("no longer fit") !=
+        std::string::npos);
+  auto moved = f.policy;  // the amount now read from another integer argument
+  operations::DeclaredParameter cap;
+  cap.name = "cap_minor";
+  cap.type = operations::DeclaredParameter::Type::integer;
+  moved.declared[0].parameters.push_back(cap);
+  moved.declared[0].amount_argument = "cap_minor";
+  CHECK(operations::recheck(p, o, {}, moved, kNow).value_or("").find("another argument") !=
+        std::string::npos);
 }
 
 TEST_CASE("declared tools are published after the built-in ones, and shown by policy show") {
