@@ -181,7 +181,10 @@ void parse_ingress(const Section& in, Config& c, const std::filesystem::path& ba
   c.ingress_tls = parse_tls(in, base_dir);
   c.max_body_bytes = in.integer("max_body_bytes", c.max_body_bytes);
   c.timestamp_tolerance_s = in.integer("timestamp_tolerance_s", c.timestamp_tolerance_s);
-  c.max_backlog = in.integer("max_backlog", c.max_backlog);
+  const int64_t backlog = in.integer("max_backlog", static_cast<int64_t>(c.max_backlog));
+  if (backlog < 0 || backlog > 100'000'000)
+    throw ConfigError("ingress.max_backlog must be between 0 and 100000000");
+  c.max_backlog = static_cast<size_t>(backlog);
   c.inbox_retention_s = in.integer("retention_s", c.inbox_retention_s);
   c.header_timeout_ms = in.integer("header_timeout_ms", c.header_timeout_ms);
   c.body_timeout_ms = in.integer("body_timeout_ms", c.body_timeout_ms);
@@ -696,8 +699,17 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   if (root.has("console")) parse_console(root.table("console"), c.console, c.policy);
   if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
     throw ConfigError("ingress.max_body_bytes must be between 1 and 64 MiB");
-  if (c.timestamp_tolerance_s <= 0)
-    throw ConfigError("ingress.timestamp_tolerance_s must be positive");
+  if (c.timestamp_tolerance_s <= 0 || c.timestamp_tolerance_s > 86'400)
+    throw ConfigError("ingress.timestamp_tolerance_s must be between 1 and 86400");
+  // A delivery is valid for a tolerance either side of its timestamp: an
+  // event's id must be kept at least that long, or a captured delivery
+  // could be replayed once its id was forgotten.
+  if (c.inbox_retention_s < 0 ||
+      (c.inbox_retention_s > 0 && c.inbox_retention_s < 2 * c.timestamp_tolerance_s))
+    throw ConfigError(fmt::format(
+        "ingress.retention_s must be 0 (keep every event) or at least twice "
+        "ingress.timestamp_tolerance_s ({} s), so that no delivery still valid is forgotten",
+        2 * c.timestamp_tolerance_s));
   if (c.data_dir.empty()) throw ConfigError("data_dir must not be empty");
   if (std::filesystem::path(c.data_dir).is_relative()) {
     c.data_dir_was_relative = true;
@@ -758,6 +770,13 @@ Status check_serviceable(const Config& c) {
   return Status::Ok();
 }
 
+int64_t execution_budget_ms(const Config& config) {
+  int64_t budget =
+      config.payments.timeout_ms + (config.orders_source == "http" ? config.orders.timeout_ms : 0);
+  for (const auto& op : config.policy.declared) budget = std::max(budget, op.executor.timeout_ms);
+  return budget;
+}
+
 std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) {
   std::vector<std::string> keys;
   auto check = [&](bool same, const char* key) {
@@ -776,6 +795,9 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
   check(a.header_timeout_ms == b.header_timeout_ms, "ingress.header_timeout_ms");
   check(a.body_timeout_ms == b.body_timeout_ms, "ingress.body_timeout_ms");
   check(a.inbox_retention_s == b.inbox_retention_s, "ingress.retention_s");
+  // The claim lease was sized at start: a longer executor timeout is held to it.
+  check(execution_budget_ms(b) <= execution_budget_ms(a),
+        "operations.executor.timeout_ms (above the longest at start)");
   check(a.agent.base_url == b.agent.base_url && a.agent.secret == b.agent.secret &&
             a.agent.timeout_ms == b.agent.timeout_ms && a.agent.ca_file == b.agent.ca_file,
         "agent");

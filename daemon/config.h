@@ -147,6 +147,11 @@ Result<std::set<std::string>> accepted_keys(const std::string& path);
 // secret. An error names what is missing.
 Status check_serviceable(const Config& config);
 
+// How long one execution may take: a cancellation at the order service and
+// then the refund, or a declared operation's executor. The outbox's claim
+// lease is sized for it at start, and every executor call is held to it.
+int64_t execution_budget_ms(const Config& config);
+
 // The keys whose change a reload cannot apply (listen addresses, data_dir,
 // limits of the listeners): a restart is needed for them.
 std::vector<std::string> keys_needing_restart(const Config& running, const Config& next);

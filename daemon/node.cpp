@@ -173,14 +173,6 @@ Status Node::open_store() {
   return Status::Ok();
 }
 
-int64_t Node::execution_budget_ms() const {
-  // A cancellation at the order service and then the refund, or a declared
-  // operation's executor (whose later timeouts are held to this).
-  int64_t budget = config_.payments.timeout_ms + (order_service_ ? config_.orders.timeout_ms : 0);
-  for (const auto& op : config_.policy.declared) budget = std::max(budget, op.executor.timeout_ms);
-  return budget;
-}
-
 Status Node::build_adapters() {
   for (const auto& p : config_.principals)
     if (p.owners.empty())
@@ -202,7 +194,7 @@ Status Node::build_adapters() {
     provider_ = cancelling_.get();
   }
   // Declared operations go to their executors; the rest to the provider.
-  declared_ = adapters::make_declared_executors(*provider_, policy_, execution_budget_ms());
+  declared_ = adapters::make_declared_executors(*provider_, policy_, execution_budget_ms(config_));
   provider_ = declared_.get();
   return Status::Ok();
 }
@@ -217,7 +209,7 @@ Status Node::build_work() {
   outbox::DrainerOptions drainer_options;
   // Longer than an execution can take: a cancellation at the order service
   // and then the refund.
-  drainer_options.claim_lease_ms = execution_budget_ms() + 10'000;
+  drainer_options.claim_lease_ms = execution_budget_ms(config_) + 10'000;
   drainer_options.shared_store = shared_store_;
   drainer_ =
       std::make_unique<outbox::Drainer>(storage, *lanes_, *provider_, *agents_, policy_, metrics_,

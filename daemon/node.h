@@ -63,8 +63,6 @@ class Node {
   explicit Node(const Config& config);
   Status open_store();
   Status build_adapters();
-  // How long one execution may take: its claim lease is sized for it.
-  int64_t execution_budget_ms() const;
   Status build_work();
   Status build_notifications();
   Status build_listeners();

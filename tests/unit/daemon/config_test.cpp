@@ -79,6 +79,15 @@ TEST_CASE("an unknown key, a wrong type or a bad value is refused with its name"
         std::string::npos);
   CHECK(error_of("[policy]\napproval_ttl_s = 0\n" + kSource).find("approval_ttl_s") !=
         std::string::npos);
+  CHECK(error_of("[ingress]\nmax_backlog = -1\n" + kSource).find("ingress.max_backlog") !=
+        std::string::npos);
+  CHECK(error_of("[ingress]\ntimestamp_tolerance_s = 9223372036854775807\n" + kSource)
+            .find("ingress.timestamp_tolerance_s must be between 1 and 86400") !=
+        std::string::npos);
+  CHECK(error_of("[ingress]\nretention_s = 599\n" + kSource).find("at least twice") !=
+        std::string::npos);
+  CHECK(error_of("[ingress]\nretention_s = -1\n" + kSource).find("ingress.retention_s") !=
+        std::string::npos);
   CHECK(error_of("[ingress]\nreject_cooldown_ms = -1\n" + kSource).find("reject_cooldown_ms") !=
         std::string::npos);
   CHECK(error_of(R"([[ingress.sources]]
@@ -340,6 +349,17 @@ TEST_CASE("a reload names the keys it cannot apply without a restart") {
   auto console_keys = daemon::keys_needing_restart(a, proxied);
   REQUIRE(console_keys.size() == 1);
   CHECK(console_keys[0].starts_with("console"));
+  // A declared executor's timeout past the longest execution at start: the
+  // claim lease was sized then, and the calls are held to it.
+  daemon::Config declared = a;
+  declared.policy.declared.emplace_back().executor.timeout_ms = 20'000;
+  REQUIRE(daemon::execution_budget_ms(declared) > daemon::execution_budget_ms(a));
+  auto longer = daemon::keys_needing_restart(a, declared);
+  REQUIRE(longer.size() == 1);
+  CHECK(longer[0].starts_with("operations.executor.timeout_ms"));
+  daemon::Config shorter = declared;
+  shorter.policy.declared[0].executor.timeout_ms = 500;
+  CHECK(daemon::keys_needing_restart(declared, shorter).empty());
 }
 
 TEST_CASE("log level and TLS files are checked where they are read") {
