@@ -49,6 +49,9 @@ Status verify(const SignedMessage& m, const std::vector<std::string>& raw_keys, 
     auto space = rest.find(' ');
     auto token = rest.substr(0, space);
     rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    // Fields of a repeated header arrive joined by ", " (RFC 9110); base64
+    // has no comma, so one ending a token is that separator's.
+    if (token.ends_with(',')) token.remove_suffix(1);
     if (token.substr(0, 3) != "v1,") continue;
     auto raw = crypto::base64_decode(token.substr(3));
     if (!raw) continue;

@@ -46,6 +46,21 @@ TEST_CASE("a header with several signatures passes if any v1 one matches") {
   CHECK(verify({id, ts_text, header, payload}, {*key}, ts, 300).ok());
 }
 
+TEST_CASE("signatures sent in repeated headers, as HTTP combines them, pass") {
+  // A sender that repeats webhook-signature: the server joins the fields
+  // with ", " (RFC 9110), and the valid one may come first.
+  auto v = vectors().at("valid").as_array().at(0).as_object();
+  auto key = decode_secret(str(v, "secret"));
+  REQUIRE(key.ok());
+  const int64_t ts = v.at("timestamp").as_int64();
+  auto id = str(v, "webhook_id"), payload = str(v, "payload"), sig = str(v, "signature");
+  auto ts_text = std::to_string(ts);
+  const std::string other = "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+  CHECK(verify({id, ts_text, sig + ", " + other, payload}, {*key}, ts, 300).ok());
+  CHECK(verify({id, ts_text, other + ", " + sig, payload}, {*key}, ts, 300).ok());
+  CHECK_FALSE(verify({id, ts_text, other + ", " + other, payload}, {*key}, ts, 300).ok());
+}
+
 TEST_CASE("every published invalid signature is rejected") {
   auto v = vectors();
   const auto& first = v.at("valid").as_array()[0].as_object();
