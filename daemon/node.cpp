@@ -136,6 +136,12 @@ Status Node::open_store() {
                            .operator_api = kOperatorConnections,
                            .mcp = config_.mcp.enabled() ? kMcpConnections : 0},
                           event_loop_descriptors(config_));
+  if (open_files < fds_.needed)
+    return make_error(errc::not_ready,
+                      fmt::format("only {} file descriptors are available and opgate needs at "
+                                  "least {} (its store, logs, outbound calls and a few "
+                                  "connections per listener); raise LimitNOFILE",
+                                  open_files, fds_.needed));
   if (fds_.capped)
     spdlog::warn(
         "only {} file descriptors are available: connections are capped at {} (webhooks), {} "
