@@ -822,12 +822,18 @@ int audit_verify_online(const Context& c, const std::string& expect_head) {
 int audit_export(const Context& c, const std::string& key, const std::string& out_file) {
   auto r = call(c, "GET", "/v1/operations/" + http::url_component(key) + "/evidence");
   if (!r) return 1;
+  // Checked before it is kept: a pack that does not verify (changed on its
+  // way here) is no evidence, and is not written.
+  auto check = operations::verify_evidence(r->raw);
+  if (!check.ok) {
+    std::cerr << "error: EVIDENCE DOES NOT VERIFY: " << printable(check.problem) << "\n";
+    return 1;
+  }
   // Written whole or not at all: a pack cut short would not verify.
   if (auto written = write_file_atomically(out_file, r->raw); !written) {
     std::cerr << fmt::format("error: cannot write {}: {}\n", out_file, written.error().message);
     return 1;
   }
-  auto check = operations::verify_evidence(r->raw);
   return print_json_or(c, *r, [&] {
     std::cout << fmt::format("{}: evidence for {} ({} audit records, proven to head #{})\n",
                              out_file, printable(check.operation_key), check.records,

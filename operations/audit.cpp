@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/crypto.h"
 #include "operations/state_machine.h"
 
@@ -24,13 +26,13 @@ boost::json::object to_json(const AuditReport& report) {
 Result<WitnessedHead> parse_head(const std::string& text) {
   const auto colon = text.find(':');
   WitnessedHead head;
-  try {
-    size_t used = 0;
-    head.seq = std::stoull(text.substr(0, colon), &used);
-    if (colon == std::string::npos || used != colon) throw std::invalid_argument(text);
-  } catch (...) {
-    return make_error(errc::bad_request, "A head is SEQ:HASH, e.g. 42:3fa9...");
-  }
+  // SEQ is digits only (no sign, no space) and names a record: 1 or more.
+  const std::string digits = text.substr(0, colon);
+  const bool all_digits =
+      !digits.empty() && digits.size() <= 19 &&
+      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (colon == std::string::npos || !all_digits || (head.seq = std::stoull(digits)) == 0)
+    return make_error(errc::bad_request, "A head is SEQ:HASH, e.g. 42:3fa9... (SEQ from 1)");
   auto raw = crypto::from_hex(text.substr(colon + 1));
   if (!raw || raw->size() != 32)
     return make_error(errc::bad_request, "The head's hash must be 64 hex digits.");

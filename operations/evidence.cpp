@@ -26,6 +26,13 @@ constexpr size_t kTranscriptCalls = 50;
 // A proof longer than this many records is refused (export sooner).
 constexpr uint64_t kMaxProofRecords = 2'000'000;
 
+Status proof_within_bound(uint64_t from, uint64_t head) {
+  if (head - from + 1 <= kMaxProofRecords) return Status::Ok();
+  return make_error(errc::conflict,
+                    fmt::format("The proof would span {} audit records (at most {}).",
+                                head - from + 1, kMaxProofRecords));
+}
+
 // Every field the chain hash covers, exactly: the record as the API shows
 // it, with its details as the stored text instead of parsed.
 json::object record_json(const pb::AuditRecord& r) {
@@ -130,11 +137,6 @@ void summarise(const std::vector<pb::AuditRecord>& records, json::object& body) 
   body["policy_recorded"] = std::move(policy);
 }
 
-std::string owner_of_key(std::string_view key) {
-  const auto colon = key.find(':');
-  return std::string(key.substr(0, colon == std::string_view::npos ? 0 : colon));
-}
-
 }  // namespace
 
 Result<std::string> export_evidence(store::Storage& storage, const std::string& key,
@@ -185,6 +187,12 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
   const std::string body_text = json::serialize(body);
   const std::string body_sha256 = crypto::sha256_hex(body_text);
 
+  // A proof too long to build is refused before the export is audited.
+  if (!before.empty()) {
+    OPGATE_ASSIGN_OR_RETURN(const store::AuditHead now, reader.audit_head());
+    OPGATE_TRY(proof_within_bound(before.front().seq(), now.seq + 1));
+  }
+
   // The export is audited, with the body's hash: from here on the chain
   // vouches for the body too.
   OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
@@ -204,10 +212,7 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
   if (records.empty()) return make_error(errc::internal, "the operation has no audit records");
   OPGATE_ASSIGN_OR_RETURN(const store::AuditHead head, reader.audit_head());
   const uint64_t from = records.front().seq();
-  if (head.seq - from + 1 > kMaxProofRecords)
-    return make_error(errc::conflict,
-                      fmt::format("The proof would span {} audit records (at most {}).",
-                                  head.seq - from + 1, kMaxProofRecords));
+  OPGATE_TRY(proof_within_bound(from, head.seq));
   std::set<uint64_t> own;
   for (const auto& r : records) own.insert(r.seq());
   // The proof: every record from the key's first to the head, its own in
@@ -227,11 +232,19 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
       } else if (r.hash_version() == 2) {
         links.push_back(json::object{{"seq", r.seq()},
                                      {"digest", crypto::to_hex(store::audit_fields_digest(r))}});
-      } else if (principal.sees_every_owner() ||
-                 (!r.operation_key().empty() &&
-                  principal.may_act_for(owner_of_key(r.operation_key())))) {
-        links.push_back(json::object{{"seq", r.seq()}, {"record", record_json(r)}});
       } else {
+        // Written before digests: shown whole, to a token that may see it.
+        // Only an operation names its owner (a note's, a passkey's or an
+        // agent token's key begins with a fixed word): the stored one's.
+        bool visible = principal.sees_every_owner();
+        if (!visible && !r.operation_key().empty()) {
+          OPGATE_ASSIGN_OR_RETURN(const auto of, reader.operation(r.operation_key()));
+          visible = of && principal.may_act_for(of->proposal().owner());
+        }
+        if (visible) {
+          links.push_back(json::object{{"seq", r.seq()}, {"record", record_json(r)}});
+          continue;
+        }
         return make_error(
             errc::conflict,
             fmt::format("The proof passes over audit record {}, written before records could be "
@@ -299,9 +312,13 @@ EvidenceCheck verify_evidence(std::string_view text_in,
     if (!r) return fail("an audit record is malformed");
     if (r->operation_key() != *key)
       return fail(fmt::format("audit record {} is about another operation", r->seq()));
+    // Each record once: a second copy of one would never be hash-checked
+    // (the walk below checks the records by seq), yet could vouch for a body.
+    const uint64_t seq = r->seq();
     exported = exported || (r->action() == "evidence_exported" &&
                             text(details_of(*r), "body_sha256") == *body_sha256);
-    own.emplace(r->seq(), std::move(*r));
+    if (!own.emplace(seq, std::move(*r)).second)
+      return fail(fmt::format("audit record {} appears twice", seq));
   }
   out.records = own.size();
   if (own.empty() || own.begin()->first != *from)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/json.hpp>
 #include <deque>
 #include <map>
@@ -364,6 +365,18 @@ class Api {
   // The operation's evidence pack (operations/evidence.h), exactly as it is
   // to be handed over; the export is audited.
   Response evidence(const std::string& key, const Principal& p) {
+    // A pack holds its proof to the head in memory while it is built: one
+    // at a time, and the others are told to come back.
+    if (exporting_.exchange(true)) {
+      Error busy = make_error(errc::overloaded,
+                              "Another evidence pack is being built; ask again in a moment.");
+      busy.retry_after_ms = 2'000;
+      return from_error(busy);
+    }
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag.store(false); }
+    } done{exporting_};
     auto pack = operations::export_evidence(d_.storage, key, p, *d_.policy.get());
     if (!pack) return from_error(pack.error());
     Response r = json_response(200, std::move(*pack));
@@ -1232,6 +1245,7 @@ class Api {
     json::object report;
   };
   static constexpr int64_t kChartsReuseMs = 10'000;
+  std::atomic<bool> exporting_{false};  // an evidence pack is being built
   static constexpr size_t kReportsKept = 16;
   Mutex reports_mu_;
   std::deque<BuiltReport> reports_ GUARDED_BY(reports_mu_);

@@ -1846,6 +1846,20 @@ Result<AuditVerification> PgStorage::verify_audit() {
   int64_t after = 0;
   uint64_t position = 0;
   OPGATE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+  // The head row, which every append moves in the statement that writes
+  // its records, read first: the chain must reach it with the same hash,
+  // or records were cut from its end (records appended meanwhile lie past
+  // it).
+  OPGATE_ASSIGN_OR_RETURN(auto head_rows, conn->run("a_head", {}));
+  AuditHead recorded;
+  if (head_rows.size() > 0)
+    recorded = {static_cast<uint64_t>(head_rows.int8(0, 0)), head_rows.str(0, 1)};
+  auto cut = [&](AuditVerification v, std::string problem) {
+    v.ok = false;
+    v.first_bad_seq = recorded.seq;
+    v.problem = std::move(problem);
+    return v;
+  };
   for (;;) {
     OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("a_page", {int8(after), int8(1000)}));
     for (int i = 0; i < rows.size(); ++i) {
@@ -1858,10 +1872,18 @@ Result<AuditVerification> PgStorage::verify_audit() {
         return verifier.result();
       }
       if (!verifier.add(r, static_cast<uint64_t>(seq))) return verifier.result();
+      if (static_cast<uint64_t>(seq) == recorded.seq && r.hash() != recorded.hash)
+        return cut(verifier.result(),
+                   fmt::format("record {} is not the one the chain's head names", seq));
       after = seq;
     }
     if (rows.size() < 1000) break;
   }
+  if (verifier.result().ok && verifier.result().head.seq < recorded.seq)
+    return cut(verifier.result(),
+               fmt::format("the chain ends at record {}, but its head names record {}: records "
+                           "were removed from its end",
+                           verifier.result().head.seq, recorded.seq));
   return verifier.result();
 }
 

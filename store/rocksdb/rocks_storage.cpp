@@ -951,8 +951,9 @@ Result<BackupInfo> read_manifest(const std::string& path) {
     return bad("lacks format_version, created_at_ms or audit_head");
   const auto* seq = head->as_object().if_contains("seq");
   const auto* hash = head->as_object().if_contains("hash");
-  if (!seq || !(seq->is_int64() || seq->is_uint64()) || !hash || !hash->is_string())
-    return bad("has no audit_head seq and hash");
+  if (!seq || !(seq->is_uint64() || (seq->is_int64() && seq->as_int64() >= 0)) || !hash ||
+      !hash->is_string())
+    return bad("has no audit_head seq (a count, 0 or more) and hash");
   BackupInfo info;
   info.format_version = static_cast<int>(format->as_int64());
   info.created_at_ms = created->as_int64();

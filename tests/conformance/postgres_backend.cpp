@@ -722,6 +722,27 @@ TEST_CASE("postgres: audited commits on a guessed head keep one chain when anoth
   CHECK(of_a->size() == 18);
 }
 
+TEST_CASE("postgres: a chain with records cut from its end does not verify against its head") {
+  using opgate::conformance::backend;
+  if (backend().name() != "postgres") return;
+  TwoNodes nodes;
+  for (int i = 0; i < 3; ++i) REQUIRE(audited_commit(*nodes.a, "a"));
+  auto whole = nodes.a->verify_audit();
+  REQUIRE(whole.ok());
+  REQUIRE(whole->ok);
+  const uint64_t last = whole->head.seq;
+  {
+    auto conn = nodes.a->pool().acquire();
+    REQUIRE(conn.ok());
+    REQUIRE((*conn)->exec(fmt::format("DELETE FROM audit WHERE seq = {}", last)).ok());
+  }
+  auto cut = nodes.a->verify_audit();
+  REQUIRE(cut.ok());
+  CHECK_FALSE(cut->ok);
+  CHECK(cut->first_bad_seq == last);
+  CHECK(cut->problem.find("removed from its end") != std::string::npos);
+}
+
 // Leaves node a a guess of the chain's head that b's commit has made wrong:
 // a's last commits leave it the guess (a miss makes it skip guessing for
 // two), and b's moves the head.

@@ -191,12 +191,12 @@ json::object Cluster::approve(const std::string& key, const std::string& token, 
 }
 
 std::pair<int, std::string> Cluster::cli(const std::vector<std::string>& args,
-                                         const std::string& token) {
+                                         const std::string& token, const std::string& url) {
   // A copy: the process's own environment stays as it is. The CLI reads
   // the daemon's configuration as the daemon does, with its variables.
   bp::environment env = boost::this_process::environment();
   for (const auto& [name, value] : c_->daemon_variables()) env[name] = value;
-  env["OPGATE_URL"] = c_->operator_url();
+  env["OPGATE_URL"] = url.empty() ? c_->operator_url() : url;
   env["OPGATE_TOKEN"] = token;
   if (!ca_file_.empty()) env["OPGATE_CA_FILE"] = ca_file_;
   bp::ipstream out;

@@ -96,9 +96,11 @@ class Cluster {
   json::object approve(const std::string& key, const std::string& token = kAliceToken,
                        int expect_status = 200);
 
-  // Runs the opgate CLI with OPGATE_URL/OPGATE_TOKEN set; returns exit code and stdout.
+  // Runs the opgate CLI with OPGATE_URL/OPGATE_TOKEN set (the URL the
+  // daemon's operator API, or `url`); returns exit code and stdout.
   std::pair<int, std::string> cli(const std::vector<std::string>& args,
-                                  const std::string& token = kAdminToken);
+                                  const std::string& token = kAdminToken,
+                                  const std::string& url = "");
 
   void restart_daemon(bool kill9);
   void stop_daemon_gracefully(int* exit_code = nullptr);

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/crypto.h"
+#include "http/server.h"
 #include "tests/integration/cluster.h"
 
 using namespace opgate;
@@ -89,6 +91,42 @@ TEST_CASE("an evidence pack proves one operation offline; a changed byte anywher
   auto [frc, refused] = c.cli({"audit", "verify-evidence", (c.dir() / "flipped.json").string()});
   CHECK(frc == 1);
   CHECK(refused.find("EVIDENCE DOES NOT VERIFY") != std::string::npos);
+
+  // A forgery: the body changed and its hash with it, and a second copy of
+  // the first record, made to vouch for the new hash, added behind it. The
+  // chain still walks the genuine records; the copy must not count.
+  auto forged_pack = parsed;
+  auto& forged_body = forged_pack.at("body").as_object();
+  forged_body["result"] = json::object{{"status", "failed"}};
+  const std::string forged_sha = crypto::sha256_hex(json::serialize(forged_body));
+  forged_pack["body_sha256"] = forged_sha;
+  auto& forged_records = forged_pack.at("audit").as_object().at("records").as_array();
+  auto vouching = forged_records.at(0).as_object();
+  vouching["action"] = "evidence_exported";
+  vouching["details_json"] = json::serialize(json::object{{"body_sha256", forged_sha}});
+  forged_records.push_back(vouching);
+  const std::string forged_text = json::serialize(forged_pack) + "\n";
+  const auto forged_check = operations::verify_evidence(forged_text);
+  CHECK_FALSE(forged_check.ok);
+  CHECK(forged_check.problem.find("appears twice") != std::string::npos);
+
+  // The CLI keeps no pack that does not verify: here one changed on its way.
+  http::Server tampering({}, [&](http::Request&&) {
+    http::Response r;
+    r.status = 200;
+    r.headers["Content-Type"] = "application/json";
+    r.body = flipped;
+    return r;
+  });
+  auto tampering_port = tampering.start();
+  REQUIRE(tampering_port.ok());
+  const auto kept = c.dir() / "tampered.json";
+  auto [trc, tampered_out] =
+      c.cli({"audit", "export", "--operation", kKey, "--out", kept.string()}, kAdminToken,
+            "http://127.0.0.1:" + std::to_string(*tampering_port));
+  CHECK(trc == 1);
+  CHECK_FALSE(std::filesystem::exists(kept));
+  tampering.stop();
 
   // More records appended (another export, another operation): the first
   // pack still verifies, and a later one passes through its head.

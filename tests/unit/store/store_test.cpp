@@ -297,6 +297,11 @@ TEST_CASE("a restore compares the manifest with the copy and refuses a mismatch"
     CHECK(r.error().code == "corrupt_record");
     CHECK(r.error().message.find("#3") != std::string::npos);
   }
+  SUBCASE("a negative audit head") {
+    auto r = with(replaced("\"seq\":2", "\"seq\":-1"));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == "data_format");
+  }
   SUBCASE("a manifest that does not parse") {
     auto r = with("{\"format_version\":");
     REQUIRE_FALSE(r.ok());
@@ -419,9 +424,10 @@ TEST_CASE("a witnessed head is SEQ:HASH with a 64-digit hash") {
   REQUIRE(ok.ok());
   CHECK(ok->seq == 12);
   CHECK(ok->hash.size() == 32);
-  for (const std::string& bad :
-       std::vector<std::string>{"", "12", ":" + hash, "x:" + hash, "12:abc", "12:" + hash + "00",
-                                "1 2:" + hash, "12:" + std::string(64, 'z')})
+  for (const std::string& bad : std::vector<std::string>{
+           "", "12", ":" + hash, "x:" + hash, "12:abc", "12:" + hash + "00", "1 2:" + hash,
+           "12:" + std::string(64, 'z'), "0:" + hash, "-1:" + hash, "+12:" + hash, " 12:" + hash,
+           "99999999999999999999:" + hash})
     CHECK_MESSAGE(!operations::parse_head(bad).ok(), bad);
 }
 
