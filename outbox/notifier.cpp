@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <set>
 
 #include "common/crypto.h"
 #include "common/json_fields.h"
@@ -475,9 +476,19 @@ Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
     if (e.name == name) endpoint = &e;
   if (!endpoint) return make_error(errc::not_found, "No notification endpoint by that name.");
   size_t queued = 0;
+  // Pages by time: the next starts at the last one's millisecond, whose
+  // events another page may share (a deny and its settlement are written
+  // together), skipping those queued already; a page of nothing new (one
+  // millisecond fuller than a page) is read again, larger.
   int64_t from = since_ms;
+  size_t limit = 500;
+  std::set<std::string> queued_at_from;  // event ids of millisecond `from`
   for (;;) {
-    OPGATE_ASSIGN_OR_RETURN(auto events, storage_.reader().notifications_since(from, 500));
+    OPGATE_ASSIGN_OR_RETURN(auto page, storage_.reader().notifications_since(from, limit));
+    std::vector<pb::Notification> events;
+    for (auto& event : page)
+      if (event.created_at_ms() != from || !queued_at_from.count(event.event_id()))
+        events.push_back(event);
     OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
       OPGATE_ASSIGN_OR_RETURN(auto state, txn.endpoint_state(name));
       for (const auto& event : events) {
@@ -497,8 +508,15 @@ Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
       txn.put_endpoint_state(state);
       return Status::Ok();
     }));
-    if (events.size() < 500) return queued;
-    from = events.back().created_at_ms() + 1;
+    if (page.size() < limit) return queued;
+    if (events.empty()) {
+      limit *= 2;
+      continue;
+    }
+    if (page.back().created_at_ms() != from) queued_at_from.clear();
+    from = page.back().created_at_ms();
+    for (const auto& event : page)
+      if (event.created_at_ms() == from) queued_at_from.insert(event.event_id());
   }
 }
 

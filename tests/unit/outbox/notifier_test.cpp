@@ -10,6 +10,7 @@
 
 #include <boost/json.hpp>
 #include <condition_variable>
+#include <set>
 
 #include "common/webhook_signature.h"
 #include "operations/decisions.h"
@@ -540,6 +541,43 @@ TEST_CASE("reloaded endpoints: a new one hears later events, a removed one hears
   w.pump_all();
   CHECK(w.types_sent_to("ops") == "operation.proposed");
   CHECK(w.types_sent_to("audit") == "operation.denied operation.settled");
+}
+
+TEST_CASE("replay pages through events that share a millisecond, each queued once") {
+  World w({endpoint("ops")});
+  // 1,201 kept events: 700 in one millisecond (more than a page of 500),
+  // then 500 in the next (a page boundary falls inside each), then one.
+  const int64_t t0 = w.clock.now_ms();
+  std::set<std::string> kept;
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                auto keep = [&](int64_t at, int i) {
+                  pb::Notification n;
+                  n.set_type("operation.proposed");
+                  n.set_event_id(fmt::format("evt_{}_{:04}", at - t0, i));
+                  n.set_created_at_ms(at);
+                  n.set_operation_json(R"({"key":"demo-user:ORDER-100:full-refund:v1"})");
+                  kept.insert(n.event_id());
+                  txn.keep_notification(n);
+                };
+                for (int i = 0; i < 700; ++i) keep(t0, i);
+                for (int i = 0; i < 500; ++i) keep(t0 + 1, i);
+                keep(t0 + 2, 0);
+                return Status::Ok();
+              })
+              .ok());
+  auto queued = w.notifier->replay("ops", t0);
+  REQUIRE(queued.ok());
+  CHECK(*queued == 1'201);
+  std::multiset<std::string> events;
+  auto due = w.storage->reader().due(store::Queue::notifications, w.clock.now_ms() + 86'400'000,
+                                     5'000, {});
+  REQUIRE(due.ok());
+  for (const auto& e : *due)
+    if (e.item.kind() == pb::OUTBOX_NOTIFY_DELIVERY)
+      events.insert(e.item.notification().event_id());
+  CHECK(events.size() == 1'201);
+  CHECK(std::set<std::string>(events.begin(), events.end()) == kept);
 }
 
 TEST_CASE("with no endpoint configured nothing is queued to fan out; replay reaches a later one") {
