@@ -139,6 +139,10 @@ size_t Notifier::dispatch() {
   auto config = config_.get();
   size_t handed = 0;
   std::vector<store::OutboxEntry> events;
+  // Due items are read oldest first: those left where they are would be
+  // read first again, and an endpoint with a backlog it has no room for
+  // would fill every read, starving the others.
+  std::vector<store::OutboxEntry> busy;
   for (auto& entry : *due) {
     if (entry.item.kind() == pb::OUTBOX_NOTIFY_EVENT) {
       events.push_back(entry);
@@ -155,7 +159,10 @@ size_t Notifier::dispatch() {
     }
     {
       MutexLock lock(mu_);
-      if (in_flight_[name] >= endpoint->max_in_flight) continue;
+      if (in_flight_[name] >= endpoint->max_in_flight) {
+        busy.push_back(entry);
+        continue;
+      }
       ++in_flight_[name];
     }
     const std::string lane = "notify:" + name + ":" + entry.item.operation_key();
@@ -167,9 +174,10 @@ size_t Notifier::dispatch() {
       held_.hold(entry.id);
       ++handed;
     } else {
-      finish(name);
+      finish(name);  // its lane is busy with an earlier one of its operation: soon free
     }
   }
+  if (!busy.empty()) defer_busy(busy);
   // One lane fans out events, in batches (a busy lane: the next pass).
   std::vector<std::string> event_ids;
   for (const auto& e : events) event_ids.push_back(e.id);
@@ -201,6 +209,22 @@ void Notifier::drop(const store::OutboxEntry& entry) {
     return Status::Ok();
   });
   if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
+}
+
+void Notifier::defer_busy(const std::vector<store::OutboxEntry>& entries) {
+  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+    OPGATE_ASSIGN_OR_RETURN(const auto ours, unchanged(txn, entries));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (!ours[i]) continue;  // another process has it
+      store::OutboxEntry later = entries[i];
+      later.item.set_not_before_ms(txn.now_ms() + kBusyRecheckMs);
+      txn.update_outbox(later);
+    }
+    return Status::Ok();
+  });
+  if (!s)
+    spdlog::error("cannot move {} deliveries waiting for room: {}", entries.size(),
+                  s.error().message);
 }
 
 void Notifier::hold(const store::OutboxEntry& entry) {

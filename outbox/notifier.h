@@ -105,6 +105,10 @@ class Notifier {
   // How soon a delivery waiting behind an earlier one that is due or being
   // sent looks again.
   static constexpr int64_t kOrderRecheckMs = 500;
+  // How soon a delivery that found its endpoint at max_in_flight looks
+  // again: moved out of the way, so that the deliveries queued behind it
+  // (other endpoints', new events to fan out) are reached.
+  static constexpr int64_t kBusyRecheckMs = 1'000;
 
  private:
   // Fans each event out to one delivery per endpoint that wants it.
@@ -114,6 +118,9 @@ class Notifier {
   // Leaves a delivery for an endpoint this node does not know queued, to be
   // looked at again after kHeldRecheckMs; logged once per endpoint.
   void hold(const store::OutboxEntry& entry) EXCLUDES(mu_);
+  // Moves deliveries that found no room now kBusyRecheckMs later, in one
+  // transaction (those another process took since are left as they are).
+  void defer_busy(const std::vector<store::OutboxEntry>& entries);
   // One attempt of a delivery: leased (on a shared store), held back while
   // an earlier event of its operation is queued for the endpoint, sent,
   // recorded (fenced), then counted and logged.

@@ -365,6 +365,67 @@ TEST_CASE("an endpoint that hangs holds up neither another endpoint nor the sett
   w.notify_lanes->wait_idle();
 }
 
+TEST_CASE("a backlog an endpoint has no room for waits out of the way of other endpoints'") {
+  auto slow = endpoint("slow");
+  slow.max_in_flight = 2;
+  World w({slow, endpoint("fast")});
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  std::condition_variable fast_sent;
+  auto inner = w.send;
+  w.send = [&, inner](const http::ClientRequest& r) -> Result<http::Response> {
+    if (r.url.ends_with("/slow")) {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return release; });
+    }
+    auto answer = inner(r);
+    if (r.url.ends_with("/fast")) fast_sent.notify_all();
+    return answer;
+  };
+  // 300 deliveries to "slow" (of as many operations), queued before 3 to
+  // "fast": far more than one read of the queue holds.
+  auto delivery = [](const std::string& to, int i) {
+    pb::OutboxItem item;
+    item.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+    item.set_operation_key(fmt::format("demo-user:ORDER-{}:full-refund:v1", i));
+    auto& n = *item.mutable_notification();
+    n.set_type("operation.proposed");
+    n.set_event_id(fmt::format("evt_{}_0", i));
+    n.set_operation_json(
+        json::serialize(json::object{{"key", item.operation_key()}, {"state", "pending"}}));
+    n.set_endpoint(to);
+    n.set_webhook_id(fmt::format("msg_{}_{}", to, i));
+    return item;
+  };
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                for (int i = 0; i < 300; ++i) txn.enqueue(delivery("slow", i));
+                for (int i = 0; i < 3; ++i) txn.enqueue(delivery("fast", 1000 + i));
+                return Status::Ok();
+              })
+              .ok());
+  // Passes, the clock standing still, until "fast" has all three; the
+  // deadline only ends a failing run.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  size_t to_fast = 0;
+  while (to_fast < 3 && std::chrono::steady_clock::now() < deadline) {
+    w.notifier->dispatch();
+    std::unique_lock lock(m);
+    fast_sent.wait_for(lock, std::chrono::milliseconds(5));
+    lock.unlock();
+    to_fast = w.sent_to("fast").size();
+  }
+  CHECK(to_fast == 3);
+  CHECK(w.sent_to("slow").size() == 0);  // both in flight, held
+  {
+    std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  w.notify_lanes->wait_idle();
+}
+
 TEST_CASE("a Slack endpoint gets the exact proposal and the console link, no buttons") {
   auto slack = endpoint("chat", {"operation.proposed"});
   slack.format = outbox::NotifyEndpoint::Format::slack;
