@@ -321,22 +321,46 @@ TEST_CASE("an operation's events reach an endpoint in order, also when the first
                                           "operation.approved", "operation.settled"});
 }
 
-TEST_CASE("an endpoint that hangs holds up neither another endpoint nor the settlement") {
-  World w({endpoint("slow"), endpoint("fast")});
+namespace {
+
+// The World's sends to the endpoint "slow" hang until released; a send to
+// "fast" wakes whoever waits for one.
+struct HangingEndpoint {
   std::mutex m;
   std::condition_variable cv;
-  bool release = false;
+  bool released = false;
   std::condition_variable fast_sent;
-  auto inner = w.send;
-  w.send = [&, inner](const http::ClientRequest& r) -> Result<http::Response> {
-    if (r.url.ends_with("/slow")) {
-      std::unique_lock lock(m);
-      cv.wait(lock, [&] { return release; });
+
+  explicit HangingEndpoint(World& w) {
+    auto inner = w.send;
+    w.send = [this, inner](const http::ClientRequest& r) -> Result<http::Response> {
+      if (r.url.ends_with("/slow")) {
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return released; });
+      }
+      auto answer = inner(r);
+      if (r.url.ends_with("/fast")) fast_sent.notify_all();
+      return answer;
+    };
+  }
+  void wait_for_fast(std::chrono::milliseconds at_most) {
+    std::unique_lock lock(m);
+    fast_sent.wait_for(lock, at_most);
+  }
+  void release() {
+    {
+      std::lock_guard lock(m);
+      released = true;
     }
-    auto answer = inner(r);
-    if (r.url.ends_with("/fast")) fast_sent.notify_all();
-    return answer;
-  };
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an endpoint that hangs holds up neither another endpoint nor the settlement") {
+  World w({endpoint("slow"), endpoint("fast")});
+  HangingEndpoint hang(w);
   w.propose(false);  // the slow endpoint's proposal is held now, in its lane
   w.approve();
   // Drive the payment outbox and the fast endpoint; never wait on "slow".
@@ -353,15 +377,10 @@ TEST_CASE("an endpoint that hangs holds up neither another endpoint nor the sett
     w.engine->pass();
     for (const auto& s : w.sent_to("fast")) fast_settled |= s.type == "operation.settled";
     if (fast_settled) break;
-    std::unique_lock lock(m);
-    fast_sent.wait_for(lock, std::chrono::milliseconds(10));
+    hang.wait_for_fast(std::chrono::milliseconds(10));
   }
   CHECK(fast_settled);
-  {
-    std::lock_guard lock(m);
-    release = true;
-  }
-  cv.notify_all();
+  hang.release();
   w.notify_lanes->wait_idle();
 }
 
@@ -369,20 +388,7 @@ TEST_CASE("a backlog an endpoint has no room for waits out of the way of other e
   auto slow = endpoint("slow");
   slow.max_in_flight = 2;
   World w({slow, endpoint("fast")});
-  std::mutex m;
-  std::condition_variable cv;
-  bool release = false;
-  std::condition_variable fast_sent;
-  auto inner = w.send;
-  w.send = [&, inner](const http::ClientRequest& r) -> Result<http::Response> {
-    if (r.url.ends_with("/slow")) {
-      std::unique_lock lock(m);
-      cv.wait(lock, [&] { return release; });
-    }
-    auto answer = inner(r);
-    if (r.url.ends_with("/fast")) fast_sent.notify_all();
-    return answer;
-  };
+  HangingEndpoint hang(w);
   // 300 deliveries to "slow" (of as many operations), queued before 3 to
   // "fast": far more than one read of the queue holds.
   auto delivery = [](const std::string& to, int i) {
@@ -411,18 +417,12 @@ TEST_CASE("a backlog an endpoint has no room for waits out of the way of other e
   size_t to_fast = 0;
   while (to_fast < 3 && std::chrono::steady_clock::now() < deadline) {
     w.notifier->dispatch();
-    std::unique_lock lock(m);
-    fast_sent.wait_for(lock, std::chrono::milliseconds(5));
-    lock.unlock();
+    hang.wait_for_fast(std::chrono::milliseconds(5));
     to_fast = w.sent_to("fast").size();
   }
   CHECK(to_fast == 3);
   CHECK(w.sent_to("slow").size() == 0);  // both in flight, held
-  {
-    std::lock_guard lock(m);
-    release = true;
-  }
-  cv.notify_all();
+  hang.release();
   w.notify_lanes->wait_idle();
 }
 
