@@ -29,6 +29,7 @@ enum class SubmitVerdict {
   accepted,      // 2xx: the session has this result
   conflict,      // 409: a different result exists for the call
   unknown_call,  // 400 "Unknown pending tool call": the session moved on
+  session_gone,  // 404 the platform's own, about this session: it has none
 };
 
 struct Page {

@@ -525,6 +525,9 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
   } else if (*verdict == operations::SubmitVerdict::unknown_call) {
     delivery = pb::DELIVERY_STALE;
     error = "the session no longer waits for this call";
+  } else if (*verdict == operations::SubmitVerdict::session_gone) {
+    delivery = pb::DELIVERY_STALE;
+    error = "the agent platform has no such session any more";
   }
   const char* label = delivery == pb::DELIVERY_DELIVERED  ? "delivered"
                       : delivery == pb::DELIVERY_CONFLICT ? "conflict"

@@ -78,6 +78,7 @@ class AgentsHttpClient final : public AgentPlatform {
       return SubmitVerdict::conflict;
     if (res->status == 400 && res->body.find("Unknown pending tool call") != std::string::npos)
       return SubmitVerdict::unknown_call;
+    if (says_session_missing(*res, session_id)) return SubmitVerdict::session_gone;
     return status_error(*res);
   }
 

@@ -71,6 +71,22 @@ TEST_CASE("agents adapter: a 404 closes a session only when the platform says it
   p.answer(404, R"({"error":{"code":"not_found","message":7}})");
   CHECK(p.client->get_session("sess_1").error().is(errc::agents_unavailable));
 
+  // A result for a session the platform says it has no more: final, not
+  // retried; the same 404 that is not the platform's word: retried.
+  pb::CallRef ref;
+  ref.set_session_id("sess_1");
+  ref.set_turn_id("turn_1");
+  ref.set_call_id("call_1");
+  pb::ToolResult result;
+  result.set_success(true);
+  result.set_output("{}");
+  p.answer(404, R"({"error":{"code":"not_found","message":"No session found with id 'sess_1'."}})");
+  auto gone = p.client->submit_result("sess_1", ref, result, "key-1");
+  REQUIRE(gone.ok());
+  CHECK(*gone == operations::SubmitVerdict::session_gone);
+  p.answer(404, "<html><body>404 Not Found</body></html>");
+  CHECK_FALSE(p.client->submit_result("sess_1", ref, result, "key-1").ok());
+
   // The session as the platform shows it.
   p.answer(200, R"({"id":"sess_1","status":"requires_action","required_actions":[)"
                 R"({"type":"function_call","call_id":"call_1","turn_id":"turn_1",)"

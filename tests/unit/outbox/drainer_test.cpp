@@ -780,11 +780,14 @@ TEST_CASE("a credit and a full refund approved together: the order pays out at m
 }
 
 TEST_CASE("a call the session no longer waits for is recorded as stale, not retried") {
-  World w;
-  w.agents.verdict = operations::SubmitVerdict::unknown_call;
-  w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
-  CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_STALE);
-  CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
+  for (auto verdict :
+       {operations::SubmitVerdict::unknown_call, operations::SubmitVerdict::session_gone}) {
+    World w;
+    w.agents.verdict = verdict;
+    w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
+    CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_STALE);
+    CHECK(w.due(w.clock.now_ms() + 3'600'000).empty());
+  }
 }
 
 TEST_CASE("a conflicting result is flagged, never overwritten or retried") {
