@@ -26,8 +26,10 @@ DescriptorPlan plan_descriptors(size_t limit, ConnectionsWanted wanted, size_t e
   // and the listeners' event loops.
   const size_t headroom = 96 + std::min<size_t>(limit / 16, 512) + event_loops;
   const size_t reserved = static_cast<size_t>(p.rocksdb_max_open_files) + headroom;
-  p.needed = reserved + 16;
-  const size_t budget = limit > p.needed ? limit - reserved : 16;
+  // The floor: the store's least share, the WAL, manifest and logs, the
+  // event loops, and a few connections.
+  p.needed = 32 + 64 + event_loops + 16;
+  const size_t budget = limit > reserved + 16 ? limit - reserved : 16;
   // The operator API and MCP an eighth each at most (four at least), the
   // webhooks the rest.
   const size_t eighth = std::max<size_t>(4, budget / 8);

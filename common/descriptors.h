@@ -21,9 +21,9 @@ struct DescriptorPlan {
   size_t operator_connections = 0;
   size_t mcp_connections = 0;  // 0 without an MCP listener
   bool capped = false;         // a listener got fewer than it asked for
-  // The fewest descriptors this plan holds to: the store's share, the
-  // headroom and a few connections each. Below it the daemon would run out
-  // under load, so it does not start.
+  // The fewest descriptors the daemon can run with: the store's least
+  // share, the WAL, manifest and logs, the event loops and a few
+  // connections. Below it the daemon would run out, so it does not start.
   size_t needed = 0;
 };
 
@@ -37,7 +37,7 @@ struct ConnectionsWanted {
 // How `limit` descriptors are shared out, given what each listener asks for
 // and what the listeners' event loops hold (`event_loops`, kept apart).
 // Every listener gets a share of its own: together they never hold more
-// than the budget, and with `limit` at least `needed`, never more than it.
+// than the budget.
 DescriptorPlan plan_descriptors(size_t limit, ConnectionsWanted wanted, size_t event_loops);
 
 }  // namespace opgate
