@@ -157,12 +157,13 @@ struct Commands {
         "approve", "approve exactly the proposal shown, or a lower amount of it (--amount)");
     approve->add_option("--operation", key, "operation key")->required();
     approve->add_option("--session", session, "check it belongs to this session");
-    approve->add_option("--amount", amount,
-                        "approve this lower amount instead, in major units (15.00)");
+    auto* lower = approve->add_option("--amount", amount,
+                                      "approve this lower amount instead, in major units (15.00)");
     approve->add_option("--reason", edit_reason,
                         "why the amount is lowered (needed with --amount)");
     approve->add_flag("--yes,-y", ctx.assume_yes, "do not ask for confirmation");
-    approve->callback([this] { rc = cli::approve(ctx, key, session, amount, edit_reason); });
+    approve->callback(
+        [this, lower] { rc = cli::approve(ctx, key, session, given(lower, amount), edit_reason); });
     auto* deny = app.add_subcommand("deny", "deny a pending proposal");
     deny->add_option("--operation", key)->required();
     deny->add_option("--reason", deny_reason, "why (shown to the session)")
@@ -296,13 +297,20 @@ struct Commands {
     auto* create = tokens->add_subcommand("create", "mint a token bound to one owner");
     create->add_option("--owner", owner, "the customer the agent acts for")->required();
     create->add_option("--label", reason, "what it is for (shown in lists)");
-    create->add_option("--ttl", since, "how long it lives: seconds, or 12h, 30d (default: always)");
-    create->callback([this] { rc = cli::agent_token_create(ctx, owner, reason, since); });
+    auto* ttl = create->add_option("--ttl", since,
+                                   "how long it lives: seconds, or 12h, 30d (default: always)");
+    create->callback(
+        [this, ttl] { rc = cli::agent_token_create(ctx, owner, reason, given(ttl, since)); });
     tokens->add_subcommand("list", "tokens of the owners this operator may act for")
         ->callback([this] { rc = cli::agent_token_list(ctx); });
     auto* revoke = tokens->add_subcommand("revoke", "revoke a token at once");
     revoke->add_option("id", key, "the token's id (at_...)")->required();
     revoke->callback([this] { rc = cli::agent_token_revoke(ctx, key); });
+  }
+
+  // An option's value if it was given at all (even empty), else none.
+  static std::optional<std::string> given(const CLI::Option* option, const std::string& value) {
+    return option->count() > 0 ? std::optional<std::string>(value) : std::nullopt;
   }
 
   void fail(int status, const Error& e) {

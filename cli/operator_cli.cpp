@@ -322,10 +322,14 @@ int pending(const Context& c, const std::string& session) {
 }
 
 int approve(const Context& c, const std::string& key, const std::string& session,
-            const std::string& amount, const std::string& reason) {
+            const std::optional<std::string>& amount, const std::string& reason) {
   std::optional<int64_t> lower;
-  if (!amount.empty()) {
-    lower = parse_major_units(amount);
+  if (!amount && !reason.empty()) {
+    std::cerr << "error: --reason goes with --amount (why the amount is lowered)\n";
+    return 2;
+  }
+  if (amount) {
+    lower = parse_major_units(*amount);
     if (!lower || *lower <= 0) {
       std::cerr << "error: --amount must be an amount above zero such as 15.00\n";
       return 2;
@@ -1005,11 +1009,11 @@ int backup_restore(const std::string& backup_dir, const std::string& data_dir, b
 }
 
 int agent_token_create(const Context& c, const std::string& owner, const std::string& label,
-                       const std::string& ttl) {
+                       const std::optional<std::string>& ttl) {
   json::object body{{"owner", owner}};
   if (!label.empty()) body["label"] = label;
-  if (!ttl.empty()) {
-    auto d = duration_ms(ttl);
+  if (ttl) {
+    auto d = duration_ms(*ttl);
     if (!d || d->first < 1000) {
       std::cerr << "error: --ttl takes seconds or a duration such as 12h or 30d\n";
       return 2;

@@ -28,9 +28,10 @@ int recover_session(const Context& c, const std::string& session);
 int inspect_session(const Context& c, const std::string& session);
 int pending(const Context& c, const std::string& session);
 // With `amount` ("15.00", below the proposal's), approves that lower amount
-// with `reason`: the server narrows the proposal (it never widens one).
+// with `reason`: the server narrows the proposal (it never widens one). An
+// amount given empty is refused, not read as none: it would approve more.
 int approve(const Context& c, const std::string& key, const std::string& session,
-            const std::string& amount = {}, const std::string& reason = {});
+            const std::optional<std::string>& amount = {}, const std::string& reason = {});
 // With a session given, the operation must belong to it.
 int deny(const Context& c, const std::string& key, const std::string& reason,
          const std::string& session);
@@ -82,10 +83,10 @@ int notify_enable(const Context& c, const std::string& endpoint);
 // configured endpoint `to`, or discarded when `to` is empty.
 int notify_release_held(const Context& c, const std::string& from, const std::string& to);
 int backup_restore(const std::string& backup_dir, const std::string& data_dir, bool json);
-// Agent tokens for the MCP front door. `ttl`: "" (never expires), seconds,
-// or a duration such as 90m, 12h, 30d.
+// Agent tokens for the MCP front door. `ttl`: none (never expires),
+// seconds, or a duration such as 90m, 12h, 30d (given empty: refused).
 int agent_token_create(const Context& c, const std::string& owner, const std::string& label,
-                       const std::string& ttl);
+                       const std::optional<std::string>& ttl);
 int agent_token_list(const Context& c);
 int agent_token_revoke(const Context& c, const std::string& id);
 

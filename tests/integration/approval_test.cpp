@@ -132,6 +132,14 @@ TEST_CASE("opgate approve --amount lowers the amount; a higher one is refused be
       c.cli({"approve", "--yes", "--operation", kKey, "--amount", "15.001", "--reason", "x"},
             kAliceToken);
   CHECK(brc == 2);
+  // An amount given empty (an unset variable in a script) is refused: read
+  // as no amount it would approve the whole proposal; and a reason alone
+  // (its amount forgotten) too.
+  CHECK(
+      c.cli({"approve", "--yes", "--operation", kKey, "--amount", "", "--reason", "x"}, kAliceToken)
+          .first == 2);
+  CHECK(c.cli({"approve", "--yes", "--operation", kKey, "--reason", "Only one item."}, kAliceToken)
+            .first == 2);
   CHECK(str(c.operation(kKey), "state") == "pending");
   auto [rc, out] = c.cli({"approve", "--yes", "--operation", kKey, "--amount", "15.00", "--reason",
                           "Only one item arrived damaged."},

@@ -574,6 +574,8 @@ tier = "supervisor"
   // around into a short one (106751991167313 days wrap to 1,067,392 s).
   CHECK(c.cli({"agent-tokens", "create", "--owner", "demo-user", "--ttl", "106751991167313d"})
             .first == 2);
+  // A lifetime given empty is refused, not read as none (a token for ever).
+  CHECK(c.cli({"agent-tokens", "create", "--owner", "demo-user", "--ttl", ""}).first == 2);
   // On a backup, against the configuration in force: the same answer, and
   // the backup is left as it was. (A PostgreSQL store is copied by the
   // database's own tools; policy test reads it live.)
