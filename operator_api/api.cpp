@@ -70,6 +70,19 @@ std::optional<std::string> string_field(const json::object& o, const char* k, si
 
 Response ok_json(const json::value& v) { return json_response(200, json::serialize(v)); }
 
+// A count written in decimal digits alone (no sign, space, point or
+// exponent), at most 18 of them: std::stoll would read "12abc" as 12,
+// "1.7e12" as 1 and wrap "-1" for an unsigned count.
+std::optional<int64_t> whole_number(std::string_view text) {
+  if (text.empty() || text.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
   auto l = req.query_param("limit");
   if (!l) return fallback;
@@ -296,15 +309,11 @@ class Api {
     std::optional<Position> after;
     if (!q.after.empty()) {
       const auto colon = q.after.find(':');
-      int64_t ms = 0;
-      try {
-        size_t used = 0;
-        ms = std::stoll(q.after.substr(0, colon), &used);
-        if (colon == std::string::npos || used != colon) throw std::invalid_argument("cursor");
-      } catch (...) {
-        return make_error(errc::bad_request, "cursor is not valid.");
-      }
-      after = Position{ms, q.after.substr(colon + 1)};
+      const auto ms = colon == std::string::npos
+                          ? std::nullopt
+                          : whole_number(std::string_view(q.after).substr(0, colon));
+      if (!ms) return make_error(errc::bad_request, "cursor is not valid.");
+      after = Position{*ms, q.after.substr(colon + 1)};
     }
     const size_t limit = q.limit;
     constexpr size_t kMaxSorted = 100'000;
@@ -480,11 +489,9 @@ class Api {
   static Result<int64_t> from_ms_of(const Request& req) {
     int64_t from_ms = 0;
     if (auto f = req.query_param("from_ms")) {
-      try {
-        from_ms = std::stoll(*f);
-      } catch (...) {
-        return make_error(errc::bad_request, "from_ms must be Unix milliseconds.");
-      }
+      const auto ms = whole_number(*f);
+      if (!ms) return make_error(errc::bad_request, "from_ms must be Unix milliseconds.");
+      from_ms = *ms;
     }
     return from_ms;
   }
@@ -977,11 +984,9 @@ class Api {
     if (!limit) return from_error(limit.error());
     uint64_t after = 0;
     if (auto a = req.query_param("after")) {
-      try {
-        after = std::stoull(*a);
-      } catch (...) {
-        return error_response(errc::bad_request, "after must be a sequence number.");
-      }
+      const auto seq = whole_number(*a);
+      if (!seq) return error_response(errc::bad_request, "after must be a sequence number.");
+      after = static_cast<uint64_t>(*seq);
     }
     auto records = reader.audit(after, *limit);
     if (!records) return from_error(records.error());

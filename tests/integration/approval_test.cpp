@@ -183,6 +183,14 @@ TEST_CASE("opgate approve --amount lowers the amount; a higher one is refused be
   const auto theirs =
       c.op("GET", "/v1/report/charts/outcomes.svg?from_ms=1", "", kOutsiderToken).raw;
   CHECK(theirs.find("approved") == std::string::npos);
+  // A window or a cursor is digits alone: anything else is refused, not
+  // read in part ("1.7e12" as 1, "-1" wrapped round).
+  for (const char* bad : {"1.7e12", "12abc", "-1", "+5", "%205", ""})
+    CHECK_MESSAGE(
+        c.op("GET", std::string("/v1/report?from_ms=") + bad, "", kAliceToken).status == 400, bad);
+  for (const char* bad : {"-1", "-2", "1e3", "99999999999999999999"})
+    CHECK_MESSAGE(c.op("GET", std::string("/v1/audit?after=") + bad).status == 400, bad);
+  CHECK(c.op("GET", "/v1/audit?after=0").status == 200);
 }
 
 TEST_CASE("POST /v1/approvals answers per item: a stale or unknown item fails alone and says why") {
