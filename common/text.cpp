@@ -84,6 +84,40 @@ size_t character_count(std::string_view utf8) {
   return n;
 }
 
+bool utf8_text(std::string_view bytes) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c == 0) return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // The length its lead byte gives, and the least code point that length
+    // may carry (a smaller one is an overlong form).
+    size_t n = 0;
+    uint32_t cp = 0, least = 0;
+    if ((c & 0xe0) == 0xc0) {
+      n = 2, cp = c & 0x1f, least = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 3, cp = c & 0x0f, least = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 4, cp = c & 0x07, least = 0x10000;
+    } else {
+      return false;
+    }
+    if (i + n > bytes.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(bytes[i + k]);
+      if (!continuation(b)) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    if (cp < least || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
 std::string_view utf8_prefix(std::string_view utf8, size_t max_bytes) {
   if (utf8.size() <= max_bytes) return utf8;
   size_t end = max_bytes;

@@ -15,6 +15,11 @@ namespace opgate {
 // shown is what the text holds.
 std::string printable(std::string_view text);
 
+// Whether `bytes` is well-formed UTF-8 (no overlong forms, surrogates or
+// code points past U+10FFFF) without a NUL: text a database's text column,
+// a log or a terminal takes as it is.
+bool utf8_text(std::string_view bytes);
+
 // The characters (Unicode code points) of valid UTF-8 text, as JSON
 // Schema's minLength and maxLength count them: not its bytes.
 size_t character_count(std::string_view utf8);

@@ -1,7 +1,12 @@
 #include "http/router.h"
 
+#include <algorithm>
 #include <boost/url/decode_view.hpp>
+#include <boost/url/params_view.hpp>
+#include <boost/url/parse.hpp>
 #include <boost/url/pct_string_view.hpp>
+
+#include "common/text.h"
 
 namespace opgate::http {
 
@@ -41,6 +46,20 @@ const Router::Route* Router::match(const Request& request, PathParams& params,
   std::vector<std::string> segments;
   if (!split_path(request.path(), segments)) {
     miss = error_response(errc::bad_request, "The request path is malformed.");
+    return nullptr;
+  }
+  // What a handler reads (keys, cursors) may go to a database as text:
+  // decoded, the path and the query are UTF-8 without NUL, or refused here.
+  const bool text_path = std::all_of(segments.begin(), segments.end(),
+                                     [](const std::string& s) { return utf8_text(s); });
+  auto query = boost::urls::parse_origin_form(request.target);
+  bool text_query = query.has_value();
+  if (query)
+    for (auto param : query->params())
+      text_query = text_query && utf8_text(param.key) && utf8_text(param.value);
+  if (!text_path || !text_query) {
+    miss = error_response(errc::bad_request,
+                          "The request's path and query must be UTF-8 text, without NUL.");
     return nullptr;
   }
   std::string allowed;

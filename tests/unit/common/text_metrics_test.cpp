@@ -33,6 +33,18 @@ TEST_CASE("text is as long as its characters, not its bytes") {
   CHECK(character_count("\U0001F4E6 box") == 5);  // four bytes, then ASCII
 }
 
+TEST_CASE("UTF-8 text is well-formed and holds no NUL") {
+  CHECK(utf8_text(""));
+  CHECK(utf8_text("demo-user:ORDER-100:full-refund:v1"));
+  CHECK(utf8_text("caf\u00e9 \u8fd4\u91d1 \U0001F4E6"));
+  for (std::string_view bad :
+       {std::string_view("a\0b", 3), std::string_view("\xff"), std::string_view("\xc0\xaf"),
+        std::string_view("\xe0\x80\xaf"), std::string_view("\xed\xa0\x80"),
+        std::string_view("\xf4\x90\x80\x80"), std::string_view("\xc3"), std::string_view("\x80"),
+        std::string_view("\xe2\x82")})
+    CHECK_FALSE(utf8_text(bad));
+}
+
 TEST_CASE("a cut to a number of bytes never splits a character") {
   CHECK(utf8_prefix("refund", 10) == "refund");
   CHECK(utf8_prefix("refund", 3) == "ref");

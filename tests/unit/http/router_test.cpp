@@ -32,6 +32,27 @@ TEST_CASE("routes match with decoded path parameters; 404 and 405 otherwise") {
   CHECK(r.dispatch(req).status == 404);
 }
 
+TEST_CASE("a path or query that is not UTF-8 text, or holds a NUL, is refused before a handler") {
+  http::Router r;
+  int handled = 0;
+  r.add("GET", "/v1/operations/{key}", [&](const http::Request&, const http::PathParams&) {
+    ++handled;
+    return http::json_response(200, "{}");
+  });
+  http::Request req;
+  req.method = "GET";
+  for (const char* target :
+       {"/v1/operations/%FF", "/v1/operations/k%00", "/v1/operations/%C0%AF",
+        "/v1/operations/k?cursor=%C0", "/v1/operations/k?%00=1", "/v1/operations/k?a=%ED%A0%80"}) {
+    req.target = target;
+    CHECK_MESSAGE(r.dispatch(req).status == 400, target);
+  }
+  CHECK(handled == 0);
+  req.target = "/v1/operations/caf%C3%A9?cursor=%E8%BF%94";  // text: matched
+  CHECK(r.dispatch(req).status == 200);
+  CHECK(handled == 1);
+}
+
 TEST_CASE("an asynchronous route answers through respond; misses answer at once") {
   http::Router r;
   http::Respond held;  // the answer a group commit would send later
