@@ -216,6 +216,7 @@ Status Node::build_work() {
   // Longer than an execution can take: a cancellation at the order service
   // and then the refund.
   drainer_options.claim_lease_ms = execution_budget_ms(config_) + 10'000;
+  drainer_options.call_budget_ms = execution_budget_ms(config_);
   drainer_options.shared_store = shared_store_;
   drainer_ =
       std::make_unique<outbox::Drainer>(storage, *lanes_, *provider_, *agents_, policy_, metrics_,

@@ -297,6 +297,14 @@ void Drainer::execute_claimed(pb::Operation claimed, const std::string& lease_to
 
 void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEntry& entry,
                             const std::string& principal) {
+  if (const int64_t left = entry.item.not_before_ms() - clock_.now_ms();
+      left < options_.call_budget_ms) {
+    spdlog::warn(
+        "the claim on {} has {} ms of its lease left, too little for a provider call; it is "
+        "recovered when the lease ends, and reconciled",
+        claimed.key(), left);
+    return;
+  }
   // Durably executing: now, and only now, the provider is called.
   const int64_t started_ns = clock_.monotonic_ns();
   auto result = provider_.execute(operations::payment_request(claimed));

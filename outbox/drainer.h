@@ -41,6 +41,11 @@ struct DrainerOptions {
   // How long a claimed execute item is left alone: longer than a provider
   // call can take.
   int64_t claim_lease_ms = 30'000;
+  // The longest a provider call can take (its timeouts): a call starts only
+  // with at least this much of its lease left, so that it ends within it. A
+  // claim whose commit came back late leaves its item to fall due, to be
+  // recovered and reconciled.
+  int64_t call_budget_ms = 20'000;
   // Other processes share the store (PostgreSQL): at start only operations
   // executing for longer than the lease are recovered (younger ones are
   // another process's calls in flight), and every half lease any process

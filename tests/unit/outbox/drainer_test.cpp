@@ -247,6 +247,31 @@ TEST_CASE("an approval's claim calls nothing once its item was taken over or its
   }
 }
 
+TEST_CASE("a claim whose commit came back late calls nothing: the call could outlive its lease") {
+  World w;
+  w.propose_refund();
+  const auto at_once = w.drainer->claim_at_once();
+  auto approved = w.approve(kRefund, at_once);
+  REQUIRE(approved.ok());
+  REQUIRE(approved->claimed);
+  // 10 s and 1 ms later: 19,999 ms of the 30 s lease left, under the 20 s
+  // a provider call may take.
+  w.clock.advance_ms(10'001);
+  w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
+  w.lanes->wait_idle();
+  CHECK(w.provider.calls() == 0);
+  CHECK(w.state(kRefund) == "executing");
+  // Its lease ends: recovered, proven absent, executed once.
+  w.clock.advance_ms(20'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.state(kRefund) == "settled/succeeded");
+  CHECK(w.provider.calls() == 1);
+}
+
 TEST_CASE("an execute item names its order; one made before items did is executed the same") {
   for (const bool named : {true, false}) {
     CAPTURE(named);
