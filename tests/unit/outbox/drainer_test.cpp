@@ -83,6 +83,15 @@ struct World : testing::World {
     return *out;
   }
 
+  // An approval that claims at once: its lease and the operation claimed.
+  std::pair<operations::ClaimAtOnce, pb::Operation> approve_claiming(const std::string& key) {
+    const auto at_once = drainer->claim_at_once();
+    auto approved = approve(key, at_once);
+    REQUIRE(approved.ok());
+    REQUIRE(approved->claimed);
+    return {at_once, *approved->claimed};
+  }
+
   std::string state(const std::string& key) {
     auto op = operation(key);
     std::string s(operations::state_text(op));
@@ -214,10 +223,7 @@ TEST_CASE("an approval's claim calls nothing once its item was taken over or its
     CAPTURE(taken_over);
     World w;
     w.propose_refund();
-    const auto at_once = w.drainer->claim_at_once();
-    auto approved = w.approve(kRefund, at_once);
-    REQUIRE(approved.ok());
-    REQUIRE(approved->claimed);
+    const auto [at_once, claimed] = w.approve_claiming(kRefund);
     // The items as the approval read them after its commit: a lease that
     // ran out since is seen by the clock alone.
     auto read = w.storage->reader().outbox_of(kRefund);
@@ -231,7 +237,7 @@ TEST_CASE("an approval's claim calls nothing once its item was taken over or its
     } else {
       w.clock.advance_ms(30'000);  // its lane took it only after the lease
     }
-    w.drainer->execute_claimed(*approved->claimed, at_once.lease_token,
+    w.drainer->execute_claimed(claimed, at_once.lease_token,
                                taken_over ? std::nullopt : std::optional(*read));
     w.lanes->wait_idle();
     CHECK(w.provider.calls() == 0);
@@ -250,14 +256,11 @@ TEST_CASE("an approval's claim calls nothing once its item was taken over or its
 TEST_CASE("a claim whose commit came back late calls nothing: the call could outlive its lease") {
   World w;
   w.propose_refund();
-  const auto at_once = w.drainer->claim_at_once();
-  auto approved = w.approve(kRefund, at_once);
-  REQUIRE(approved.ok());
-  REQUIRE(approved->claimed);
+  const auto [at_once, claimed] = w.approve_claiming(kRefund);
   // 10 s and 1 ms later: 19,999 ms of the 30 s lease left, under the 20 s
   // a provider call may take.
   w.clock.advance_ms(10'001);
-  w.drainer->execute_claimed(*approved->claimed, at_once.lease_token);
+  w.drainer->execute_claimed(claimed, at_once.lease_token);
   w.lanes->wait_idle();
   CHECK(w.provider.calls() == 0);
   CHECK(w.state(kRefund) == "executing");
