@@ -213,9 +213,11 @@ Status SessionSync::answer(store::Transaction& txn, const pb::Session& session,
   ref.set_call_id(action.call_id);
   OPGATE_ASSIGN_OR_RETURN(auto existing, txn.call(ref));
   if (existing) {
-    // Still required although delivered: the platform did not keep it.
-    // Resending the same result under the same key is safe.
-    if (existing->result_saved() && existing->delivery() == pb::DELIVERY_DELIVERED)
+    // Still required although delivered (the platform did not keep it),
+    // or recorded stale (it said the session or the call was gone, and now
+    // lists it): resending the same result under the same key is safe.
+    if (existing->result_saved() && (existing->delivery() == pb::DELIVERY_DELIVERED ||
+                                     existing->delivery() == pb::DELIVERY_STALE))
       operations::stage_result(txn, *existing, existing->result());
     return Status::Ok();
   }

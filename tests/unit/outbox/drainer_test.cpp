@@ -818,6 +818,20 @@ TEST_CASE("a call the session no longer waits for is recorded as stale, not retr
   }
 }
 
+TEST_CASE("a call recorded stale that the session lists again is answered again, same key") {
+  World w;
+  w.agents.verdict = operations::SubmitVerdict::session_gone;
+  w.propose("call_1", "lookup_order", R"({"order_id":"ORDER-100"})");
+  REQUIRE(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_STALE);
+  // The platform (its moment of doubt over) lists the call as waiting.
+  w.agents.verdict = operations::SubmitVerdict::accepted;
+  w.webhook("msg_again", "sess_1");
+  w.pump();
+  CHECK(w.call("sess_1", "turn_1", "call_1")->delivery() == pb::DELIVERY_DELIVERED);
+  REQUIRE(w.agents.idempotency_keys.size() == 2);
+  CHECK(w.agents.idempotency_keys[0] == w.agents.idempotency_keys[1]);
+}
+
 TEST_CASE("a conflicting result is flagged, never overwritten or retried") {
   World w;
   w.agents.verdict = operations::SubmitVerdict::conflict;
