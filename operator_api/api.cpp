@@ -241,6 +241,9 @@ class Api {
       json::error_code ec;
       pages.push_back(json::parse(page->json, ec));
       if (!page->has_more || page->last_id.empty()) break;
+      // A cursor that does not move would fetch the same page again and
+      // again: the platform's paging is broken, and what came is shown.
+      if (page->last_id == after) break;
       after = page->last_id;
     }
     json::error_code ec;

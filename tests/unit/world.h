@@ -77,7 +77,9 @@ class FakeAgents final : public operations::AgentPlatform {
   }
   Result<std::string> get_turns(const std::string&) override { return std::string("{}"); }
   Result<operations::Page> get_items(const std::string&, const std::string&, int) override {
-    return operations::Page{};
+    std::lock_guard lock(mu);
+    ++item_fetches;
+    return items_page;
   }
   void wait_until_holding() {
     std::unique_lock lock(mu);
@@ -89,6 +91,9 @@ class FakeAgents final : public operations::AgentPlatform {
     cv.notify_all();
   }
 
+  // What every page of a session's items answers, and how many were asked for.
+  operations::Page items_page;
+  int item_fetches = 0;
   std::mutex mu;
   std::condition_variable cv;
 };

@@ -87,6 +87,18 @@ TEST_CASE("listing: tier filter, oldest first with a cursor, approvals needed, /
   CHECK(send(request("GET", "/v1/me")).status == 401);
 }
 
+TEST_CASE("a transcript stops paging when the platform's cursor does not move") {
+  testing::ApiStage s;
+  s.open_api();
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
+  // Every page says there is more, after the same item.
+  s.agents.items_page = {R"({"data":[],"has_more":true,"last_id":"item_7"})", true, "item_7"};
+  auto r = s.router.dispatch(request("GET", "/v1/sessions/sess_1/transcript", alice));
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(s.body_of(r).at("item_pages").as_array().size() == 2);
+  CHECK(s.agents.item_fetches == 2);  // the first page, and the one that did not move on
+}
+
 TEST_CASE("without a console the routes are not served under /console/api") {
   testing::ApiStage s;
   s.open_api();
