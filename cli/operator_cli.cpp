@@ -252,17 +252,27 @@ int inspect_session(const Context& c, const std::string& session) {
   }
   std::cout << fmt::format("session {} (owner {})\n\nroot turns:\n", session,
                            s(state->body, "owner"));
-  const auto& turns = transcript->body.as_object().at("turns");
-  if (auto* data = turns.is_object() ? turns.as_object().if_contains("data") : nullptr)
-    for (const auto& t : data->as_array())
-      if (t.as_object().at("subagent_id").is_null())
-        std::cout << fmt::format("  {} {}\n", s(t, "id"), s(t, "status"));
+  // The platform's own JSON, passed through: read as far as it has the
+  // shape, never thrown on.
+  const auto* body = transcript->body.if_object();
+  const auto* turns = body ? body->if_contains("turns") : nullptr;
+  const auto* turn_data =
+      turns && turns->is_object() ? turns->as_object().if_contains("data") : nullptr;
+  if (turn_data && turn_data->is_array())
+    for (const auto& t : turn_data->as_array()) {
+      const auto* sub = t.is_object() ? t.as_object().if_contains("subagent_id") : nullptr;
+      if (!sub || sub->is_null()) std::cout << fmt::format("  {} {}\n", s(t, "id"), s(t, "status"));
+    }
   std::cout << "\nitems:\n";
   int page_no = 0;
-  for (const auto& page : transcript->body.as_object().at("item_pages").as_array()) {
+  const auto* pages = body ? body->if_contains("item_pages") : nullptr;
+  static const json::array kNoPages;
+  const json::array& item_pages = pages && pages->is_array() ? pages->as_array() : kNoPages;
+  for (const auto& page : item_pages) {
     ++page_no;
     std::cout << fmt::format("  page {}\n", page_no);
-    if (auto* data = page.is_object() ? page.as_object().if_contains("data") : nullptr)
+    const auto* data = page.is_object() ? page.as_object().if_contains("data") : nullptr;
+    if (data && data->is_array())
       for (const auto& item : data->as_array()) {
         std::string type = s(item, "type");
         std::string text =
