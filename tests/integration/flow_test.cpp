@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cluster.h"
+#include "http/server.h"
 
 using namespace opgate::testing;
 
@@ -386,6 +387,31 @@ TEST_CASE("inspect shows root turn status, every page of items and the ledger ro
   CHECK(out.find("ledger:") != std::string::npos);
   CHECK(out.find(kKey) != std::string::npos);
   CHECK(out.find("re_") != std::string::npos);
+}
+
+TEST_CASE("inspect shows a transcript of an unexpected shape as far as it goes, and exits 0") {
+  Cluster c;
+  // An operator API whose transcript (the platform's JSON, passed through)
+  // has a turn without subagent_id and pages that are not what they were.
+  opgate::http::Server odd({}, [](opgate::http::Request&& r) {
+    opgate::http::Response res;
+    res.status = 200;
+    res.headers["Content-Type"] = "application/json";
+    res.body = r.target.ends_with("/transcript")
+                   ? R"({"turns":{"data":[{"id":"turn_1","status":"completed"},7]},)"
+                     R"("item_pages":[7,{"data":"x"},{"data":[{"type":"message","role":"user",)"
+                     R"("content":"hello"}]}]})"
+                   : R"({"session_id":"sess_odd","owner":"demo-user","calls":[],"ledger":[]})";
+    return res;
+  });
+  auto port = odd.start();
+  REQUIRE(port.ok());
+  auto [rc, out] = c.cli({"inspect", "--session", "sess_odd"}, kAdminToken,
+                         "http://127.0.0.1:" + std::to_string(*port));
+  CHECK(rc == 0);
+  CHECK(out.find("turn_1 completed") != std::string::npos);
+  CHECK(out.find("user: hello") != std::string::npos);
+  odd.stop();
 }
 
 TEST_CASE("the CLI shows what customers and models wrote with control characters escaped") {
