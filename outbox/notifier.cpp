@@ -130,8 +130,16 @@ Notifier::Notifier(store::Storage& storage, Lanes& lanes, const Live<NotifyConfi
       random_(std::move(random)) {}
 
 size_t Notifier::dispatch() {
+  const store::OutboxIds& in_lanes = held_.current();
+  store::OutboxIds except;
+  if (!set_aside_.empty()) {
+    const int64_t now = clock_.now_ms();
+    std::erase_if(set_aside_, [&](const auto& aside) { return aside.second <= now; });
+    except = in_lanes;
+    for (const auto& [id, until] : set_aside_) except.insert(id);
+  }
   auto due = storage_.reader().due(store::Queue::notifications, clock_.now_ms(),
-                                   lanes_.batch_for(256), held_.current());
+                                   lanes_.batch_for(256), set_aside_.empty() ? in_lanes : except);
   if (!due) {
     spdlog::error("notification queue scan failed: {}", due.error().message);
     return 0;
@@ -229,20 +237,24 @@ void Notifier::defer_busy(const std::vector<store::OutboxEntry>& entries) {
 
 void Notifier::hold(const store::OutboxEntry& entry) {
   const auto& name = entry.item.notification().endpoint();
-  bool held = false;
-  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-    OPGATE_ASSIGN_OR_RETURN(held, unchanged(txn, entry));
-    if (!held) return Status::Ok();  // another process has it
-    store::OutboxEntry later = entry;
-    later.item.set_not_before_ms(txn.now_ms() + kHeldRecheckMs);
-    txn.update_outbox(later);
-    return Status::Ok();
-  });
-  if (!s) {
-    spdlog::error("cannot hold a delivery to {}: {}", name, s.error().message);
-    return;
+  if (shared_store_ && set_aside_.size() < kMaxSetAside) {
+    set_aside_[entry.id] = clock_.now_ms() + kHeldRecheckMs;
+  } else {
+    bool held = false;
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(held, unchanged(txn, entry));
+      if (!held) return Status::Ok();  // another process has it
+      store::OutboxEntry later = entry;
+      later.item.set_not_before_ms(txn.now_ms() + kHeldRecheckMs);
+      txn.update_outbox(later);
+      return Status::Ok();
+    });
+    if (!s) {
+      spdlog::error("cannot hold a delivery to {}: {}", name, s.error().message);
+      return;
+    }
+    if (!held) return;
   }
-  if (!held) return;
   metrics_.inc("opgate_notifications_held_total", {{"endpoint", name}});
   bool first = false;
   {

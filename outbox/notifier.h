@@ -116,7 +116,8 @@ class Notifier {
   // Removes a delivery nobody will send (its endpoint disabled by a 410).
   void drop(const store::OutboxEntry& entry);
   // Leaves a delivery for an endpoint this node does not know queued, to be
-  // looked at again after kHeldRecheckMs; logged once per endpoint.
+  // looked at again after kHeldRecheckMs (set aside, on a shared store);
+  // logged once per endpoint.
   void hold(const store::OutboxEntry& entry) EXCLUDES(mu_);
   // Moves deliveries that found no room now kBusyRecheckMs later, in one
   // transaction (those another process took since are left as they are).
@@ -155,6 +156,14 @@ class Notifier {
   HttpSend send_;
   bool shared_store_ = false;
   HeldItems held_;  // handed to a lane, not finished; see held_items.h
+  // On a shared store, deliveries for an endpoint this node does not know
+  // are set aside here until kHeldRecheckMs has passed, not rewritten: a
+  // rewrite would make each this node's again (the store records its
+  // writer), and a node that knows the endpoint takes a live node's item
+  // only once it has been left due a while. At most kMaxSetAside; past
+  // that, held in the store. Dispatcher thread only: id -> until (ms).
+  static constexpr size_t kMaxSetAside = 4096;
+  std::map<std::string, int64_t, std::less<>> set_aside_;
   Mutex mu_;
   std::map<std::string, int> in_flight_ GUARDED_BY(mu_);  // per endpoint
   std::set<std::string> held_logged_ GUARDED_BY(mu_);     // endpoints logged as held

@@ -698,31 +698,52 @@ double held_total(World& w, const std::string& endpoint) {
 }  // namespace
 
 TEST_CASE("a delivery for an endpoint this node does not know is held and counted, never deleted") {
-  World w({endpoint("ops")});
-  w.propose();
-  // Another node, whose configuration names "chat", fanned an event out to it.
-  queue_delivery_for(w, "chat");
-  w.pump_all();
-  CHECK(w.sent_to("chat").empty());
-  CHECK(w.queued_deliveries() == 1);  // held, not dropped
-  CHECK(held_total(w, "chat") == 1);
-  auto states = w.storage->reader().endpoint_states();
-  REQUIRE(states.ok());
-  bool held = false;
-  for (const auto& st : *states) held = held || (st.name() == "chat" && st.backlog() == 1);
-  CHECK(held);
-  // Looked at again only after the recheck interval.
-  w.pump_all();
-  CHECK(held_total(w, "chat") == 1);
-  // This node's reload names it now: the held delivery goes out.
-  outbox::NotifyConfig c = *w.notify.get();
-  c.endpoints.push_back(endpoint("chat"));
-  w.notify.set(c);
-  w.clock.advance_ms(outbox::kHeldRecheckMs);
-  w.pump_all();
-  CHECK(w.types_sent_to("chat") == "operation.proposed");
-  CHECK(w.queued_deliveries() == 0);
-  CHECK(w.state("chat").backlog() == 0);
+  // On a shared store it is set aside in memory, not rewritten: rewritten,
+  // it would be this node's again, and the node that knows the endpoint
+  // takes a live node's item only once it has been left due a while.
+  for (const bool shared : {false, true}) {
+    CAPTURE(shared);
+    World w({endpoint("ops")});
+    w.notifier->set_shared_store(shared);
+    w.propose();
+    // Another node, whose configuration names "chat", fanned an event out to it.
+    queue_delivery_for(w, "chat");
+    auto queued_chat = [&] {
+      auto due = w.storage->reader().due(store::Queue::notifications, INT64_MAX, 100, {});
+      REQUIRE(due.ok());
+      std::vector<store::OutboxEntry> out;
+      for (const auto& e : *due)
+        if (e.item.notification().endpoint() == "chat") out.push_back(e);
+      REQUIRE(out.size() == 1);
+      return out[0];
+    };
+    const auto before = queued_chat();
+    // Set aside, the delivery is still due in the store: pump_all would
+    // wait for it to stop being due.
+    auto settle = [&] { shared ? w.pump() : w.pump_all(); };
+    settle();
+    CHECK(w.sent_to("chat").empty());
+    CHECK(w.queued_deliveries() == 1);  // held, not dropped
+    CHECK(held_total(w, "chat") == 1);
+    CHECK((queued_chat().item.not_before_ms() == before.item.not_before_ms()) == shared);
+    auto states = w.storage->reader().endpoint_states();
+    REQUIRE(states.ok());
+    bool held = false;
+    for (const auto& st : *states) held = held || (st.name() == "chat" && st.backlog() == 1);
+    CHECK(held);
+    // Looked at again only after the recheck interval.
+    settle();
+    CHECK(held_total(w, "chat") == 1);
+    // This node's reload names it now: the held delivery goes out.
+    outbox::NotifyConfig c = *w.notify.get();
+    c.endpoints.push_back(endpoint("chat"));
+    w.notify.set(c);
+    w.clock.advance_ms(outbox::kHeldRecheckMs);
+    settle();
+    CHECK(w.types_sent_to("chat") == "operation.proposed");
+    CHECK(w.queued_deliveries() == 0);
+    CHECK(w.state("chat").backlog() == 0);
+  }
 }
 
 TEST_CASE("held deliveries are replayed to another endpoint or discarded on demand, counted") {
