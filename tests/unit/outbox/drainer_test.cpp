@@ -38,6 +38,10 @@ operations::Principal alice() {
   return p;
 }
 
+operations::PaymentResult answer(operations::Verdict v, std::string error = "") {
+  return {v, v == operations::Verdict::refused ? "" : "re_1", "", std::move(error)};
+}
+
 struct World : testing::World {
   explicit World(store::rocks::OpenOptions options = {}) : testing::World(options) {
     seed_order("ORDER-100");
@@ -83,6 +87,23 @@ struct World : testing::World {
     return *out;
   }
 
+  // The refund proposed and approved, and the provider's answer a timeout:
+  // outcome_unknown, with `later` the provider's next answers.
+  void refund_timed_out(std::deque<operations::PaymentResult> later = {}) {
+    propose_refund();
+    REQUIRE(approve(kRefund).ok());
+    later.push_front(answer(operations::Verdict::indeterminate, "timeout"));
+    provider.answers = std::move(later);
+    pump();
+    REQUIRE(state(kRefund) == "outcome_unknown");
+  }
+
+  // A drainer of another node on the same store, with lanes of its own.
+  std::unique_ptr<outbox::Drainer> other_node(Lanes& lanes) {
+    return std::make_unique<outbox::Drainer>(*storage, lanes, provider, agents, policy, metrics,
+                                             clock, [] { return 0.0; });
+  }
+
   // An approval that claims at once: its lease and the operation claimed.
   std::pair<operations::ClaimAtOnce, pb::Operation> approve_claiming(const std::string& key) {
     const auto at_once = drainer->claim_at_once();
@@ -117,10 +138,6 @@ struct World : testing::World {
     return n;
   }
 };
-
-operations::PaymentResult answer(operations::Verdict v, std::string error = "") {
-  return {v, v == operations::Verdict::refused ? "" : "re_1", "", std::move(error)};
-}
 
 operations::LookupResult lookup(operations::Lookup l,
                                 operations::Verdict v = operations::Verdict::succeeded) {
@@ -377,11 +394,7 @@ TEST_CASE("an unreachable provider leaves it outcome_unknown and tries again lat
 TEST_CASE(
     "reconcile now while a scheduled pass reads the provider: it waits its turn, then reads") {
   World w;
-  w.propose_refund();
-  REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
-  w.pump();
-  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  w.refund_timed_out();
   // The scheduled pass finds the provider unreachable, but only once the
   // operator has asked; the operator's pass then finds the refund.
   std::promise<void> entered;
@@ -416,18 +429,13 @@ TEST_CASE(
     "a manual reconcile on another node never crosses a re-execution in flight: the answer "
     "settles it") {
   World w;
-  w.propose_refund();
-  REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout"),
-                        answer(operations::Verdict::succeeded)};
-  w.pump();
-  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  w.refund_timed_out({answer(operations::Verdict::succeeded)});
   // Node B shares the store. Its lane for the operation is busy, so the
   // operator's "reconcile now", accepted while the operation is unknown,
   // waits there.
   Lanes b_lanes("node-b", 2, 16);
-  outbox::Drainer b(*w.storage, b_lanes, w.provider, w.agents, w.policy, w.metrics, w.clock,
-                    [] { return 0.0; });
+  auto node_b = w.other_node(b_lanes);
+  outbox::Drainer& b = *node_b;
   std::promise<void> unblock;
   auto unblocked = unblock.get_future().share();
   const std::string lane = "operation:" + std::string(kRefund);
@@ -465,18 +473,13 @@ TEST_CASE(
     "a re-execution that outlives its lease is fenced by the node that recovers it: its late "
     "answer leaves the reconcile item in place") {
   World w;
-  w.propose_refund();
-  REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout"),
-                        answer(operations::Verdict::indeterminate, "timeout again")};
-  w.pump();
-  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  w.refund_timed_out({answer(operations::Verdict::indeterminate, "timeout again")});
   // Proven absent, node A executes it again on the reconcile item it
   // leases; the call stalls past the lease, and node B, finding the item
   // due and the operation executing, recovers it to outcome_unknown.
   Lanes b_lanes("node-b", 2, 16);
-  outbox::Drainer b(*w.storage, b_lanes, w.provider, w.agents, w.policy, w.metrics, w.clock,
-                    [] { return 0.0; });
+  auto node_b = w.other_node(b_lanes);
+  outbox::Drainer& b = *node_b;
   w.provider.lookups = {lookup(operations::Lookup::absent)};
   bool recovered = false;
   w.provider.during_execute = [&] {
@@ -544,11 +547,7 @@ TEST_CASE(
 
 TEST_CASE("an operator's reconcile of an operation that lost its reconcile item makes one") {
   World w;
-  w.propose_refund();
-  REQUIRE(w.approve(kRefund).ok());
-  w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
-  w.pump();
-  REQUIRE(w.state(kRefund) == "outcome_unknown");
+  w.refund_timed_out();
   // As an older version could leave it: unknown, with no reconcile item.
   for (const auto& e : w.due(w.clock.now_ms() + 3'600'000))
     REQUIRE(w.storage
