@@ -78,9 +78,19 @@ std::string html_escape(std::string_view text) {
   return out;
 }
 
+std::optional<int64_t> whole_number(std::string_view text) {
+  if (text.empty() || text.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 size_t character_count(std::string_view utf8) {
   size_t n = 0;
-  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;  // each lead byte begins one
+  for (unsigned char c : utf8) n += !continuation(c);  // each lead byte begins one
   return n;
 }
 
@@ -121,8 +131,8 @@ bool utf8_text(std::string_view bytes) {
 std::string_view utf8_prefix(std::string_view utf8, size_t max_bytes) {
   if (utf8.size() <= max_bytes) return utf8;
   size_t end = max_bytes;
-  // Back off the continuation bytes (10xxxxxx) of a character the cut splits.
-  while (end > 0 && (static_cast<unsigned char>(utf8[end]) & 0xC0) == 0x80) --end;
+  // Back off the continuation bytes of a character the cut splits.
+  while (end > 0 && continuation(static_cast<unsigned char>(utf8[end]))) --end;
   return utf8.substr(0, end);
 }
 

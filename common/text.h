@@ -2,6 +2,8 @@
 // to print on a terminal. Pure; thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +21,11 @@ std::string printable(std::string_view text);
 // code points past U+10FFFF) without a NUL: text a database's text column,
 // a log or a terminal takes as it is.
 bool utf8_text(std::string_view bytes);
+
+// The number `text` writes in decimal digits alone (no sign, space, point
+// or exponent), at most 18 of them so that it fits: std::stoll would read
+// "12abc" as 12, "1.7e12" as 1 and wrap "-1" for an unsigned count.
+std::optional<int64_t> whole_number(std::string_view text);
 
 // The characters (Unicode code points) of valid UTF-8 text, as JSON
 // Schema's minLength and maxLength count them: not its bytes.

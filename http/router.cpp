@@ -52,11 +52,14 @@ const Router::Route* Router::match(const Request& request, PathParams& params,
   // decoded, the path and the query are UTF-8 without NUL, or refused here.
   const bool text_path = std::all_of(segments.begin(), segments.end(),
                                      [](const std::string& s) { return utf8_text(s); });
-  auto query = boost::urls::parse_origin_form(request.target);
-  bool text_query = query.has_value();
-  if (query)
-    for (auto param : query->params())
-      text_query = text_query && utf8_text(param.key) && utf8_text(param.value);
+  bool text_query = true;
+  if (request.target.find('?') != std::string::npos) {  // most requests have none
+    auto query = boost::urls::parse_origin_form(request.target);
+    text_query = query.has_value();
+    if (query)
+      for (auto param : query->params())
+        text_query = text_query && utf8_text(param.key) && utf8_text(param.value);
+  }
   if (!text_path || !text_query) {
     miss = error_response(errc::bad_request,
                           "The request's path and query must be UTF-8 text, without NUL.");

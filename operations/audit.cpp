@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "common/crypto.h"
+#include "common/text.h"
 #include "operations/state_machine.h"
 
 namespace opgate::operations {
@@ -27,12 +26,12 @@ Result<WitnessedHead> parse_head(const std::string& text) {
   const auto colon = text.find(':');
   WitnessedHead head;
   // SEQ is digits only (no sign, no space) and names a record: 1 or more.
-  const std::string digits = text.substr(0, colon);
-  const bool all_digits =
-      !digits.empty() && digits.size() <= 19 &&
-      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (colon == std::string::npos || !all_digits || (head.seq = std::stoull(digits)) == 0)
+  const auto seq = colon == std::string::npos
+                       ? std::nullopt
+                       : whole_number(std::string_view(text).substr(0, colon));
+  if (!seq || *seq == 0)
     return make_error(errc::bad_request, "A head is SEQ:HASH, e.g. 42:3fa9... (SEQ from 1)");
+  head.seq = static_cast<uint64_t>(*seq);
   auto raw = crypto::from_hex(text.substr(colon + 1));
   if (!raw || raw->size() != 32)
     return make_error(errc::bad_request, "The head's hash must be 64 hex digits.");

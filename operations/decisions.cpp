@@ -48,6 +48,17 @@ Status settle_expired(store::Transaction& txn, pb::Operation& op, const std::str
                 details({{"reason", "approval TTL passed"}, {"noticed_by", noticed_by}}));
 }
 
+// Settles a pending operation as denied by `principal` (an operator, or
+// the agent withdrawing it), or, past its time limit, as the expiry it is,
+// whether or not the sweeper has noticed yet.
+Status settle_denied(store::Transaction& txn, pb::Operation& op, const std::string& principal,
+                     const std::string& reason) {
+  if (txn.now_ms() >= op.expires_at_ms()) return settle_expired(txn, op, principal);
+  op.set_decided_by(principal);
+  op.set_decision_reason(reason);
+  return settle(txn, op, Event::deny, principal, details({{"reason", reason}}));
+}
+
 // Lowers a pending proposal's amount as the approver asked (see approve()),
 // in memory: the request then names the lowered proposal. Returns the
 // details the "narrow" audit record keeps once the approval is recorded.
@@ -290,16 +301,13 @@ Status deny(store::Transaction& txn, const std::string& key, const Principal& pr
     return make_error(errc::forbidden, fmt::format("This token may not decide {}-tier proposals.",
                                                    op.proposal().tier()));
   if (is(op, Outcome::denied) && op.decided_by() == principal.name) return Status::Ok();
-  // Past its time limit a proposal is expired, whether or not the sweeper
-  // has noticed yet: the record says so, and the denier (who wanted nothing
-  // paid) reads that outcome in the answer, now and when it asks again.
+  // Expired (the sweeper's doing, or a late deny's): the denier, who wanted
+  // nothing paid, reads that outcome in the answer, now and when it asks
+  // again.
   if (is(op, Outcome::expired)) return Status::Ok();
   if (!is(op, State::pending))
     return make_error(errc::invalid_state, "Only pending operations can be denied.");
-  if (txn.now_ms() >= op.expires_at_ms()) return settle_expired(txn, op, principal.name);
-  op.set_decided_by(principal.name);
-  op.set_decision_reason(reason);
-  return settle(txn, op, Event::deny, principal.name, details({{"reason", reason}}));
+  return settle_denied(txn, op, principal.name, reason);
 }
 
 Status withdraw(store::Transaction& txn, const std::string& key, const std::string& owner,
@@ -311,10 +319,7 @@ Status withdraw(store::Transaction& txn, const std::string& key, const std::stri
     return make_error(errc::invalid_state,
                       fmt::format("The operation is {} already; it can no longer be withdrawn.",
                                   state_text(*op)));
-  if (txn.now_ms() >= op->expires_at_ms()) return settle_expired(txn, *op, principal);
-  op->set_decided_by(principal);
-  op->set_decision_reason(reason);
-  return settle(txn, *op, Event::deny, principal, details({{"reason", reason}}));
+  return settle_denied(txn, *op, principal, reason);
 }
 
 Result<bool> expire(store::Transaction& txn, const std::string& key) {

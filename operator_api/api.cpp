@@ -70,19 +70,6 @@ std::optional<std::string> string_field(const json::object& o, const char* k, si
 
 Response ok_json(const json::value& v) { return json_response(200, json::serialize(v)); }
 
-// A count written in decimal digits alone (no sign, space, point or
-// exponent), at most 18 of them: std::stoll would read "12abc" as 12,
-// "1.7e12" as 1 and wrap "-1" for an unsigned count.
-std::optional<int64_t> whole_number(std::string_view text) {
-  if (text.empty() || text.size() > 18) return std::nullopt;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
 Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
   auto l = req.query_param("limit");
   if (!l) return fallback;

@@ -185,7 +185,10 @@ size_t Notifier::dispatch() {
       finish(name);  // its lane is busy with an earlier one of its operation: soon free
     }
   }
-  if (!busy.empty()) defer_busy(busy);
+  if (!busy.empty())
+    if (auto moved = postpone(busy, kBusyRecheckMs); !moved)
+      spdlog::error("cannot move {} deliveries waiting for room: {}", busy.size(),
+                    moved.error().message);
   // One lane fans out events, in batches (a busy lane: the next pass).
   std::vector<std::string> event_ids;
   for (const auto& e : events) event_ids.push_back(e.id);
@@ -219,20 +222,21 @@ void Notifier::drop(const store::OutboxEntry& entry) {
   if (!s) spdlog::error("cannot drop a delivery to {}: {}", name, s.error().message);
 }
 
-void Notifier::defer_busy(const std::vector<store::OutboxEntry>& entries) {
-  Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+Result<size_t> Notifier::postpone(const std::vector<store::OutboxEntry>& entries, int64_t by_ms) {
+  size_t moved = 0;
+  OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
+    moved = 0;
     OPGATE_ASSIGN_OR_RETURN(const auto ours, unchanged(txn, entries));
     for (size_t i = 0; i < entries.size(); ++i) {
       if (!ours[i]) continue;  // another process has it
       store::OutboxEntry later = entries[i];
-      later.item.set_not_before_ms(txn.now_ms() + kBusyRecheckMs);
+      later.item.set_not_before_ms(txn.now_ms() + by_ms);
       txn.update_outbox(later);
+      ++moved;
     }
     return Status::Ok();
-  });
-  if (!s)
-    spdlog::error("cannot move {} deliveries waiting for room: {}", entries.size(),
-                  s.error().message);
+  }));
+  return moved;
 }
 
 void Notifier::hold(const store::OutboxEntry& entry) {
@@ -240,20 +244,12 @@ void Notifier::hold(const store::OutboxEntry& entry) {
   if (shared_store_ && set_aside_.size() < kMaxSetAside) {
     set_aside_[entry.id] = clock_.now_ms() + kHeldRecheckMs;
   } else {
-    bool held = false;
-    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-      OPGATE_ASSIGN_OR_RETURN(held, unchanged(txn, entry));
-      if (!held) return Status::Ok();  // another process has it
-      store::OutboxEntry later = entry;
-      later.item.set_not_before_ms(txn.now_ms() + kHeldRecheckMs);
-      txn.update_outbox(later);
-      return Status::Ok();
-    });
-    if (!s) {
-      spdlog::error("cannot hold a delivery to {}: {}", name, s.error().message);
+    auto held = postpone({entry}, kHeldRecheckMs);
+    if (!held) {
+      spdlog::error("cannot hold a delivery to {}: {}", name, held.error().message);
       return;
     }
-    if (!held) return;
+    if (*held == 0) return;  // another process has it
   }
   metrics_.inc("opgate_notifications_held_total", {{"endpoint", name}});
   bool first = false;

@@ -106,8 +106,8 @@ class Notifier {
   // sent looks again.
   static constexpr int64_t kOrderRecheckMs = 500;
   // How soon a delivery that found its endpoint at max_in_flight looks
-  // again: moved out of the way, so that the deliveries queued behind it
-  // (other endpoints', new events to fan out) are reached.
+  // again: postponed out of the way, so that the deliveries queued behind
+  // it (other endpoints', new events to fan out) are reached.
   static constexpr int64_t kBusyRecheckMs = 1'000;
 
  private:
@@ -119,9 +119,9 @@ class Notifier {
   // looked at again after kHeldRecheckMs (set aside, on a shared store);
   // logged once per endpoint.
   void hold(const store::OutboxEntry& entry) EXCLUDES(mu_);
-  // Moves deliveries that found no room now kBusyRecheckMs later, in one
-  // transaction (those another process took since are left as they are).
-  void defer_busy(const std::vector<store::OutboxEntry>& entries);
+  // Moves deliveries `by_ms` later in the queue, in one transaction (those
+  // another process took since are left as they are); how many it moved.
+  Result<size_t> postpone(const std::vector<store::OutboxEntry>& entries, int64_t by_ms);
   // One attempt of a delivery: leased (on a shared store), held back while
   // an earlier event of its operation is queued for the endpoint, sent,
   // recorded (fenced), then counted and logged.
