@@ -295,9 +295,7 @@ Response take_answer(Exchange& x, std::unique_ptr<Connection> conn) {
   return out;
 }
 
-}  // namespace
-
-Result<Response> send(const ClientRequest& request) {
+Result<Response> send_unguarded(const ClientRequest& request) {
   auto url = boost::urls::parse_uri(request.url);
   // The URL is never repeated in an error: its path or query may be a
   // secret (a Slack webhook's), and errors reach logs and API answers.
@@ -348,6 +346,19 @@ Result<Response> send(const ClientRequest& request) {
   if (Status s = connect_and_exchange(x, **fresh, tls); !s) return s.error();
   if (x.failure) return failed(*x.failure);
   return take_answer(x, std::move(*fresh));
+}
+
+}  // namespace
+
+Result<Response> send(const ClientRequest& request) {
+  // Asio throws what it cannot report on an operation: a thread's first
+  // connection makes its event queue, three descriptors, and with the
+  // descriptors used up that fails.
+  try {
+    return send_unguarded(request);
+  } catch (const std::exception& e) {
+    return make_error(errc::connect_failed, std::string("cannot make a connection: ") + e.what());
+  }
 }
 
 }  // namespace opgate::http

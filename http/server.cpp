@@ -66,6 +66,12 @@ struct Server::Impl {
     Loop() : net::io_context(1) {}
     void shut_down() { shutdown(); }
     std::atomic<size_t> connections{0};
+    // Its event queue (epoll, eventfd and timerfd: three descriptors) is
+    // made with the loop, as this timer's service needs it. Made at the
+    // loop's first connection instead, it failed when that connection came
+    // with the descriptors used up, and Asio throws that failure: the
+    // accepting thread ended the process.
+    net::steady_timer queue_made_now{*this};
   };
   std::vector<std::unique_ptr<Loop>> loops;  // made with the Impl, never resized
   std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;

@@ -1,9 +1,12 @@
 // The HTTP server: the addresses it listens on, header fields, its threads
 // and connections, drain and stop.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -266,4 +269,118 @@ TEST_CASE(
   boost::system::error_code ec;
   CHECK(net::read(idle, net::buffer(&byte, 1), ec) == 0);
   CHECK(ec == net::error::eof);
+}
+
+namespace {
+
+namespace net = boost::asio;
+
+// A started server that answers 200 and has one connection, idle.
+struct ServerWithOneHeld {
+  explicit ServerWithOneHeld(http::ServerOptions o)
+      : server(o, [](http::Request&&) { return http::json_response(200, "{}"); }) {
+    auto port = server.start();
+    REQUIRE(port.ok());
+    at = net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), *port);
+    holder.connect(at);
+    REQUIRE(becomes_true([&] { return server.open_connections() == 1; }, std::chrono::seconds(3)));
+  }
+
+  http::Server server;
+  net::io_context ioc;
+  net::ip::tcp::endpoint at;
+  net::ip::tcp::socket holder{ioc};
+};
+
+// Every descriptor of the process in use until it goes: the soft limit
+// lowered to at most 512 and the rest opened on /dev/null.
+class DescriptorsUsedUp {
+ public:
+  DescriptorsUsedUp() {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit low = saved_;
+    low.rlim_cur = std::min<rlim_t>(saved_.rlim_cur, 512);
+    ::setrlimit(RLIMIT_NOFILE, &low);
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) held_.push_back(fd);
+    failed_with_ = errno;
+  }
+  ~DescriptorsUsedUp() {
+    for (int fd : held_) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  bool used_up() const { return failed_with_ == EMFILE; }
+  // Gives `n` descriptors back.
+  void free(size_t n) {
+    for (; n > 0 && !held_.empty(); --n) {
+      ::close(held_.back());
+      held_.pop_back();
+    }
+  }
+
+ private:
+  rlimit saved_{};
+  std::vector<int> held_;
+  int failed_with_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("http server: a connection past the limit reads its 503 whole") {
+  http::ServerOptions o;
+  o.max_connections = 1;
+  ServerWithOneHeld h(o);
+  // Its request is never read: the answer and the end of the connection
+  // come all the same.
+  const std::string request =
+      "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4096\r\n\r\n" + std::string(4096, 'x');
+  for (int i = 0; i < 50; ++i) {
+    net::ip::tcp::socket s(h.ioc);
+    s.connect(h.at);
+    net::write(s, net::buffer(request));
+    std::string got;
+    boost::system::error_code ec;
+    char buf[4096];
+    while (!ec) got.append(buf, s.read_some(net::buffer(buf), ec));
+    CHECK(got.starts_with("HTTP/1.1 503"));
+    CHECK(got.find("Retry-After: 1") != std::string::npos);
+    CHECK(ec == net::error::eof);
+  }
+  CHECK(h.server.open_connections() == 1);
+}
+
+TEST_CASE("http server: a loop's first connection, with descriptors used up, is served") {
+  // Two loops; the first holds a connection, so the next goes to the
+  // second, which has had none. Two descriptors are left: the client's
+  // socket and the server's end of it. Nothing else may be needed.
+  ServerWithOneHeld h(http::ServerOptions{});
+  std::string got;
+  boost::system::error_code ec;
+  {
+    DescriptorsUsedUp exhausted;
+    REQUIRE(exhausted.used_up());
+    exhausted.free(2);
+    net::ip::tcp::socket s(h.ioc);
+    s.connect(h.at, ec);
+    REQUIRE_FALSE(ec);
+    net::write(s, net::buffer(std::string_view("GET / HTTP/1.1\r\nHost: a\r\n\r\n")), ec);
+    char buf[1024];
+    while (!ec && got.find("{}") == std::string::npos)
+      got.append(buf, s.read_some(net::buffer(buf), ec));
+  }
+  CHECK_FALSE(ec);
+  CHECK(got.starts_with("HTTP/1.1 200"));
+}
+
+TEST_CASE("http client: with descriptors used up, a send fails with an error, never a throw") {
+  // On a thread of its own, whose event queue is not made yet.
+  http::ClientRequest req;
+  req.url = "http://127.0.0.1:9/";
+  Result<http::Response> sent = make_error(errc::internal, "not sent");
+  {
+    DescriptorsUsedUp exhausted;
+    REQUIRE(exhausted.used_up());
+    std::thread([&] { sent = http::send(req); }).join();
+  }
+  REQUIRE_FALSE(sent.ok());
+  CHECK(sent.error().message.find("Too many open files") != std::string::npos);
 }
