@@ -567,10 +567,12 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
   if (!to.empty() && !target)
     return make_error(errc::not_found, "No notification endpoint by that name to replay to.");
   size_t moved = 0;
-  store::OutboxIds seen;
+  // A page at a time, each after the last: the queue may be long, and the
+  // deliveries of other endpoints stay where they are.
+  store::DuePosition after;
   for (;;) {
-    OPGATE_ASSIGN_OR_RETURN(
-        auto batch, storage_.reader().due(store::Queue::notifications, INT64_MAX, 500, seen));
+    OPGATE_ASSIGN_OR_RETURN(auto batch, storage_.reader().due_after(store::Queue::notifications,
+                                                                    INT64_MAX, after, 500));
     if (batch.empty()) break;
     size_t in_batch = 0;
     OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
@@ -609,7 +611,7 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
       return Status::Ok();
     }));
     moved += in_batch;
-    for (const auto& entry : batch) seen.insert(entry.id);
+    after = store::DuePosition::of(batch.back());
   }
   if (to.empty()) {
     metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", from}},

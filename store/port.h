@@ -59,6 +59,15 @@ struct OutboxEntry {
   pb::OutboxItem item;
 };
 
+// Where an item stands in its queue's due order: after every item due
+// earlier, and after those due at the same time with a lower id.
+struct DuePosition {
+  int64_t not_before_ms = INT64_MIN;  // the default: before every item
+  std::string id;
+
+  static DuePosition of(const OutboxEntry& e) { return {e.item.not_before_ms(), e.id}; }
+};
+
 // Outbox items wait in two queues, so that notifications (to endpoints that
 // may be slow or down) never hold up executions and tool results.
 enum class Queue { work, notifications };
@@ -221,6 +230,11 @@ class Reader {
   // due later.
   virtual Result<std::vector<OutboxEntry>> due(Queue queue, int64_t now_ms, size_t limit,
                                                const OutboxIds& except) = 0;
+  // due() from a position in due order (due time, then id) onward, with
+  // nothing left out: a caller that walks the whole queue reads it a page
+  // at a time, each page after the last item of the one before.
+  virtual Result<std::vector<OutboxEntry>> due_after(Queue queue, int64_t now_ms,
+                                                     const DuePosition& after, size_t limit) = 0;
   // The earliest time an item of the queue is due for this process, if
   // there is one.
   virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;

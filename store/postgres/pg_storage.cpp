@@ -35,6 +35,29 @@ namespace {
   "not_before_ms <= $2 AND node_since_ms <= $2 - $5 AND (GREATEST(not_before_ms, " \
   "node_since_ms) <= $2 - $7 OR node NOT IN " OPGATE_LIVE_NODES ") AND id <> ALL($6::bigint[])"
 
+// Items of queue $1 due at $2 for node $4 in due order, at most $3: its
+// own, those of no node, and others' it may take over (the first or the
+// last of them by due order, OTHERS "" or "DESC"); none of $6. AFTER
+// narrows each part further.
+#define OPGATE_DUE(AFTER, OTHERS)                                                              \
+  "SELECT id, data FROM ("                                                                     \
+  "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node = $4 "        \
+  "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) " AFTER                                 \
+  "ORDER BY not_before_ms, id LIMIT $3) "                                                      \
+  "UNION ALL "                                                                                 \
+  "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node = '' "        \
+  "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) " AFTER                                 \
+  "ORDER BY not_before_ms, id LIMIT $3) "                                                      \
+  "UNION ALL "                                                                                 \
+  "(SELECT id, data, not_before_ms FROM ("                                                     \
+  "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node > '' "        \
+  "AND node < $4 AND " OPGATE_TAKEN_OVER " " AFTER                                             \
+  ") UNION ALL "                                                                               \
+  "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node > $4 "        \
+  "AND " OPGATE_TAKEN_OVER " " AFTER ")) others ORDER BY not_before_ms " OTHERS ", id " OTHERS \
+  " LIMIT $3)"                                                                                 \
+  ") due ORDER BY not_before_ms, id LIMIT $3"
+
 // name -> SQL. Integer parameters are bigint; text keys compare in "C" order.
 const std::vector<std::pair<const char*, const char*>> kStatements = {
     // Locks and the transaction's frame ("begin" is prepared per isolation).
@@ -210,20 +233,11 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     // those of no node, and other nodes' either side of its own), so a
     // node never walks its own backlog for others' items, nor others' for
     // its own.
-    {"ob_due",
-     "SELECT id, data FROM ("
-     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node = $4 "
-     "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
-     "UNION ALL "
-     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node = '' "
-     "AND not_before_ms <= $2 AND id <> ALL($6::bigint[]) ORDER BY not_before_ms, id LIMIT $3) "
-     "UNION ALL "
-     "(SELECT id, data, not_before_ms FROM ("
-     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node > '' "
-     "AND node < $4 AND " OPGATE_TAKEN_OVER ") UNION ALL "
-     "(SELECT id, data, not_before_ms FROM outbox WHERE queue = $1::bigint AND node > $4 "
-     "AND " OPGATE_TAKEN_OVER ")) others ORDER BY not_before_ms DESC, id DESC LIMIT $3)"
-     ") due ORDER BY not_before_ms, id LIMIT $3"},
+    {"ob_due", OPGATE_DUE("", "DESC")},
+    // The same, from a position in due order on ($8 ms, $9 id), for a walk
+    // through the whole queue: every part in due order, so that a page
+    // ends before any item it left out.
+    {"ob_due_after", OPGATE_DUE("AND (not_before_ms, id) > ($8::bigint, $9::bigint) ", "")},
     {"ob_next",
      "SELECT LEAST((SELECT min(not_before_ms) FROM outbox WHERE queue = $1::bigint "
      "AND node IN ($2, '')), (SELECT min(CASE WHEN node IN " OPGATE_LIVE_NODES " "
@@ -607,6 +621,22 @@ class PgReads : public virtual Reader {
                               {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit)),
                                text(handoff_.node), int8(handoff_.after_ms),
                                array(Oid::int8, left_out), int8(handoff_.busy_after_ms)}}));
+    OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
+    if (all.size() > limit) all.resize(limit);
+    return all;
+  }
+
+  Result<std::vector<OutboxEntry>> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
+                                             size_t limit) override {
+    if (limit == 0) return std::vector<OutboxEntry>();
+    // An id this store did not make sorts before every one it did.
+    const int64_t after_id = parse_fixed_id(after.id).value_or(-1);
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({}, {"ob_due_after",
+                   {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit)),
+                    text(handoff_.node), int8(handoff_.after_ms), array(Oid::int8, {}),
+                    int8(handoff_.busy_after_ms), int8(after.not_before_ms), int8(after_id)}}));
     OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
     if (all.size() > limit) all.resize(limit);
     return all;

@@ -403,6 +403,34 @@ class KvReader : public virtual Reader {
     return items(ids);
   }
 
+  Result<std::vector<OutboxEntry>> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
+                                             size_t limit) override {
+    std::vector<std::string> ids;
+    if (limit == 0) return items(ids);
+    std::optional<Error> failed;
+    const bool notifications = queue == Queue::notifications;
+    const std::string prefix = keys::due_prefix(notifications);
+    const std::string from = keys::outbox_due(notifications, after.not_before_ms, after.id);
+    Status s = view_.scan(
+        Cf::outbox, prefix,
+        [&](std::string_view k, std::string_view) {
+          if (k == from) return true;  // the position itself
+          auto at =
+              k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
+          if (!at) {
+            failed = corrupt("outbox index entry");
+            return false;
+          }
+          if (*at > keys::time_part(now_ms)) return false;
+          ids.emplace_back(k.substr(prefix.size() + 17));
+          return ids.size() < limit;
+        },
+        from);
+    if (!s) return s.error();
+    if (failed) return *failed;
+    return items(ids);
+  }
+
   Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {
     return load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
   }

@@ -718,10 +718,12 @@ TEST_CASE("what a transaction asks to read after its commit is read as committed
   CHECK_FALSE(failed.read);
 }
 
-TEST_CASE("outbox items are due by time, rescheduled and removed") {
-  Fixture f;
-  f.write([](Transaction& t) {
-    for (int64_t at : {300, 100, 200}) {
+namespace {
+
+// Queues a reconcile item due at each time, keyed "k" and the time.
+void queue_reconciles(Fixture& f, std::initializer_list<int64_t> due_at) {
+  f.write([&](Transaction& t) {
+    for (int64_t at : due_at) {
       pb::OutboxItem i;
       i.set_kind(pb::OUTBOX_RECONCILE);
       i.set_operation_key("k" + std::to_string(at));
@@ -729,6 +731,13 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
       t.enqueue(i);
     }
   });
+}
+
+}  // namespace
+
+TEST_CASE("outbox items are due by time, rescheduled and removed") {
+  Fixture f;
+  queue_reconciles(f, {300, 100, 200});
   auto& r = f.s->reader();
   CHECK(r.due(store::Queue::work, 99, 10, {})->empty());
   auto due = r.due(store::Queue::work, 250, 10, {});
@@ -758,6 +767,38 @@ TEST_CASE("outbox items are due by time, rescheduled and removed") {
   CHECK(held->at(0).item.operation_key() == "k100");
   CHECK(r.due(store::Queue::work, 1000, 10, {now_due->at(0).id, held->at(0).id})->empty());
   CHECK(r.due(store::Queue::work, 1000, 0, {})->empty());  // a dispatcher with no room
+}
+
+TEST_CASE("a queue is read a page at a time, each page after the last item of the one before") {
+  Fixture f;
+  // Five due at 100 and one at 50, 150 and 5000.
+  queue_reconciles(f, {100, 150, 100, 50, 100, 100, 5000, 100});
+  auto& r = f.s->reader();
+  std::vector<store::OutboxEntry> walked;
+  store::DuePosition after;
+  for (;;) {
+    auto page = r.due_after(store::Queue::work, 1000, after, 2);
+    REQUIRE(page.ok());
+    if (page->empty()) break;
+    CHECK(page->size() <= 2);
+    walked.insert(walked.end(), page->begin(), page->end());
+    after = store::DuePosition::of(page->back());
+  }
+  // Every item due by 1000 once, in the order due() reads them.
+  auto all = r.due(store::Queue::work, 1000, 100, {});
+  REQUIRE(all->size() == 7);
+  REQUIRE(walked.size() == 7);
+  for (size_t i = 0; i < walked.size(); ++i) CHECK(walked[i].id == all->at(i).id);
+  CHECK(walked.front().item.operation_key() == "k50");
+  CHECK(walked.back().item.operation_key() == "k150");
+  // From the middle of those due at 100: the rest of them, then the next.
+  auto rest = r.due_after(store::Queue::work, 1000, store::DuePosition::of(all->at(2)), 100);
+  REQUIRE(rest->size() == 4);
+  CHECK(rest->at(0).id == all->at(3).id);
+  // Other queues and no room read nothing.
+  CHECK(r.due_after(store::Queue::notifications, 1000, {}, 10)->empty());
+  CHECK(r.due_after(store::Queue::work, 1000, {}, 0)->empty());
+  CHECK(r.due_after(store::Queue::work, 1000, store::DuePosition::of(all->back()), 10)->empty());
 }
 
 TEST_CASE("outbox items read together come in the order asked, none for one that is gone") {

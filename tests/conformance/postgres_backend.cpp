@@ -429,6 +429,41 @@ int64_t next(opgate::store::pg::PgStorage& s) {
   return s.reader().next_due_ms(opgate::store::Queue::work)->value_or(-1);
 }
 
+// PostgreSQL only: a walk through a queue a page at a time meets every
+// item due for the node, its own and those it takes over from a node gone,
+// in due order, however the two interleave.
+TEST_CASE("postgres: a queue read a page at a time has every item, the node's and others'") {
+  using opgate::conformance::backend;
+  namespace pb = opgate::pb;
+  using opgate::store::Queue;
+  if (backend().name() != "postgres") return;
+  constexpr int64_t T = TwoNodes::kStart;
+  TwoNodes nodes;
+  auto queue = [](opgate::store::pg::PgStorage& s, std::initializer_list<int64_t> due_at) {
+    REQUIRE(s.transact([&](opgate::store::Transaction& t) {
+      for (int64_t at : due_at) {
+        pb::OutboxItem i;
+        i.set_kind(pb::OUTBOX_RECONCILE);
+        i.set_not_before_ms(T + at);
+        t.enqueue(i);
+      }
+      return opgate::Status::Ok();
+    }));
+  };
+  queue(*nodes.a, {1'000, 3'000, 5'000, 7'000});
+  queue(*nodes.b, {2'000, 4'000, 6'000});
+  std::vector<int64_t> walked;
+  opgate::store::DuePosition after;
+  for (;;) {
+    auto page = nodes.b->reader().due_after(Queue::work, T + 60'000, after, 2);
+    REQUIRE(page.ok());
+    if (page->empty()) break;
+    for (const auto& e : *page) walked.push_back(e.item.not_before_ms() - T);
+    after = opgate::store::DuePosition::of(page->back());
+  }
+  CHECK(walked == std::vector<int64_t>{1'000, 2'000, 3'000, 4'000, 5'000, 6'000, 7'000});
+}
+
 // PostgreSQL only: an outbox item is due at once for the node that queued
 // it (or last wrote it), and for the others once it is due and a handoff
 // has passed since its node wrote it: a lease that ran out, at once.

@@ -666,7 +666,9 @@ TEST_CASE("with no endpoint configured nothing is queued to fan out; replay reac
 namespace {
 
 // A delivery for `endpoint` queued as another node's fan-out would queue it.
-void queue_delivery_for(World& w, const std::string& endpoint) {
+// Queues `count` deliveries of the first kept event to `endpoint`, in one
+// transaction.
+void queue_delivery_for(World& w, const std::string& endpoint, int count = 1) {
   auto kept = w.storage->reader().notifications_since(0, 10);
   REQUIRE(kept.ok());
   REQUIRE_FALSE(kept->empty());
@@ -680,12 +682,31 @@ void queue_delivery_for(World& w, const std::string& endpoint) {
   REQUIRE(w.storage
               ->transact([&](store::Transaction& txn) -> Status {
                 OPGATE_ASSIGN_OR_RETURN(auto st, txn.endpoint_state(endpoint));
-                st.set_backlog(st.backlog() + 1);
+                st.set_backlog(st.backlog() + count);
                 txn.put_endpoint_state(st);
-                txn.enqueue(std::move(d));
+                for (int i = 0; i < count; ++i) txn.enqueue(d);
                 return Status::Ok();
               })
               .ok());
+}
+
+TEST_CASE("releasing held deliveries reads a long queue through, page by page") {
+  World w({endpoint("ops")});
+  w.propose();
+  // More than a page of them, between and behind deliveries to another
+  // endpoint that is not released.
+  queue_delivery_for(w, "kept-held", 300);
+  queue_delivery_for(w, "old-chat", 700);
+  queue_delivery_for(w, "kept-held", 300);
+  queue_delivery_for(w, "old-chat", 500);
+  auto discarded = w.notifier->release_held("old-chat", "", "admin");
+  REQUIRE(discarded.ok());
+  CHECK(*discarded == 1200);
+  CHECK(w.queued_deliveries() == 600);
+  CHECK(w.state("old-chat").backlog() == 0);
+  CHECK(w.state("kept-held").backlog() == 600);
+  // The next release finds none.
+  CHECK(*w.notifier->release_held("old-chat", "", "admin") == 0);
 }
 
 double held_total(World& w, const std::string& endpoint) {
