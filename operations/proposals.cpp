@@ -38,13 +38,18 @@ Status link(store::Transaction& txn, pb::Operation& op, pb::ToolCall& call,
   // settles: bounded, so that an agent calling in a loop cannot grow it
   // without end.
   if (op.calls_size() >= kMaxLinkedCalls) {
-    stage_result(txn, call,
-                 is(op, State::settled)
-                     ? settled_result(op)
-                     : failure_result(fmt::format(
-                           "{} calls already wait on {}; read it with get_operation instead of "
-                           "asking again.",
-                           op.calls_size(), op.key())));
+    if (is(op, State::settled)) {
+      // Answered with the outcome, and named as the operation's, so that it
+      // reads as that outcome (a denial is an error), though not kept on it.
+      call.set_operation_key(op.key());
+      stage_result(txn, call, settled_result(op));
+    } else {
+      stage_result(txn, call,
+                   failure_result(fmt::format(
+                       "{} calls already wait on {}; read it with get_operation instead of "
+                       "asking again.",
+                       op.calls_size(), op.key())));
+    }
     return Status::Ok();
   }
   call.set_operation_key(op.key());

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "fault_fs.h"
+#include "mcp/protocol.h"
 #include "operations/agent_tokens.h"
+#include "operations/decisions.h"
 #include "operations/proposals.h"
 #include "world.h"
 
@@ -192,6 +194,29 @@ TEST_CASE("an operation keeps a bounded number of linked calls; past it a call i
   REQUIRE(pending.ok());
   REQUIRE(pending->operations.size() == 1);
   CHECK(pending->operations[0].calls_size() == operations::kMaxLinkedCalls);
+  // Denied, it answers a call past the bound with its outcome: linked to
+  // it, though not kept on it, so that the answer is an error.
+  const std::string key = pending->operations[0].key();
+  operations::Principal alice;
+  alice.name = "alice";
+  alice.scopes = {"operations:approve"};
+  alice.owners = {"*"};
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                return operations::deny(txn, key, alice, "not this one");
+              })
+              .ok());
+  committer.submit(agent_call("late", "request_refund", "ORDER-100"), default_policy(),
+                   std::nullopt, answers.to("late"));
+  answers.wait_for(calls + 1);
+  const auto& late = answers.by_call.at("late");
+  REQUIRE(late.ok());
+  CHECK(late->answered.call.operation_key() == key);
+  CHECK(late->answered.call.result().output().find("denied") != std::string::npos);
+  CHECK(mcp::call_tool_result(late->answered.call.result(),
+                              !late->answered.call.operation_key().empty())
+            .at("isError") == true);
+  CHECK(w.operation(key).calls_size() == operations::kMaxLinkedCalls);
 }
 
 TEST_CASE("a call whose agent token was revoked before it is stored makes nothing") {
