@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 
 #include "common/crypto.h"
 #include "common/identifiers.h"
@@ -245,7 +246,8 @@ http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,
                                       m.id,
                                       {},
                                       session,
-                                      clock_.monotonic_ms() + options_.longest_wait.count()},
+                                      clock_.monotonic_ms() + options_.longest_wait.count(),
+                                      caller.token.token_sha256()},
                                      respond)) {
         result = make_error(errc::overloaded, *refused);
       } else {
@@ -420,6 +422,9 @@ Result<json::object> FrontDoor::cancel_task(const Caller& caller, const json::ob
   std::optional<pb::ToolCall> call;
   std::optional<pb::Operation> op;
   OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
+    // Revoked since it authenticated: the withdrawal does not commit.
+    OPGATE_TRY(
+        operations::require_live_agent_token(txn, caller.token.token_sha256(), txn.now_ms()));
     OPGATE_ASSIGN_OR_RETURN(call, txn.call(ref));
     if (!call) return make_error(errc::not_found, "No task with that id.");
     op.reset();
@@ -463,38 +468,63 @@ std::optional<std::string> FrontDoor::park(Waiting waiting, http::Respond& respo
     return fmt::format(
         "This agent has {} tasks/result requests waiting already; poll tasks/get instead.", mine);
   waiting.respond = std::move(respond);  // only now: a refusal is answered with it
+  waiting.number = ++parked_;
   waiting_.push_back(std::move(waiting));
   return std::nullopt;
 }
 
 void FrontDoor::watch() {
+  struct Look {
+    uint64_t number;
+    pb::CallRef ref;
+    json::value id;
+    std::string token_sha256;
+    int64_t deadline_ms;
+  };
   for (;;) {
-    std::vector<Waiting> batch;
+    // The waiters stay parked while their tasks are read, without the lock.
+    std::vector<Look> looks;
     bool stopping = false;
     {
       MutexLock lock(mu_);
       if (!stopping_) cv_.wait_for(mu_, options_.recheck);
       stopping = stopping_;
-      batch.swap(waiting_);
+      for (const auto& w : waiting_)
+        looks.push_back({w.number, w.ref, w.id, w.token_sha256, w.deadline_ms});
     }
-    std::vector<Waiting> still;
-    for (auto& w : batch) {
-      auto ended = task_result(w.ref);
+    std::map<uint64_t, http::Response> answers;
+    for (const auto& l : looks) {
+      auto ended = task_result(l.ref);
       if (ended && *ended) {
-        w.respond(json_answer(200, result_body(w.id, std::move(**ended))));
-      } else if (stopping || clock_.monotonic_ms() >= w.deadline_ms) {
-        w.respond(json_answer(
-            200, error_body(w.id, rpc::server_error,
-                            stopping ? "The server is stopping; ask for the task's result again."
-                                     : "The task is still working; ask for its result again "
-                                       "(tasks/get shows its state).")));
-      } else {
-        still.push_back(std::move(w));
+        // A token revoked or expired since it asked gets no result.
+        if (operations::require_live_agent_token(storage_.reader(), l.token_sha256,
+                                                 clock_.now_ms()))
+          answers.emplace(l.number, json_answer(200, result_body(l.id, std::move(**ended))));
+        else
+          answers.emplace(l.number, refusal(errc::unauthorized, rpc::server_error,
+                                            "The agent token no longer authenticates."));
+      } else if (stopping || clock_.monotonic_ms() >= l.deadline_ms) {
+        answers.emplace(
+            l.number,
+            json_answer(200, error_body(l.id, rpc::server_error,
+                                        stopping ? "The server is stopping; ask for the task's "
+                                                   "result again."
+                                                 : "The task is still working; ask for its result "
+                                                   "again (tasks/get shows its state).")));
       }
     }
+    std::vector<std::pair<http::Respond, http::Response>> replies;
+    {
+      MutexLock lock(mu_);
+      std::erase_if(waiting_, [&](Waiting& w) {
+        auto a = answers.find(w.number);
+        if (a == answers.end()) return false;
+        replies.emplace_back(std::move(w.respond), std::move(a->second));
+        return true;
+      });
+    }
+    for (auto& [respond, response] : replies) respond(std::move(response));
     if (stopping) return;
-    MutexLock lock(mu_);
-    for (auto& w : still) waiting_.push_back(std::move(w));
   }
 }
 

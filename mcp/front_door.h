@@ -84,6 +84,8 @@ class FrontDoor {
     http::Respond respond;
     std::string session;
     int64_t deadline_ms = 0;
+    std::string token_sha256;  // answered only while it still authenticates
+    uint64_t number = 0;       // set by park()
   };
   http::Response answer(const http::Request& request, http::Respond& respond, bool& parked);
   std::optional<http::Response> refuse_origin(const http::Request& request) const;
@@ -122,7 +124,10 @@ class FrontDoor {
 
   Mutex mu_;
   CondVar cv_;
+  // Every parked tasks/result until it is answered, also while the
+  // watcher reads its task: so the bounds count each one.
   std::vector<Waiting> waiting_ GUARDED_BY(mu_);
+  uint64_t parked_ GUARDED_BY(mu_) = 0;  // tasks/result ever parked: their numbers
   bool stopping_ GUARDED_BY(mu_) = false;
   CallCommitter committer_;
   std::thread watcher_;

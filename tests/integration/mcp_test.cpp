@@ -95,6 +95,44 @@ std::string refund_task(Agent& a) {
   return str(task.at("task"), "taskId");
 }
 
+// A tasks/result for the task sent on a connection of its own, not read:
+// the connection, to read its answer from.
+boost::asio::ip::tcp::socket ask_result_raw(Cluster& c, Agent& a, boost::asio::io_context& ioc,
+                                            const std::string& task_id) {
+  const std::string body =
+      json::serialize(json::object{{"jsonrpc", "2.0"},
+                                   {"id", 7},
+                                   {"method", "tasks/result"},
+                                   {"params", json::object{{"taskId", task_id}}}});
+  const std::string request = fmt::format(
+      "POST /mcp/{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n"
+      "Accept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\n"
+      "MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{}",
+      a.token(), c.mcp_port(), a.session(), body.size(), body);
+  boost::asio::ip::tcp::socket s(ioc);
+  s.connect({boost::asio::ip::make_address("127.0.0.1"), c.mcp_port()});
+  boost::asio::write(s, boost::asio::buffer(request));
+  return s;
+}
+
+// The status line and header of the answer on a connection.
+std::string answer_head(boost::asio::ip::tcp::socket& s) {
+  boost::asio::streambuf answer;
+  boost::asio::read_until(s, answer, "\r\n\r\n");
+  return std::string(boost::asio::buffers_begin(answer.data()),
+                     boost::asio::buffers_end(answer.data()));
+}
+
+// How many tasks/result wait, by the daemon's metrics, becomes `n`.
+bool waiting_becomes(Cluster& c, int n) {
+  return eventually([&] {
+    return c.op("GET", "/metrics")
+               .raw.find(fmt::format(
+                   R"(opgate_mcp_requests_total{{method="tasks/result",result="waiting"}} {})",
+                   n)) != std::string::npos;
+  });
+}
+
 json::object structured(const json::object& result) {
   REQUIRE_MESSAGE(result.contains("structuredContent"), json::serialize(result));
   return result.at("structuredContent").as_object();
@@ -264,6 +302,10 @@ TEST_CASE("a revoked token is refused at once; what it proposed lives on and set
   a.initialize();
   auto created = a.tool("request_refund", json::object{{"order_id", "ORDER-100"}}, true);
   const std::string task_id = str(created.at("task"), "taskId");
+  // A tasks/result that waits from before the token is revoked.
+  boost::asio::io_context ioc;
+  auto parked = ask_result_raw(c, a, ioc, task_id);
+  REQUIRE(waiting_becomes(c, 1));
   auto revoked = c.op("DELETE", "/v1/agent-tokens/" + str(minted, "id"), "");
   CHECK(revoked.status == 200);
   CHECK(str(revoked.body, "state") == "revoked");
@@ -277,6 +319,8 @@ TEST_CASE("a revoked token is refused at once; what it proposed lives on and set
   c.approve(kRefund, kAliceToken);
   auto op = c.wait_operation(kRefund, [](auto& o) { return str(o, "state") == "settled"; });
   CHECK(str(op, "outcome") == "succeeded");
+  // What waited is not given the result: the token no longer authenticates.
+  CHECK(answer_head(parked).starts_with("HTTP/1.1 401"));
   // The task record is kept: a new token of the same owner does not see
   // another token's tasks, but the operator's records hold it.
   auto calls = op.at("calls").as_array();
@@ -289,47 +333,19 @@ TEST_CASE("one agent cannot take every place to wait for a task's result") {
   Agent a(c, str(mint(c, "demo-user"), "token"));
   a.initialize();
   const std::string task_id = refund_task(a);
-  const std::string& token = a.token();
   // 64 tasks/result requests wait on the pending proposal, each on its own
   // connection, sent and not read.
-  const std::string body =
-      json::serialize(json::object{{"jsonrpc", "2.0"},
-                                   {"id", 7},
-                                   {"method", "tasks/result"},
-                                   {"params", json::object{{"taskId", task_id}}}});
-  const std::string request = fmt::format(
-      "POST /mcp/{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n"
-      "Accept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\n"
-      "MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{}",
-      token, c.mcp_port(), a.session(), body.size(), body);
   boost::asio::io_context ioc;
   std::vector<boost::asio::ip::tcp::socket> waiting;
-  const boost::asio::ip::tcp::endpoint ep(boost::asio::ip::make_address("127.0.0.1"), c.mcp_port());
-  for (int i = 0; i < 64; ++i) {
-    boost::asio::ip::tcp::socket s(ioc);
-    s.connect(ep);
-    boost::asio::write(s, boost::asio::buffer(request));
-    waiting.push_back(std::move(s));
-  }
-  CHECK(eventually([&] {
-    return c.op("GET", "/metrics")
-               .raw.find(
-                   R"(opgate_mcp_requests_total{method="tasks/result",result="waiting"} 64)") !=
-           std::string::npos;
-  }));
+  for (int i = 0; i < 64; ++i) waiting.push_back(ask_result_raw(c, a, ioc, task_id));
+  CHECK(waiting_becomes(c, 64));
   // The 65th of this agent is told to poll, at once.
   auto refused = a.error("tasks/result", json::object{{"taskId", task_id}});
   CHECK(refused.at("code").as_int64() == -32000);
   CHECK(str(refused, "message").find("poll tasks/get") != std::string::npos);
   // What waits is answered when the task ends.
   c.approve(kRefund, kAliceToken);
-  for (auto& s : waiting) {
-    boost::asio::streambuf answer;
-    boost::asio::read_until(s, answer, "\r\n\r\n");
-    std::string head(boost::asio::buffers_begin(answer.data()),
-                     boost::asio::buffers_end(answer.data()));
-    CHECK(head.starts_with("HTTP/1.1 200"));
-  }
+  for (auto& s : waiting) CHECK(answer_head(s).starts_with("HTTP/1.1 200"));
 }
 
 TEST_CASE("who minted an agent token cannot approve what the token proposed") {
