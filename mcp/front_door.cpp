@@ -64,6 +64,14 @@ std::optional<std::string> string_param(const json::object& o, std::string_view 
   return std::string(v->as_string());
 }
 
+// A task id or a cursor, as this server gives them (identifier
+// characters): anything else names no task and never reaches the store.
+std::optional<std::string> task_param(const json::object& o, std::string_view key) {
+  auto v = string_param(o, key, 100);
+  if (v && !valid_identifier(*v)) return std::nullopt;
+  return v;
+}
+
 }  // namespace
 
 struct FrontDoor::Caller {
@@ -227,9 +235,9 @@ http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,
   } else if (m.method == "tasks/cancel") {
     result = cancel_task(caller, m.params);
   } else if (m.method == "tasks/result") {
-    auto id = string_param(m.params, "taskId", 100);
+    auto id = task_param(m.params, "taskId");
     if (!id) {
-      result = make_error(errc::bad_request, "taskId is required.");
+      result = make_error(errc::bad_request, "taskId is required, as this server gave it.");
     } else {
       const pb::CallRef ref = caller.ref("task", *id);
       auto call = storage_.reader().call(ref);
@@ -373,8 +381,8 @@ Result<json::object> FrontDoor::get_operation(const Caller& caller, const json::
 }
 
 Result<json::object> FrontDoor::get_task(const Caller& caller, const json::object& params) {
-  const auto id = string_param(params, "taskId", 100);
-  if (!id) return make_error(errc::bad_request, "taskId is required.");
+  const auto id = task_param(params, "taskId");
+  if (!id) return make_error(errc::bad_request, "taskId is required, as this server gave it.");
   auto& reader = storage_.reader();
   OPGATE_ASSIGN_OR_RETURN(auto call, reader.call(caller.ref("task", *id)));
   if (!call) return make_error(errc::not_found, "No task with that id.");
@@ -388,17 +396,15 @@ Result<json::object> FrontDoor::get_task(const Caller& caller, const json::objec
 Result<json::object> FrontDoor::list_tasks(const Caller& caller, const json::object& params) {
   std::string after;
   if (params.contains("cursor")) {
-    auto cursor = string_param(params, "cursor", 100);
+    auto cursor = task_param(params, "cursor");
     if (!cursor) return make_error(errc::bad_request, "cursor is not one this server gave.");
     after = *cursor;
   }
   auto& reader = storage_.reader();
-  OPGATE_ASSIGN_OR_RETURN(auto calls, reader.calls_of(caller.session));
-  std::vector<pb::ToolCall> tasks;
-  for (auto& c : calls)
-    if (c.turn_id() == "task" && c.call_id() > after) tasks.push_back(std::move(c));
-  std::sort(tasks.begin(), tasks.end(),
-            [](const auto& a, const auto& b) { return a.call_id() < b.call_id(); });
+  // A page and one more, to know whether another follows: never the
+  // token's whole history.
+  OPGATE_ASSIGN_OR_RETURN(auto tasks,
+                          reader.calls_of_turn(caller.session, "task", after, kTasksPerPage + 1));
   json::array out;
   auto policy = policy_.get();
   for (size_t i = 0; i < tasks.size() && i < kTasksPerPage; ++i) {
@@ -415,8 +421,8 @@ Result<json::object> FrontDoor::list_tasks(const Caller& caller, const json::obj
 }
 
 Result<json::object> FrontDoor::cancel_task(const Caller& caller, const json::object& params) {
-  const auto id = string_param(params, "taskId", 100);
-  if (!id) return make_error(errc::bad_request, "taskId is required.");
+  const auto id = task_param(params, "taskId");
+  if (!id) return make_error(errc::bad_request, "taskId is required, as this server gave it.");
   const pb::CallRef ref = caller.ref("task", *id);
   auto policy = policy_.get();
   std::optional<pb::ToolCall> call;

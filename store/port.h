@@ -169,6 +169,12 @@ class Reader {
   virtual Result<std::optional<pb::ToolCall>> call(const pb::CallRef& ref) = 0;
   // Every call of a session, in (turn, call) order.
   virtual Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) = 0;
+  // The calls of one turn of a session in call id order, those after
+  // `after`, at most `limit`.
+  virtual Result<std::vector<pb::ToolCall>> calls_of_turn(const std::string& session_id,
+                                                          const std::string& turn_id,
+                                                          const std::string& after,
+                                                          size_t limit) = 0;
 
   // --- Operations
   virtual Result<std::optional<pb::Operation>> operation(const std::string& key) = 0;

@@ -124,6 +124,9 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
      "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, data = EXCLUDED.data"},
     {"c_get", "SELECT data FROM calls WHERE session_id = $1 AND turn_id = $2 AND call_id = $3"},
     {"c_of", "SELECT data FROM calls WHERE session_id = $1 ORDER BY turn_id, call_id"},
+    {"c_turn",
+     "SELECT data FROM calls WHERE session_id = $1 AND turn_id = $2 AND call_id > $3 "
+     "ORDER BY call_id LIMIT $4"},
     {"c_put",
      "INSERT INTO calls (session_id, turn_id, call_id, data) VALUES ($1, $2, $3, $4) "
      "ON CONFLICT (session_id, turn_id, call_id) DO UPDATE SET data = EXCLUDED.data"},
@@ -498,6 +501,17 @@ class PgReads : public virtual Reader {
 
   Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) override {
     OPGATE_ASSIGN_OR_RETURN(auto rows, query({}, {"c_of", {text(session_id)}}));
+    return every<pb::ToolCall>(rows, "tool call");
+  }
+
+  Result<std::vector<pb::ToolCall>> calls_of_turn(const std::string& session_id,
+                                                  const std::string& turn_id,
+                                                  const std::string& after, size_t limit) override {
+    if (limit == 0) return std::vector<pb::ToolCall>();
+    OPGATE_ASSIGN_OR_RETURN(
+        auto rows,
+        query({}, {"c_turn",
+                   {text(session_id), text(turn_id), text(after), int8(limit_param(limit))}}));
     return every<pb::ToolCall>(rows, "tool call");
   }
 

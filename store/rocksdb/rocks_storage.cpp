@@ -128,17 +128,35 @@ class KvReader : public virtual Reader {
   }
 
   Result<std::vector<pb::ToolCall>> calls_of(const std::string& session_id) override {
+    return calls_from(session_id + "/", "", SIZE_MAX);
+  }
+
+  Result<std::vector<pb::ToolCall>> calls_of_turn(const std::string& session_id,
+                                                  const std::string& turn_id,
+                                                  const std::string& after, size_t limit) override {
+    return calls_from(keys::call(session_id, turn_id, ""), after, limit);
+  }
+
+  // The calls under `prefix` after the key prefix + `after`, at most `limit`.
+  Result<std::vector<pb::ToolCall>> calls_from(const std::string& prefix, const std::string& after,
+                                               size_t limit) {
     std::vector<pb::ToolCall> out;
+    if (limit == 0) return out;
+    const std::string from = prefix + after;
     bool bad = false;
-    Status s = view_.scan(Cf::calls, session_id + "/", [&](std::string_view, std::string_view v) {
-      pb::ToolCall c;
-      if (!c.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-        bad = true;
-        return false;
-      }
-      out.push_back(std::move(c));
-      return true;
-    });
+    Status s = view_.scan(
+        Cf::calls, prefix,
+        [&](std::string_view k, std::string_view v) {
+          if (!after.empty() && k == from) return true;  // the cursor itself
+          pb::ToolCall c;
+          if (!c.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = true;
+            return false;
+          }
+          out.push_back(std::move(c));
+          return out.size() < limit;
+        },
+        from);
     if (!s) return s.error();
     if (bad) return corrupt("tool call");
     return out;

@@ -126,6 +126,31 @@ TEST_CASE("a transaction reads its own writes") {
   });
 }
 
+TEST_CASE("the calls of one turn are read in call id order, a page after another") {
+  Fixture f;
+  f.write([](Transaction& t) {
+    for (const char* id : {"c3", "c1", "c5", "c2", "c4"}) t.put_call(call("sess_1", "task", id));
+    t.put_call(call("sess_1", "call", "c0"));
+    t.put_call(call("sess_1", "tasks", "c9"));
+    t.put_call(call("sess_10", "task", "c6"));
+  });
+  auto& r = f.s->reader();
+  auto ids = [](const Result<std::vector<pb::ToolCall>>& calls) {
+    REQUIRE(calls.ok());
+    std::string out;
+    for (const auto& c : *calls) out += c.call_id() + " ";
+    return out;
+  };
+  CHECK(ids(r.calls_of_turn("sess_1", "task", "", 2)) == "c1 c2 ");
+  CHECK(ids(r.calls_of_turn("sess_1", "task", "c2", 2)) == "c3 c4 ");
+  CHECK(ids(r.calls_of_turn("sess_1", "task", "c4", 10)) == "c5 ");
+  CHECK(ids(r.calls_of_turn("sess_1", "task", "c5", 10)).empty());
+  CHECK(ids(r.calls_of_turn("sess_1", "task", "c25", 1)) == "c3 ");  // not a call: after it
+  CHECK(ids(r.calls_of_turn("sess_1", "task", "", 0)).empty());
+  CHECK(ids(r.calls_of_turn("sess_1", "call", "", 10)) == "c0 ");
+  CHECK(ids(r.calls_of_turn("sess_2", "task", "", 10)).empty());
+}
+
 TEST_CASE("a record read again in a transaction is as the transaction last wrote it") {
   Fixture f;
   f.write([](Transaction& t) {

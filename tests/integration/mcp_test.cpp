@@ -7,8 +7,10 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <future>
+#include <set>
 
 #include "cluster.h"
 
@@ -202,6 +204,33 @@ TEST_CASE("an agent token's refund waits as a task for the approval, then yields
   auto read = structured(a.tool("get_operation", json::object{{"operation_key", kRefund}}));
   CHECK(str(read, "state") == "settled");
   CHECK(str(read.at("result"), "status") == "succeeded");
+}
+
+TEST_CASE("tasks/list pages through the token's tasks, 100 a page, and only its tasks") {
+  Cluster c;
+  Agent a(c, str(mint(c, "demo-user"), "token"));
+  a.initialize();
+  std::set<std::string> made;
+  for (int i = 0; i < 103; ++i) made.insert(refund_task(a));
+  a.tool("lookup_order", json::object{{"order_id", "ORDER-100"}});  // a call, not a task
+  auto first = a.call("tasks/list");
+  REQUIRE(first.at("tasks").as_array().size() == 100);
+  REQUIRE(first.contains("nextCursor"));
+  auto second = a.call("tasks/list", json::object{{"cursor", str(first, "nextCursor")}});
+  CHECK(second.at("tasks").as_array().size() == 3);
+  CHECK_FALSE(second.contains("nextCursor"));
+  std::vector<std::string> listed;
+  for (const auto* page : {&first, &second})
+    for (const auto& t : page->at("tasks").as_array()) listed.push_back(str(t, "taskId"));
+  CHECK(std::is_sorted(listed.begin(), listed.end()));
+  CHECK(std::set<std::string>(listed.begin(), listed.end()) == made);
+  // A cursor or task id this server did not give names nothing, whatever
+  // its characters.
+  CHECK(a.error("tasks/list", json::object{{"cursor", std::string("a\0b", 3)}})
+            .at("code")
+            .as_int64() == -32602);
+  CHECK(a.error("tasks/get", json::object{{"taskId", "mcp_/../x"}}).at("code").as_int64() ==
+        -32602);
 }
 
 TEST_CASE("a plain call answers with the exact pending proposal; the same call again links to it") {
