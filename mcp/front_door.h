@@ -54,8 +54,10 @@ struct FrontDoorOptions {
   // also holds its connection open).
   size_t max_waiting_per_token = 64;
   // How long a tasks/result waits before it answers that the task is still
-  // working.
-  std::chrono::milliseconds longest_wait{10 * 60 * 1000};
+  // working: under the official SDK's request timeout (60 s), so that the
+  // client hears it, and a client gone after its own timeout holds its
+  // place no longer than this (its departure is not noticed).
+  std::chrono::milliseconds longest_wait{50 * 1000};
   // How often waiting tasks are looked at.
   std::chrono::milliseconds recheck{250};
 };
