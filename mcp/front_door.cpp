@@ -8,6 +8,7 @@
 
 #include "common/crypto.h"
 #include "common/identifiers.h"
+#include "common/text.h"
 #include "common/thread_name.h"
 #include "operations/agent_tokens.h"
 #include "operations/decisions.h"
@@ -268,7 +269,7 @@ http::Response FrontDoor::dispatch(const Message& m, const Caller& caller,
     metrics_.inc("opgate_mcp_requests_total", {{"method", "other"}, {"result", "unknown"}});
     return json_answer(
         200, error_body(m.id, rpc::method_not_found,
-                        fmt::format("Method {} is not served here.", m.method.substr(0, 64))));
+                        fmt::format("Method {} is not served here.", utf8_prefix(m.method, 64))));
   }
   return reply(m.method, m.id, caller.token.id(), std::move(result));
 }

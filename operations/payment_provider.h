@@ -53,6 +53,11 @@ struct PaymentResult {
   std::string error;  // for people; never a secret
 };
 
+// The answer cut to what records keep, each text between characters: an id
+// of 255 bytes at most, a status of 64, an error of 500. Whatever a
+// provider or executor sends, what is stored reads back.
+PaymentResult fit_for_records(PaymentResult answer);
+
 enum class Lookup { found, absent, unreachable };
 
 struct LookupResult {

@@ -307,7 +307,8 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
   }
   // Durably executing: now, and only now, the provider is called.
   const int64_t started_ns = clock_.monotonic_ns();
-  auto result = provider_.execute(operations::payment_request(claimed));
+  auto result =
+      operations::fit_for_records(provider_.execute(operations::payment_request(claimed)));
   metrics_
       .histogram("opgate_provider_call_seconds", {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5})
       .observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
@@ -380,6 +381,7 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   if (!*op || !operations::is(**op, operations::State::outcome_unknown)) return remove(entry);
   const pb::Operation operation = **op;
   auto found = provider_.find(operations::payment_request(operation));
+  found.object = operations::fit_for_records(std::move(found.object));
   metrics_.inc("opgate_reconciliations_total",
                {{"result", found.lookup == operations::Lookup::found    ? "found"
                            : found.lookup == operations::Lookup::absent ? "absent"

@@ -8,6 +8,7 @@
 #include <boost/url/rfc/pchars.hpp>
 
 #include "common/json_fields.h"
+#include "common/text.h"
 #include "http/client.h"
 
 namespace opgate::adapters {
@@ -38,9 +39,11 @@ PaymentResult classify(const std::string& body) {
     out.verdict = Verdict::succeeded;
   } else if (out.provider_status == "failed") {
     out.verdict = Verdict::refused;
-    out.error = detail.empty() ? "the executor reports it failed" : detail.substr(0, 500);
+    out.error =
+        detail.empty() ? "the executor reports it failed" : std::string(utf8_prefix(detail, 500));
   } else {
-    out.error = fmt::format("the executor answered status '{}'", out.provider_status.substr(0, 64));
+    out.error =
+        fmt::format("the executor answered status '{}'", utf8_prefix(out.provider_status, 64));
   }
   return out;
 }

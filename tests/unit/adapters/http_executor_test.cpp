@@ -100,6 +100,23 @@ TEST_CASE("a lookup's 404 proves absence only as the executor's own JSON answer"
   CHECK(underneath.looked_up.empty());
 }
 
+TEST_CASE("an executor's long failure text is cut between characters") {
+  Executor executor("/waive");
+  Live<operations::PolicyConfig> policy(declaring(executor.url));
+  testing::FakeProvider underneath;
+  auto executors = adapters::make_declared_executors(underneath, policy, 5'000);
+  std::string text;
+  for (int i = 0; i < 170; ++i) text += "\xe6\x97\xa5";  // 日: 510 bytes
+  executor.answer(200, R"({"id":"x1","status":"failed","detail":")" + text + "\"}");
+  auto failed = executors->execute(waive_fee());
+  CHECK(failed.verdict == operations::Verdict::refused);
+  CHECK(failed.error == text.substr(0, 498));
+  executor.answer(200, R"({"id":"x1","status":")" + text + "\"}");
+  auto odd = executors->execute(waive_fee());
+  CHECK(odd.verdict == operations::Verdict::indeterminate);
+  CHECK(odd.error == "the executor answered status '" + text.substr(0, 63) + "'");
+}
+
 TEST_CASE("an operation sent already is asked for, and sent again, where it was first sent") {
   Executor first("/waive"), second("/v2/waive");
   Live<operations::PolicyConfig> policy(declaring(first.url));

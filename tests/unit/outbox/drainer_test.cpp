@@ -169,6 +169,30 @@ TEST_CASE("an approved refund is claimed, executed once, settled with its ledger
   CHECK(w.due(w.clock.now_ms() + 86'400'000).empty());
 }
 
+TEST_CASE("a refusal's long text in any script is stored cut between characters, and reads back") {
+  World w;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "\xe6\x97\xa5";  // 日: 600 bytes
+  w.provider.answers = {{operations::Verdict::refused, "re_" + text, text, text}};
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  w.pump();
+  // Whole characters only: 166 of them (498 bytes) fit in 500.
+  const auto op = w.storage->reader().operation(kRefund);
+  REQUIRE(op.ok());
+  REQUIRE(op->has_value());
+  CHECK(operations::state_text(**op) == "settled");
+  CHECK((*op)->last_error() == text.substr(0, 498));
+  CHECK((*op)->provider_status() == text.substr(0, 63));
+  CHECK((*op)->provider_object_id() == ("re_" + text).substr(0, 255));
+  CHECK(w.storage->reader().audit_of(kRefund).ok());
+  auto call = w.call("sess_1", "turn_1", "call_refund");
+  REQUIRE(call);
+  // The agent is told the outcome with the same text.
+  CHECK(boost::json::parse(call->result().output()).at("reason").as_string() ==
+        text.substr(0, 498));
+}
+
 TEST_CASE("an approval that claims at once: executing as it commits, paid once by its process") {
   // The execute item is found by reading the operation's items, or among
   // those the approval read after its commit.
