@@ -100,10 +100,19 @@ bool csrf_matches(std::optional<std::string_view> presented, std::string_view ex
 std::optional<std::map<std::string, std::string>> parse_form(std::string_view body) {
   std::map<std::string, std::string> out;
   if (body.empty()) return out;
-  // A form encodes a space as '+' (and a '+' as %2B).
-  std::string text(body);
-  for (size_t at = text.find('+'); at != std::string::npos; at = text.find('+', at))
-    text.replace(at, 1, "%20");
+  // The console's forms (sign-in, sign-out) are a few hundred bytes; a
+  // larger body is not one of them, and is not read before anyone signed in.
+  if (body.size() > kMaxFormBytes) return std::nullopt;
+  // A form encodes a space as '+' (and a '+' as %2B): written anew in one
+  // pass (replacing in place moved the rest of the body for each '+').
+  std::string text;
+  text.reserve(body.size());
+  for (char c : body) {
+    if (c == '+')
+      text += "%20";
+    else
+      text += c;
+  }
   auto parsed = boost::urls::parse_query(text);
   if (!parsed) return std::nullopt;
   auto decoded = [](boost::urls::pct_string_view s) {

@@ -63,8 +63,11 @@ std::string host_of_origin(std::string_view origin);
 // never for an empty one.
 bool csrf_matches(std::optional<std::string_view> presented, std::string_view expected);
 
-// An application/x-www-form-urlencoded body; nothing if it is malformed. A
-// name given twice keeps its first value.
+// The largest form body read.
+inline constexpr size_t kMaxFormBytes = 16 * 1024;
+
+// An application/x-www-form-urlencoded body; nothing if it is malformed or
+// over kMaxFormBytes. A name given twice keeps its first value.
 std::optional<std::map<std::string, std::string>> parse_form(std::string_view body);
 
 // Where to go after signing in: the path asked for if it is a console page

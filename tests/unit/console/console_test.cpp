@@ -186,6 +186,12 @@ TEST_CASE("forms, redirects after sign-in and escaping") {
   CHECK(form->at("empty").empty());
   CHECK(console::parse_form("")->empty());
   CHECK_FALSE(console::parse_form("token=%zz"));
+  // Up to the bound, however many '+' it holds, it is read; past it, not.
+  const std::string spaces = "next=" + std::string(console::kMaxFormBytes - 5, '+');
+  auto many = console::parse_form(spaces);
+  REQUIRE(many);
+  CHECK(many->at("next") == std::string(console::kMaxFormBytes - 5, ' '));
+  CHECK_FALSE(console::parse_form(spaces + "+"));
 
   CHECK(console::safe_next("/console/operations/a%3Ab") == "/console/operations/a%3Ab");
   CHECK(console::safe_next("/console/") == "/console/");
