@@ -106,12 +106,30 @@ std::string first_line(const char* m) {
 
 }  // namespace
 
+std::optional<std::string> Conn::option(std::string_view keyword) const {
+  std::optional<std::string> value;
+  PQconninfoOption* options = PQconninfo(c_);
+  if (!options) return value;
+  for (PQconninfoOption* o = options; o->keyword; ++o)
+    if (keyword == o->keyword && o->val) value = o->val;
+  PQconninfoFree(options);
+  return value;
+}
+
 Result<std::unique_ptr<Conn>> Conn::connect(const ConnOptions& o) {
   const std::string timeout = std::to_string(o.connect_timeout_s);
   // Ours first: the connection string, expanded from dbname, overrides them;
-  // then the configured ones (params), which override the string.
-  std::vector<const char*> keys = {"connect_timeout", "fallback_application_name", "dbname"};
-  std::vector<const char*> values = {timeout.c_str(), "opgate", o.url.c_str()};
+  // then the configured ones (params), which override the string. A
+  // database gone silent (a failover, a partition) is noticed in about a
+  // minute: TCP keepalives after 30 s idle, three probes 10 s apart, and
+  // data sent but not acknowledged for 60 s; by default it took the kernel's
+  // 15 minutes of retransmissions, or two hours of idle, while a thread
+  // (the webhook committer's) waited on it.
+  std::vector<const char*> keys = {
+      "connect_timeout",  "keepalives",       "keepalives_idle",           "keepalives_interval",
+      "keepalives_count", "tcp_user_timeout", "fallback_application_name", "dbname"};
+  std::vector<const char*> values = {timeout.c_str(), "1",      "30",         "10", "3",
+                                     "60000",         "opgate", o.url.c_str()};
   for (const auto& [k, v] : o.params) {
     keys.push_back(k.c_str());
     values.push_back(v.c_str());

@@ -115,6 +115,8 @@ class Conn {
   // one's results.
   Result<std::vector<Rows>> read_rest();
 
+  // A connection option's value in effect (libpq's keyword), if set.
+  std::optional<std::string> option(std::string_view keyword) const;
   // The SQLSTATE of the last failure ("" if none or not from the server).
   const std::string& last_sqlstate() const { return sqlstate_; }
   // Serialisation failure or deadlock: the transaction may run again.

@@ -109,6 +109,26 @@ opgate::store::pg::PgOptions fresh_options(const opgate::Clock& clock) {
   return opened->options();
 }
 
+// PostgreSQL only: a database gone silent is noticed in about a minute, by
+// default; what the connection string or the configuration says wins.
+TEST_CASE("postgres: connections probe a silent database unless told otherwise") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  pg::ConnOptions o = fresh_options(clock).conn;
+  auto c = pg::Conn::connect(o);
+  REQUIRE(c.ok());
+  CHECK((*c)->option("keepalives_idle") == "30");
+  CHECK((*c)->option("keepalives_interval") == "10");
+  CHECK((*c)->option("keepalives_count") == "3");
+  CHECK((*c)->option("tcp_user_timeout") == "60000");
+  o.params.emplace_back("keepalives_idle", "5");
+  auto told = pg::Conn::connect(o);
+  REQUIRE(told.ok());
+  CHECK((*told)->option("keepalives_idle") == "5");
+}
+
 // A schema of its own migrated to an older version, dropped at the end: for
 // what a migration does with what an older opgate wrote.
 struct OlderSchema {
