@@ -115,7 +115,8 @@ size_t Drainer::dispatch() {
   }
   const size_t batch = lanes_.batch_for(options_.batch);
   if (batch == 0) return 0;  // the lanes have enough to do; a finished task wakes the next pass
-  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), batch, held_.current());
+  auto items = storage_.reader().due(store::Queue::work, clock_.now_ms(), batch,
+                                     held_.current(clock_.now_ms()));
   if (!items) {
     spdlog::error("outbox scan failed: {}", items.error().message);
     return 0;
@@ -165,7 +166,10 @@ void Drainer::remove(const store::OutboxEntry& entry) {
     if (ours) txn.remove_outbox(entry.id);
     return Status::Ok();
   });
-  if (!s) spdlog::error("cannot remove outbox item {}: {}", entry.id, s.error().message);
+  if (!s) {
+    spdlog::error("cannot remove outbox item {}: {}", entry.id, s.error().message);
+    held_.rest(entry.id, clock_.now_ms() + backoff(entry.item.attempts() + 1));
+  }
 }
 
 void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& error,
@@ -181,7 +185,10 @@ void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& er
     txn.update_outbox(next);
     return Status::Ok();
   });
-  if (!s) spdlog::error("cannot reschedule outbox item {}: {}", entry.id, s.error().message);
+  if (!s) {
+    spdlog::error("cannot reschedule outbox item {}: {}", entry.id, s.error().message);
+    held_.rest(entry.id, clock_.now_ms() + wait);
+  }
 }
 
 Result<std::optional<operations::SourcedOrder>> Drainer::source_order(
@@ -250,7 +257,7 @@ void Drainer::execute(const store::OutboxEntry& entry) {
   });
   if (!s) {
     spdlog::error("cannot claim operation {}: {}", key, s.error().message);
-    return;
+    return retry_later(entry, s.error().message);
   }
   if (claimed) call_provider(*claimed, leased, "system");
 }
@@ -352,7 +359,7 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   auto op = storage_.reader().operation(key);
   if (!op) {
     spdlog::error("cannot read operation {}: {}", key, op.error().message);
-    return;
+    return retry_later(entry, op.error().message);
   }
   if (*op && operations::is(**op, operations::State::executing)) {
     // Executed again after a proven absence, and its answer never recorded.
@@ -516,7 +523,7 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
     auto read = storage_.reader().call(ref);
     if (!read) {
       spdlog::error("cannot read call {}: {}", call_text(ref), read.error().message);
-      return;
+      return retry_later(entry, read.error().message);
     }
     if (!*read || !(*read)->result_saved()) return remove(entry);
     call = std::move(*read);
@@ -546,7 +553,11 @@ void Drainer::deliver(const store::OutboxEntry& entry) {
   if (delivery != pb::DELIVERY_DELIVERED)
     spdlog::warn("tool result for {} needs attention: {}", call_text(ref), error);
   Status s = deliveries_.record({entry, delivery, error});
-  if (!s) spdlog::error("cannot record delivery of {}: {}", call_text(ref), s.error().message);
+  if (!s) {
+    // Sent again later, under the same key.
+    spdlog::error("cannot record delivery of {}: {}", call_text(ref), s.error().message);
+    return retry_later(entry, s.error().message);
+  }
 }
 
 }  // namespace opgate::outbox

@@ -5,8 +5,16 @@
 // on the dispatcher's thread; a task reports its end through a Release, from
 // any thread, and what was released is dropped at the next current(), so an
 // end reported before its hold() still ends it.
+//
+// A task whose item's handling failed, and which could not write the item
+// back for later either (the store refused both), asks it to rest: still
+// due, it would be handed out again at once, every pass, each a store
+// round trip, a logged error and perhaps a call sent again. It stays held,
+// from any thread's rest() until the time given once its task has ended.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,18 +44,42 @@ class HeldItems {
     std::vector<std::string> ids_;
   };
 
-  const store::OutboxIds& current() EXCLUDES(mu_) {
+  // Items resting at once, at most: past it, an item is not kept out.
+  static constexpr size_t kMaxResting = 4096;
+
+  // What the next scan leaves out, `now_ms` on the clock rest() was told in.
+  const store::OutboxIds& current(int64_t now_ms) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    for (const auto& id : ended_) held_.erase(id);
+    for (const auto& id : ended_) {
+      if (auto r = resting_.find(id); r != resting_.end())
+        r->second.ended = true;
+      else
+        held_.erase(id);
+    }
     ended_.clear();
+    std::erase_if(resting_, [&](const auto& r) {
+      if (!r.second.ended || r.second.until_ms > now_ms) return false;
+      held_.erase(r.first);
+      return true;
+    });
     return held_;
   }
   void hold(std::string id) { held_.insert(std::move(id)); }
+  // Called by the item's task, before it ends.
+  void rest(const std::string& id, int64_t until_ms) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (resting_.size() < kMaxResting) resting_[id] = {until_ms, false};
+  }
 
  private:
+  struct Resting {
+    int64_t until_ms = 0;
+    bool ended = false;  // its task has ended
+  };
   store::OutboxIds held_;  // dispatcher thread only
   Mutex mu_;
   std::vector<std::string> ended_ GUARDED_BY(mu_);
+  std::map<std::string, Resting, std::less<>> resting_ GUARDED_BY(mu_);
 };
 
 }  // namespace opgate::outbox

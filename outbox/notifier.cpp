@@ -130,7 +130,7 @@ Notifier::Notifier(store::Storage& storage, Lanes& lanes, const Live<NotifyConfi
       random_(std::move(random)) {}
 
 size_t Notifier::dispatch() {
-  const store::OutboxIds& in_lanes = held_.current();
+  const store::OutboxIds& in_lanes = held_.current(clock_.now_ms());
   store::OutboxIds except;
   if (!set_aside_.empty()) {
     const int64_t now = clock_.now_ms();
@@ -476,11 +476,17 @@ void Notifier::report_attempt(const store::OutboxEntry& entry, const Attempt& a)
 }
 
 void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoint& endpoint) {
+  // The store failed it (logged): it rests, or the next pass has it again.
+  auto rest = [&] { held_.rest(dispatched.id, clock_.now_ms() + kBusyRecheckMs); };
   auto entry = lease_attempt(dispatched, endpoint);
-  if (!entry || waits_for_earlier(*entry)) return;
+  if (!entry) return rest();
+  if (waits_for_earlier(*entry)) return;
   const std::string& name = endpoint.name;
   auto state = storage_.reader().endpoint_state(name);
-  if (!state) return;
+  if (!state) {
+    spdlog::error("cannot read the state of endpoint {}: {}", name, state.error().message);
+    return rest();
+  }
   if (state->disabled()) {
     // Disabled by a 410 since it was queued (logged then): dropped, counted,
     // and kept for replay once it is enabled again.
@@ -491,7 +497,7 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
   auto recorded = record_attempt(*entry, attempt);
   if (!recorded) {
     spdlog::error("cannot record a delivery to {}: {}", name, recorded.error().message);
-    return;
+    return rest();
   }
   if (!*recorded) {
     spdlog::warn("delivery {} to {} was taken over by another process before it was recorded",

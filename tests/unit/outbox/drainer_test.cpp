@@ -658,6 +658,29 @@ TEST_CASE("a provider call that throws leaves no operation stuck: after the leas
   CHECK(w.provider.executed.size() == 1);  // never executed blindly again
 }
 
+TEST_CASE(
+    "an item the store fails, and will not take back either, rests before it is tried again") {
+  auto control = std::make_shared<testing::SyncControl>();
+  World w(testing::with_faults(control));
+  w.storage->fan_out_notifications(false);
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  // Read-only from the first failed sync: the claim fails, and so does
+  // writing the item back for later.
+  control->set_fail(true);
+  CHECK(w.drainer->dispatch() == 1);
+  w.lanes->wait_idle();
+  CHECK(w.provider.calls() == 0);
+  // Still due, it is not handed out again at once, pass after pass.
+  CHECK(w.drainer->dispatch() == 0);
+  CHECK(w.drainer->dispatch() == 0);
+  // After its rest it is.
+  w.clock.advance_ms(60'000);
+  CHECK(w.drainer->dispatch() == 1);
+  w.lanes->wait_idle();
+  CHECK(w.provider.calls() == 0);
+}
+
 TEST_CASE("a failed sync recording the provider's answer: read-only, restarted, paid once") {
   auto control = std::make_shared<testing::SyncControl>();
   std::atomic<int> told{0};
