@@ -220,12 +220,20 @@ Result<std::unique_ptr<Connection>> new_connection(const Exchange& x, const std:
   auto conn = std::make_unique<Connection>();
   conn->origin = origin;
   net::io_context& ioc = thread_state().ioc;
-  if (!tls) {
-    conn->plain.emplace(ioc);
-    return conn;
+  // Asio throws what it cannot report on an operation: a thread's first
+  // connection makes its event queue, three descriptors, and with the
+  // descriptors used up that fails. Nothing has run yet, so nothing is left
+  // behind on the thread's loop.
+  try {
+    if (!tls) {
+      conn->plain.emplace(ioc);
+      return conn;
+    }
+    OPGATE_ASSIGN_OR_RETURN(conn->ctx, tls_context(x.request.ca_file));
+    conn->secure.emplace(ioc, *conn->ctx);
+  } catch (const std::exception& e) {
+    return make_error(errc::connect_failed, std::string("cannot make a connection: ") + e.what());
   }
-  OPGATE_ASSIGN_OR_RETURN(conn->ctx, tls_context(x.request.ca_file));
-  conn->secure.emplace(ioc, *conn->ctx);
   if (!SSL_set_tlsext_host_name(conn->secure->native_handle(), x.host.c_str()))
     return make_error(errc::tls_setup, "cannot set the TLS server name");
   conn->secure->set_verify_callback(ssl::host_name_verification(x.host));
@@ -295,7 +303,9 @@ Response take_answer(Exchange& x, std::unique_ptr<Connection> conn) {
   return out;
 }
 
-Result<Response> send_unguarded(const ClientRequest& request) {
+}  // namespace
+
+Result<Response> send(const ClientRequest& request) {
   auto url = boost::urls::parse_uri(request.url);
   // The URL is never repeated in an error: its path or query may be a
   // secret (a Slack webhook's), and errors reach logs and API answers.
@@ -346,19 +356,6 @@ Result<Response> send_unguarded(const ClientRequest& request) {
   if (Status s = connect_and_exchange(x, **fresh, tls); !s) return s.error();
   if (x.failure) return failed(*x.failure);
   return take_answer(x, std::move(*fresh));
-}
-
-}  // namespace
-
-Result<Response> send(const ClientRequest& request) {
-  // Asio throws what it cannot report on an operation: a thread's first
-  // connection makes its event queue, three descriptors, and with the
-  // descriptors used up that fails.
-  try {
-    return send_unguarded(request);
-  } catch (const std::exception& e) {
-    return make_error(errc::connect_failed, std::string("cannot make a connection: ") + e.what());
-  }
 }
 
 }  // namespace opgate::http

@@ -503,13 +503,19 @@ void FrontDoor::watch() {
     for (const auto& l : looks) {
       auto ended = task_result(l.ref);
       if (ended && *ended) {
-        // A token revoked or expired since it asked gets no result.
-        if (operations::require_live_agent_token(storage_.reader(), l.token_sha256,
-                                                 clock_.now_ms()))
+        // A token revoked or expired since it asked gets no result; one the
+        // store could not read now waits for the next look.
+        Status live = operations::require_live_agent_token(storage_.reader(), l.token_sha256,
+                                                           clock_.now_ms());
+        if (live)
           answers.emplace(l.number, json_answer(200, result_body(l.id, std::move(**ended))));
-        else
+        else if (live.error().is(errc::unauthorized))
           answers.emplace(l.number, refusal(errc::unauthorized, rpc::server_error,
                                             "The agent token no longer authenticates."));
+        else if (stopping || clock_.monotonic_ms() >= l.deadline_ms)
+          answers.emplace(l.number,
+                          json_answer(200, error_body(l.id, rpc::server_error,
+                                                      "Ask for the task's result again.")));
       } else if (stopping || clock_.monotonic_ms() >= l.deadline_ms) {
         answers.emplace(
             l.number,

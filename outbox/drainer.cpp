@@ -168,7 +168,7 @@ void Drainer::remove(const store::OutboxEntry& entry) {
   });
   if (!s) {
     spdlog::error("cannot remove outbox item {}: {}", entry.id, s.error().message);
-    held_.rest(entry.id, clock_.now_ms() + backoff(entry.item.attempts() + 1));
+    rest(entry);
   }
 }
 
@@ -187,8 +187,12 @@ void Drainer::retry_later(const store::OutboxEntry& entry, const std::string& er
   });
   if (!s) {
     spdlog::error("cannot reschedule outbox item {}: {}", entry.id, s.error().message);
-    held_.rest(entry.id, clock_.now_ms() + wait);
+    rest(entry);
   }
+}
+
+void Drainer::rest(const store::OutboxEntry& entry) {
+  held_.rest(entry.id, clock_.now_ms() + backoff(entry.item.attempts() + 1));
 }
 
 Result<std::optional<operations::SourcedOrder>> Drainer::source_order(
@@ -382,7 +386,10 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
       txn.update_outbox(fenced);
       return Status::Ok();
     });
-    if (!s) spdlog::error("cannot recover operation {}: {}", key, s.error().message);
+    if (!s) {
+      spdlog::error("cannot recover operation {}: {}", key, s.error().message);
+      rest(entry);
+    }
     return;  // the item stays due: the next pass reconciles
   }
   if (!*op || !operations::is(**op, operations::State::outcome_unknown)) return remove(entry);
@@ -402,7 +409,10 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
       txn.remove_outbox(entry.id);
       return Status::Ok();
     });
-    if (!s) spdlog::error("cannot settle reconciled {}: {}", key, s.error().message);
+    if (!s) {
+      spdlog::error("cannot settle reconciled {}: {}", key, s.error().message);
+      rest(entry);
+    }
     return;
   }
   if (found.lookup == operations::Lookup::absent) {
@@ -423,8 +433,11 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
       txn.update_outbox(leased);
       return Status::Ok();
     });
-    if (!s) spdlog::error("cannot execute {} again: {}", key, s.error().message);
-    if (s && claimed) call_provider(*claimed, leased, "reconciler");
+    if (!s) {
+      spdlog::error("cannot execute {} again: {}", key, s.error().message);
+      return rest(entry);
+    }
+    if (claimed) call_provider(*claimed, leased, "reconciler");
     return;
   }
   // Unreachable, or found but still pending: stay outcome_unknown, try later.
@@ -443,7 +456,10 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
     txn.update_outbox(next);
     return Status::Ok();
   });
-  if (!s) spdlog::error("cannot reschedule reconciliation of {}: {}", key, s.error().message);
+  if (!s) {
+    spdlog::error("cannot reschedule reconciliation of {}: {}", key, s.error().message);
+    rest(entry);
+  }
 }
 
 Status Drainer::reconcile_now(const std::string& key, const operations::Principal& principal) {

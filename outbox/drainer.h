@@ -109,6 +109,9 @@ class Drainer {
   // Reschedules with jittered backoff, and no sooner than the peer asked.
   void retry_later(const store::OutboxEntry& entry, const std::string& error,
                    int64_t at_least_ms = 0);
+  // Keeps the item out of this process's scans for a backoff: the store
+  // failed its handling and would not take it back for later either.
+  void rest(const store::OutboxEntry& entry);
   // Removes the item in a transaction of its own.
   void remove(const store::OutboxEntry& entry);
   // The entry held by this process until the lease passes, fenced by token.

@@ -58,6 +58,9 @@ class HeldItems {
     }
     ended_.clear();
     std::erase_if(resting_, [&](const auto& r) {
+      // One not handed out by this dispatcher (a reconcile an operator
+      // asked for runs outside its lanes) has nothing to rest from.
+      if (!held_.contains(r.first)) return true;
       if (!r.second.ended || r.second.until_ms > now_ms) return false;
       held_.erase(r.first);
       return true;
@@ -65,7 +68,8 @@ class HeldItems {
     return held_;
   }
   void hold(std::string id) { held_.insert(std::move(id)); }
-  // Called by the item's task, before it ends.
+  // Called by the item's task, before it ends; for an item not held, it
+  // does nothing.
   void rest(const std::string& id, int64_t until_ms) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (resting_.size() < kMaxResting) resting_[id] = {until_ms, false};

@@ -346,7 +346,12 @@ bool Notifier::waits_for_earlier(const store::OutboxEntry& entry) {
   // (it may become a delivery here).
   const auto& n = entry.item.notification();
   auto queued = storage_.reader().outbox_of(entry.item.operation_key());
-  if (!queued) return true;
+  if (!queued) {
+    spdlog::error("cannot read the queue of {}: {}", entry.item.operation_key(),
+                  queued.error().message);
+    held_.rest(entry.id, clock_.now_ms() + kOrderRecheckMs);
+    return true;
+  }
   for (const auto& other : *queued) {
     const auto& o = other.item.notification();
     if (other.id == entry.id) continue;
@@ -375,7 +380,10 @@ bool Notifier::waits_for_earlier(const store::OutboxEntry& entry) {
       txn.update_outbox(later);
       return Status::Ok();
     });
-    if (!s) spdlog::error("cannot reorder a delivery to {}: {}", n.endpoint(), s.error().message);
+    if (!s) {
+      spdlog::error("cannot reorder a delivery to {}: {}", n.endpoint(), s.error().message);
+      held_.rest(entry.id, clock_.now_ms() + kOrderRecheckMs);
+    }
     return true;
   }
   return false;
@@ -496,8 +504,13 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
   const Attempt attempt = send_attempt(*entry, endpoint);
   auto recorded = record_attempt(*entry, attempt);
   if (!recorded) {
+    // Sent (or tried): not again before its next attempt would be, and a
+    // minute after one that got through (the receiver deduplicates by
+    // webhook-id all the same).
     spdlog::error("cannot record a delivery to {}: {}", name, recorded.error().message);
-    return rest();
+    const int64_t wait = attempt.ok ? kHeldRecheckMs : std::max(kBusyRecheckMs, attempt.wait_ms);
+    held_.rest(dispatched.id, clock_.now_ms() + wait);
+    return;
   }
   if (!*recorded) {
     spdlog::warn("delivery {} to {} was taken over by another process before it was recorded",
@@ -577,9 +590,10 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
   // deliveries of other endpoints stay where they are.
   store::DuePosition after;
   for (;;) {
-    OPGATE_ASSIGN_OR_RETURN(auto batch, storage_.reader().due_after(store::Queue::notifications,
-                                                                    INT64_MAX, after, 500));
-    if (batch.empty()) break;
+    OPGATE_ASSIGN_OR_RETURN(
+        auto page, storage_.reader().due_after(store::Queue::notifications, INT64_MAX, after, 500));
+    if (!page.end) break;
+    const auto& batch = page.entries;
     size_t in_batch = 0;
     OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
       in_batch = 0;
@@ -617,7 +631,7 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
       return Status::Ok();
     }));
     moved += in_batch;
-    after = store::DuePosition::of(batch.back());
+    after = *page.end;
   }
   if (to.empty()) {
     metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", from}},

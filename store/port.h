@@ -68,6 +68,14 @@ struct DuePosition {
   static DuePosition of(const OutboxEntry& e) { return {e.item.not_before_ms(), e.id}; }
 };
 
+// A page of a queue read from a position: its items, and where the read
+// stopped (after the last item it met, also one gone before it was read):
+// the next page starts there. No end: the read met nothing, the walk is over.
+struct DuePage {
+  std::vector<OutboxEntry> entries;
+  std::optional<DuePosition> end;
+};
+
 // Outbox items wait in two queues, so that notifications (to endpoints that
 // may be slow or down) never hold up executions and tool results.
 enum class Queue { work, notifications };
@@ -239,8 +247,8 @@ class Reader {
   // due() from a position in due order (due time, then id) onward, with
   // nothing left out: a caller that walks the whole queue reads it a page
   // at a time, each page after the last item of the one before.
-  virtual Result<std::vector<OutboxEntry>> due_after(Queue queue, int64_t now_ms,
-                                                     const DuePosition& after, size_t limit) = 0;
+  virtual Result<DuePage> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
+                                    size_t limit) = 0;
   // The earliest time an item of the queue is due for this process, if
   // there is one.
   virtual Result<std::optional<int64_t>> next_due_ms(Queue queue) = 0;

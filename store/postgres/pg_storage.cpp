@@ -640,9 +640,10 @@ class PgReads : public virtual Reader {
     return all;
   }
 
-  Result<std::vector<OutboxEntry>> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
-                                             size_t limit) override {
-    if (limit == 0) return std::vector<OutboxEntry>();
+  Result<DuePage> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
+                            size_t limit) override {
+    DuePage page;
+    if (limit == 0) return page;
     // An id this store did not make sorts before every one it did.
     const int64_t after_id = parse_fixed_id(after.id).value_or(-1);
     OPGATE_ASSIGN_OR_RETURN(
@@ -651,9 +652,11 @@ class PgReads : public virtual Reader {
                    {int8(queue_number(queue)), int8(now_ms), int8(limit_param(limit)),
                     text(handoff_.node), int8(handoff_.after_ms), array(Oid::int8, {}),
                     int8(handoff_.busy_after_ms), int8(after.not_before_ms), int8(after_id)}}));
-    OPGATE_ASSIGN_OR_RETURN(auto all, entries(rows));
-    if (all.size() > limit) all.resize(limit);
-    return all;
+    // Items and positions read together, in one statement.
+    OPGATE_ASSIGN_OR_RETURN(page.entries, entries(rows));
+    if (page.entries.size() > limit) page.entries.resize(limit);
+    if (!page.entries.empty()) page.end = DuePosition::of(page.entries.back());
+    return page;
   }
 
   Result<std::vector<OutboxEntry>> outbox_of(const std::string& operation_key) override {

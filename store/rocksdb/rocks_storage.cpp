@@ -421,10 +421,11 @@ class KvReader : public virtual Reader {
     return items(ids);
   }
 
-  Result<std::vector<OutboxEntry>> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
-                                             size_t limit) override {
+  Result<DuePage> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
+                            size_t limit) override {
+    DuePage page;
+    if (limit == 0) return page;
     std::vector<std::string> ids;
-    if (limit == 0) return items(ids);
     std::optional<Error> failed;
     const bool notifications = queue == Queue::notifications;
     const std::string prefix = keys::due_prefix(notifications);
@@ -441,12 +442,16 @@ class KvReader : public virtual Reader {
           }
           if (*at > keys::time_part(now_ms)) return false;
           ids.emplace_back(k.substr(prefix.size() + 17));
+          // The position as the index has it: the item, read next, may
+          // have moved or gone meanwhile.
+          page.end = DuePosition{static_cast<int64_t>(*at), ids.back()};
           return ids.size() < limit;
         },
         from);
     if (!s) return s.error();
     if (failed) return *failed;
-    return items(ids);
+    OPGATE_ASSIGN_OR_RETURN(page.entries, items(ids));
+    return page;
   }
 
   Result<std::optional<pb::OutboxItem>> outbox_item(const std::string& id) override {

@@ -804,10 +804,11 @@ TEST_CASE("a queue is read a page at a time, each page after the last item of th
   for (;;) {
     auto page = r.due_after(store::Queue::work, 1000, after, 2);
     REQUIRE(page.ok());
-    if (page->empty()) break;
-    CHECK(page->size() <= 2);
-    walked.insert(walked.end(), page->begin(), page->end());
-    after = store::DuePosition::of(page->back());
+    if (!page->end) break;
+    CHECK(page->entries.size() <= 2);
+    walked.insert(walked.end(), page->entries.begin(), page->entries.end());
+    CHECK(page->end->id == page->entries.back().id);
+    after = *page->end;
   }
   // Every item due by 1000 once, in the order due() reads them.
   auto all = r.due(store::Queue::work, 1000, 100, {});
@@ -818,12 +819,12 @@ TEST_CASE("a queue is read a page at a time, each page after the last item of th
   CHECK(walked.back().item.operation_key() == "k150");
   // From the middle of those due at 100: the rest of them, then the next.
   auto rest = r.due_after(store::Queue::work, 1000, store::DuePosition::of(all->at(2)), 100);
-  REQUIRE(rest->size() == 4);
-  CHECK(rest->at(0).id == all->at(3).id);
+  REQUIRE(rest->entries.size() == 4);
+  CHECK(rest->entries[0].id == all->at(3).id);
   // Other queues and no room read nothing.
-  CHECK(r.due_after(store::Queue::notifications, 1000, {}, 10)->empty());
-  CHECK(r.due_after(store::Queue::work, 1000, {}, 0)->empty());
-  CHECK(r.due_after(store::Queue::work, 1000, store::DuePosition::of(all->back()), 10)->empty());
+  CHECK_FALSE(r.due_after(store::Queue::notifications, 1000, {}, 10)->end);
+  CHECK_FALSE(r.due_after(store::Queue::work, 1000, {}, 0)->end);
+  CHECK_FALSE(r.due_after(store::Queue::work, 1000, store::DuePosition::of(all->back()), 10)->end);
 }
 
 TEST_CASE("outbox items read together come in the order asked, none for one that is gone") {

@@ -477,9 +477,9 @@ TEST_CASE("postgres: a queue read a page at a time has every item, the node's an
   for (;;) {
     auto page = nodes.b->reader().due_after(Queue::work, T + 60'000, after, 2);
     REQUIRE(page.ok());
-    if (page->empty()) break;
-    for (const auto& e : *page) walked.push_back(e.item.not_before_ms() - T);
-    after = opgate::store::DuePosition::of(page->back());
+    if (!page->end) break;
+    for (const auto& e : page->entries) walked.push_back(e.item.not_before_ms() - T);
+    after = *page->end;
   }
   CHECK(walked == std::vector<int64_t>{1'000, 2'000, 3'000, 4'000, 5'000, 6'000, 7'000});
 }

@@ -34,3 +34,12 @@ TEST_CASE("a resting item whose time passes before its task ends stays held unti
   task.reset();
   CHECK(held.current(100).empty());
 }
+
+TEST_CASE("an item asked to rest that this dispatcher does not hold is not kept out") {
+  HeldItems held;
+  held.rest("x", 1'000'000);  // run outside the lanes
+  CHECK(held.current(0).empty());
+  held.hold("x");  // handed out later: not resting
+  { const HeldItems::Release task(held, "x"); }
+  CHECK(held.current(0).empty());
+}
