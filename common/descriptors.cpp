@@ -22,8 +22,9 @@ DescriptorPlan plan_descriptors(size_t limit, ConnectionsWanted wanted, size_t e
   DescriptorPlan p;
   // RocksDB: a quarter of the limit for table files, within [32, 4096].
   p.rocksdb_max_open_files = static_cast<int>(std::clamp<size_t>(limit / 4, 32, 4096));
-  // The WAL, the manifest, logs, the lanes' outbound calls: fixed headroom;
-  // and the listeners' event loops.
+  // The WAL, the manifest, logs, the lanes' outbound calls, the store's
+  // connections, the connections each listener refuses at once (8): fixed
+  // headroom; and the listeners' event loops.
   const size_t headroom = 96 + std::min<size_t>(limit / 16, 512) + event_loops;
   const size_t reserved = static_cast<size_t>(p.rocksdb_max_open_files) + headroom;
   // The floor: the store's least share, the WAL, manifest and logs, the

@@ -52,6 +52,7 @@ struct Server::Impl {
   bool stopped GUARDED_BY(mu) = false;
   std::vector<std::thread> threads;
   std::atomic<uint64_t> accept_failures{0};
+  std::atomic<uint64_t> closed_unanswered{0};
   // An io_context per thread, run by that thread alone (hint 1). Each
   // connection lives on one, the one with the fewest connections when it
   // arrives: its handlers run one at a time without a strand, the threads
@@ -103,6 +104,9 @@ struct Server::Impl {
 
 // Room each connection's read buffer starts with.
 constexpr size_t kReadBuffer = 8 * 1024;
+// Connections past the limit that may wait for their 503 at once.
+constexpr size_t kRefusingAtOnce = 8;
+
 // Room each connection keeps for a request's header fields.
 constexpr size_t kFieldsBuffer = 2 * 1024;
 // Most header fields a request may carry. Browsers and webhook senders send
@@ -370,6 +374,17 @@ void Server::Impl::place(tcp::socket accepted) {
   // moves to it.
   const size_t loop = least_busy();
   beast::error_code ec;
+  // Past the limit, a connection is told to come back (a 503), a few at a
+  // time: beyond that it is closed unanswered at once. A flood would
+  // otherwise hold a descriptor for each one waiting for its answer, and
+  // use up those the store and the other listeners need.
+  if (connections.load() >= options.max_connections + kRefusingAtOnce) {
+    if (closed_unanswered++ % 1000 == 0)
+      spdlog::warn("{}: over its connection limit; closing new connections unanswered",
+                   options.name);
+    accepted.close(ec);
+    return;
+  }
   const auto fd = accepted.release(ec);
   if (ec) return;  // closed with `accepted`
   Socket s(*loops[loop]);

@@ -36,7 +36,8 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   std::string name = "http";           // its threads' name
   int threads = 2;
-  // Connections past this get one 503 and are closed.
+  // Connections past this get one 503 and are closed; past this and 8
+  // waiting for their 503, closed unanswered at once.
   size_t max_connections = 1024;
   // Larger bodies get 413 and the connection is closed.
   size_t max_body_bytes = 1 << 20;

@@ -34,12 +34,13 @@ Result<uint16_t> start_on(const std::string& listen) {
 // thread of its own: the client keeps a thread's connections open for
 // reuse, and closes them when the thread ends.
 struct BlockingServer {
-  explicit BlockingServer(int threads = 2)
+  explicit BlockingServer(int threads = 2, size_t max_connections = 1024)
       : server(
-            [threads] {
+            [threads, max_connections] {
               http::ServerOptions o;
               o.listen = "127.0.0.1:0";
               o.threads = threads;
+              o.max_connections = max_connections;
               // Longer than any wait below: an idle connection is closed by
               // the server's doing, never by its header deadline.
               o.header_timeout = std::chrono::seconds(60);
@@ -384,4 +385,48 @@ TEST_CASE("http client: with descriptors used up, a send fails with an error, ne
   }
   REQUIRE_FALSE(sent.ok());
   CHECK(sent.error().message.find("Too many open files") != std::string::npos);
+}
+
+TEST_CASE("http server: past the limit, 8 wait for their 503 and more are closed at once") {
+  // One loop, held by a handler; its connection is the one allowed. Those
+  // past the limit cannot be answered while the loop is held.
+  BlockingServer b(1, 1);
+  REQUIRE(b.port.ok());
+  auto blocked = b.request("/block", std::chrono::seconds(10));
+  b.started.get_future().wait();
+  const net::ip::tcp::endpoint at(net::ip::make_address("127.0.0.1"), *b.port);
+  net::io_context ioc;
+  std::vector<net::ip::tcp::socket> past;
+  for (int i = 0; i < 20; ++i) {
+    net::ip::tcp::socket s(ioc);
+    s.connect(at);
+    s.non_blocking(true);
+    past.push_back(std::move(s));
+  }
+  // 12 are closed unanswered at once; 8 wait, each holding a descriptor.
+  auto closed = [&] {
+    size_t n = 0;
+    for (auto& s : past) {
+      char byte;
+      boost::system::error_code ec;
+      s.read_some(net::buffer(&byte, 1), ec);
+      if (ec && ec != net::error::would_block) ++n;
+    }
+    return n;
+  };
+  CHECK(becomes_true([&] { return closed() == 12; }, std::chrono::seconds(5)));
+  CHECK(b.server.open_connections() == 9);
+  // Let go, the loop answers the 8 that waited.
+  b.release.set_value();
+  REQUIRE(blocked.get().ok());
+  size_t told = 0;
+  for (auto& s : past) {
+    s.non_blocking(false);
+    std::string got;
+    boost::system::error_code ec;
+    char buf[1024];
+    while (!ec) got.append(buf, s.read_some(net::buffer(buf), ec));
+    if (got.starts_with("HTTP/1.1 503")) ++told;
+  }
+  CHECK(told == 8);
 }
