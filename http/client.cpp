@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "http/name_lookup.h"
 
 namespace opgate::http {
 
@@ -247,9 +248,7 @@ Status connect_and_exchange(Exchange& x, Connection& c, bool tls) {
   net::io_context& ioc = thread_state().ioc;
   beast::tcp_stream& lowest = c.lowest();
   ioc.restart();
-  tcp::resolver resolver(ioc);
-  auto on_resolved = [&](beast::error_code ec, tcp::resolver::results_type eps) {
-    if (ec) return x.fail(ec, false);
+  auto on_resolved = [&](tcp::resolver::results_type eps) {
     lowest.expires_after(x.remaining());
     lowest.async_connect(eps, [&](beast::error_code ec, const tcp::endpoint&) {
       if (ec) return x.fail(ec, false);
@@ -266,21 +265,26 @@ Status connect_and_exchange(Exchange& x, Connection& c, bool tls) {
       });
     });
   };
-  // A numeric address needs no resolver (whose lookup runs on a thread of
-  // its own for every request).
+  // A numeric address needs no lookup; a name is looked up within the
+  // request's time (name_lookup.h), before anything is sent.
   std::string literal = x.host;
   if (literal.size() > 2 && literal.front() == '[') literal = literal.substr(1, literal.size() - 2);
   beast::error_code parse_ec;
   auto address = net::ip::make_address(literal, parse_ec);
+  tcp::resolver::results_type endpoints;
   if (!parse_ec) {
     const uint16_t port = *port_number(x.port);  // checked by send()
-    net::post(ioc, [&, address, port] {
-      on_resolved(
-          {}, tcp::resolver::results_type::create(tcp::endpoint(address, port), x.host, x.port));
-    });
+    endpoints = tcp::resolver::results_type::create(tcp::endpoint(address, port), x.host, x.port);
   } else {
-    resolver.async_resolve(x.host, x.port, on_resolved);
+    auto found =
+        look_up_within(x.host, x.port, std::max(x.remaining(), std::chrono::milliseconds(0)));
+    if (!found) {
+      x.failure = found.error();
+      return Status::Ok();
+    }
+    endpoints = std::move(*found);
   }
+  net::post(ioc, [&, endpoints] { on_resolved(endpoints); });
   ioc.run();
   return Status::Ok();
 }

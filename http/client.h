@@ -1,5 +1,7 @@
 // A blocking HTTP/1.1 client over TCP or verified TLS for the adapters and the
-// CLI: one request per call, one overall deadline. Each calling thread keeps
+// CLI: one request per call, one overall deadline, the host name's lookup
+// included (a lookup still waiting at the deadline is "connect_failed": the
+// request never left; name_lookup.h). Each calling thread keeps
 // a few connections open for a few seconds after their answers and reuses
 // them for the same origin, so a worker pays the TCP (and TLS) set-up once,
 // not per call. Errors are classified, because the caller must know whether

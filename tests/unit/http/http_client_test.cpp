@@ -167,6 +167,17 @@ TEST_CASE("http client: requests to one origin share a kept connection") {
   CHECK(server.requests().size() == 5);
 }
 
+TEST_CASE("http client: a host by name is looked up, then reached") {
+  ScriptedServer server([](int, int) { return Act::answer; });
+  http::ClientRequest req = get(server, "/named");
+  const auto at = req.url.find("127.0.0.1");
+  REQUIRE(at != std::string::npos);
+  req.url.replace(at, 9, "localhost");  // /etc/hosts
+  auto res = http::send(req);
+  REQUIRE(res);
+  CHECK(res->body == "ok 1");
+}
+
 TEST_CASE("http client: a peer that closes after its answer gets a new connection next time") {
   ScriptedServer server([](int, int) { return Act::answer_and_close; });
   auto first = http::send(get(server, "/a"));
