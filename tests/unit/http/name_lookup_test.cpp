@@ -31,8 +31,8 @@ struct Hanging {
 
 TEST_CASE("a name lookup that does not answer is given up at its deadline, as nothing sent") {
   Hanging dns;
-  auto found = http::look_up_within("api.example", "443", std::chrono::milliseconds(20),
-                                    dns.look_up());
+  auto found =
+      http::look_up_within("api.example", "443", std::chrono::milliseconds(20), dns.look_up());
   dns.release.set_value();  // the lookup left behind ends on its own
   REQUIRE_FALSE(found.ok());
   CHECK(found.error().is(errc::connect_failed));
@@ -47,8 +47,8 @@ TEST_CASE("a lookup that answers gives its addresses; past 64 waiting, one is re
   CHECK(found->begin()->endpoint().port() == 80);
   Hanging dns;
   for (int i = 0; i < http::kLookupsAtOnce; ++i)
-    CHECK_FALSE(http::look_up_within("a.example", "80", std::chrono::milliseconds(0), dns.look_up())
-                    .ok());
+    CHECK_FALSE(
+        http::look_up_within("a.example", "80", std::chrono::milliseconds(0), dns.look_up()).ok());
   auto refused = http::look_up_within("127.0.0.1", "80", std::chrono::seconds(10));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("too many name lookups") != std::string::npos);
