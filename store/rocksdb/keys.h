@@ -109,6 +109,19 @@ inline std::string due_prefix(bool notifications) { return notifications ? "t/n/
 inline std::string outbox_due(bool notifications, int64_t not_before_ms, std::string_view id) {
   return due_prefix(notifications) + hex16(time_part(not_before_ms)) + "/" + std::string(id);
 }
+// What outbox_due() put in a key of the queue's due index: the due time
+// and the item's id (a view into `key`); none if the key is not one.
+struct DueParts {
+  uint64_t at = 0;
+  std::string_view id;
+};
+inline std::optional<DueParts> due_parts(std::string_view key, bool notifications) {
+  const size_t prefix = due_prefix(notifications).size();  // then 16 hex digits, "/", the id
+  if (key.size() <= prefix + 17) return std::nullopt;
+  auto at = parse_hex(key.substr(prefix, 16));
+  if (!at) return std::nullopt;
+  return DueParts{*at, key.substr(prefix + 17)};
+}
 inline std::string outbox_of_prefix(std::string_view operation_key) {
   return fmt::format("k/{}/", operation_key);
 }

@@ -393,25 +393,23 @@ class KvReader : public virtual Reader {
     if (limit == 0) return std::vector<OutboxEntry>();  // the scan below takes one before it counts
     std::vector<std::string> ids;
     std::optional<Error> failed;
-    const std::string prefix = keys::due_prefix(queue == Queue::notifications);
+    const bool notifications = queue == Queue::notifications;
+    const std::string prefix = keys::due_prefix(notifications);
     ScanFloor& floor = floor_of(queue);
     const auto from = floor.start();
     std::optional<std::string> first;
     Status s = view_.scan(
         Cf::outbox, prefix,
         [&](std::string_view k, std::string_view) {
-          // prefix + 16 hex digits + "/" + id
-          auto at =
-              k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
-          if (!at) {
+          auto due = keys::due_parts(k, notifications);
+          if (!due) {
             failed = corrupt("outbox index entry");
             return false;
           }
           if (!first) first = std::string(k);
-          if (*at > keys::time_part(now_ms)) return false;
-          const auto id = k.substr(prefix.size() + 17);
-          if (except.find(id) != except.end()) return true;
-          ids.emplace_back(id);
+          if (due->at > keys::time_part(now_ms)) return false;
+          if (except.find(due->id) != except.end()) return true;
+          ids.emplace_back(due->id);
           return ids.size() < limit;
         },
         from.at);
@@ -434,17 +432,16 @@ class KvReader : public virtual Reader {
         Cf::outbox, prefix,
         [&](std::string_view k, std::string_view) {
           if (k == from) return true;  // the position itself
-          auto at =
-              k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
-          if (!at) {
+          auto due = keys::due_parts(k, notifications);
+          if (!due) {
             failed = corrupt("outbox index entry");
             return false;
           }
-          if (*at > keys::time_part(now_ms)) return false;
-          ids.emplace_back(k.substr(prefix.size() + 17));
+          if (due->at > keys::time_part(now_ms)) return false;
+          ids.emplace_back(due->id);
           // The position as the index has it: the item, read next, may
           // have moved or gone meanwhile.
-          page.end = DuePosition{static_cast<int64_t>(*at), ids.back()};
+          page.end = DuePosition{static_cast<int64_t>(due->at), ids.back()};
           return ids.size() < limit;
         },
         from);
@@ -461,17 +458,15 @@ class KvReader : public virtual Reader {
   Result<std::optional<int64_t>> next_due_ms(Queue queue) override {
     std::optional<int64_t> at;
     std::optional<Error> failed;
-    const std::string prefix = keys::due_prefix(queue == Queue::notifications);
+    const bool notifications = queue == Queue::notifications;
     const auto from = floor_of(queue).start();
     Status s = view_.scan(
-        Cf::outbox, prefix,
+        Cf::outbox, keys::due_prefix(notifications),
         [&](std::string_view k, std::string_view) {
-          auto t =
-              k.size() > prefix.size() + 17 ? parse_hex(k.substr(prefix.size(), 16)) : std::nullopt;
-          if (!t)
-            failed = corrupt("outbox index entry");
+          if (auto due = keys::due_parts(k, notifications))
+            at = static_cast<int64_t>(due->at);
           else
-            at = static_cast<int64_t>(*t);
+            failed = corrupt("outbox index entry");
           return false;
         },
         from.at);
