@@ -502,28 +502,23 @@ void FrontDoor::watch() {
     std::map<uint64_t, http::Response> answers;
     for (const auto& l : looks) {
       auto ended = task_result(l.ref);
-      if (ended && *ended) {
-        // A token revoked or expired since it asked gets no result; one the
-        // store could not read now waits for the next look.
-        Status live = operations::require_live_agent_token(storage_.reader(), l.token_sha256,
-                                                           clock_.now_ms());
-        if (live)
-          answers.emplace(l.number, json_answer(200, result_body(l.id, std::move(**ended))));
-        else if (live.error().is(errc::unauthorized))
-          answers.emplace(l.number, refusal(errc::unauthorized, rpc::server_error,
-                                            "The agent token no longer authenticates."));
-        else if (stopping || clock_.monotonic_ms() >= l.deadline_ms)
-          answers.emplace(l.number,
-                          json_answer(200, error_body(l.id, rpc::server_error,
-                                                      "Ask for the task's result again.")));
+      const bool done = ended && *ended;
+      // A token revoked or expired since it asked gets no result; one the
+      // store could not read now waits for the next look.
+      const Status live = done ? operations::require_live_agent_token(
+                                     storage_.reader(), l.token_sha256, clock_.now_ms())
+                               : Status::Ok();
+      if (done && live) {
+        answers.emplace(l.number, json_answer(200, result_body(l.id, std::move(**ended))));
+      } else if (done && live.error().is(errc::unauthorized)) {
+        answers.emplace(l.number, refusal(errc::unauthorized, rpc::server_error,
+                                          "The agent token no longer authenticates."));
       } else if (stopping || clock_.monotonic_ms() >= l.deadline_ms) {
-        answers.emplace(
-            l.number,
-            json_answer(200, error_body(l.id, rpc::server_error,
-                                        stopping ? "The server is stopping; ask for the task's "
-                                                   "result again."
-                                                 : "The task is still working; ask for its result "
-                                                   "again (tasks/get shows its state).")));
+        const char* again = done       ? "Ask for the task's result again."
+                            : stopping ? "The server is stopping; ask for the task's result again."
+                                       : "The task is still working; ask for its result again "
+                                         "(tasks/get shows its state).";
+        answers.emplace(l.number, json_answer(200, error_body(l.id, rpc::server_error, again)));
       }
     }
     std::vector<std::pair<http::Respond, http::Response>> replies;
