@@ -206,9 +206,18 @@ http::Response FrontDoor::answer(const http::Request& request, http::Respond& re
   if (!session)
     return json_answer(400, error_body(m.id, rpc::invalid_request,
                                        "Mcp-Session-Id is required after initialize."));
-  if (!session_version(*session, caller.token))
+  const auto agreed = session_version(*session, caller.token);
+  if (!agreed)
     return json_answer(404, error_body(m.id, rpc::invalid_request,
                                        "No such session for this token; initialize again."));
+  // The header, when sent, names the version this session agreed: a client
+  // speaking another one would read answers shaped for a version it did not
+  // ask for.
+  if (version && *version != *agreed)
+    return json_answer(400, error_body(m.id, rpc::invalid_request,
+                                       fmt::format("MCP-Protocol-Version {} is not the version "
+                                                   "this session agreed ({}).",
+                                                   *version, *agreed)));
   return dispatch(m, caller, std::string(*session), respond, parked);
 }
 

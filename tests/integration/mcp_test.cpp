@@ -415,8 +415,16 @@ TEST_CASE("sessions, versions, methods and DNS rebinding are checked before anyt
   h["Mcp-Session-Id"] = a.session();
   h["MCP-Protocol-Version"] = "2026-07-28";
   CHECK(c.mcp("POST", "/mcp/" + token, ping, h).status == 400);
-  // The bearer header works as the path does.
+  // A version the server speaks, but not the one this session agreed: 400.
   h["MCP-Protocol-Version"] = "2025-06-18";
+  auto other = c.mcp("POST", "/mcp/" + token, ping, h);
+  CHECK(other.status == 400);
+  CHECK(other.raw.find("not the version this session agreed (2025-11-25)") != std::string::npos);
+  // Without the header, the session's own version is assumed.
+  h.erase("MCP-Protocol-Version");
+  CHECK(c.mcp("POST", "/mcp/" + token, ping, h).status == 200);
+  // The bearer header works as the path does.
+  h["MCP-Protocol-Version"] = "2025-11-25";
   h["Authorization"] = "Bearer " + token;
   CHECK(c.mcp("POST", "/mcp", ping, h).status == 200);
   // No stream, no session to delete.
