@@ -24,6 +24,10 @@ namespace opgate::daemon {
 
 namespace {
 
+constexpr int64_t kDay = 86'400;
+constexpr int64_t kHourMs = 3'600'000;
+constexpr int64_t kTenYears = 3650 * kDay;
+
 // While accepted_keys() runs: every key the parser accepts in the tables it
 // reads, dotted, with array indices dropped ("notify.endpoints.url").
 thread_local std::set<std::string>* accepted_keys_seen = nullptr;
@@ -64,10 +68,13 @@ class Section {
       if (!known.count(k)) throw ConfigError(fmt::format("unknown key '{}'", key(k)));
   }
 
-  int64_t integer(const char* k, int64_t fallback) const {
+  // An integer from lo to hi, checked as written: a value is never narrowed
+  // or multiplied before its range is known.
+  int64_t integer(const char* k, int64_t fallback, int64_t lo, int64_t hi) const {
     if (!has(k)) return fallback;
     const auto& v = v_.at(k);
-    if (!v.is_integer()) throw ConfigError(fmt::format("key '{}' must be an integer", key(k)));
+    if (!v.is_integer() || v.as_integer() < lo || v.as_integer() > hi)
+      throw ConfigError(fmt::format("key '{}' must be an integer from {} to {}", key(k), lo, hi));
     return v.as_integer();
   }
 
@@ -179,25 +186,28 @@ void parse_ingress(const Section& in, Config& c, const std::filesystem::path& ba
            "reject_cooldown_ms", "tls_cert_file", "tls_key_file"});
   c.ingress_listen = in.string("listen", c.ingress_listen);
   c.ingress_tls = parse_tls(in, base_dir);
-  c.max_body_bytes = in.integer("max_body_bytes", c.max_body_bytes);
-  c.timestamp_tolerance_s = in.integer("timestamp_tolerance_s", c.timestamp_tolerance_s);
-  const int64_t backlog = in.integer("max_backlog", static_cast<int64_t>(c.max_backlog));
-  if (backlog < 0 || backlog > 100'000'000)
-    throw ConfigError("ingress.max_backlog must be between 0 and 100000000");
-  c.max_backlog = static_cast<size_t>(backlog);
-  c.inbox_retention_s = in.integer("retention_s", c.inbox_retention_s);
-  c.header_timeout_ms = in.integer("header_timeout_ms", c.header_timeout_ms);
-  c.body_timeout_ms = in.integer("body_timeout_ms", c.body_timeout_ms);
-  c.max_connections = in.integer("max_connections", c.max_connections);
-  c.reject_cooldown_ms = in.integer("reject_cooldown_ms", c.reject_cooldown_ms);
-  if (c.header_timeout_ms <= 0 || c.body_timeout_ms <= 0 || c.max_connections <= 0)
-    throw ConfigError("ingress timeouts and max_connections must be positive");
-  if (c.reject_cooldown_ms < 0 || c.reject_cooldown_ms > 60'000)
-    throw ConfigError("ingress.reject_cooldown_ms must be between 0 and 60000");
+  c.max_body_bytes = in.integer("max_body_bytes", c.max_body_bytes, 1, 64 << 20);
+  c.timestamp_tolerance_s = in.integer("timestamp_tolerance_s", c.timestamp_tolerance_s, 1, kDay);
+  c.max_backlog = static_cast<size_t>(
+      in.integer("max_backlog", static_cast<int64_t>(c.max_backlog), 0, 100'000'000));
+  c.inbox_retention_s = in.integer("retention_s", c.inbox_retention_s, 0, kTenYears);
+  c.header_timeout_ms = in.integer("header_timeout_ms", c.header_timeout_ms, 1, kHourMs);
+  c.body_timeout_ms = in.integer("body_timeout_ms", c.body_timeout_ms, 1, kHourMs);
+  c.max_connections = in.integer("max_connections", c.max_connections, 1, 1'000'000);
+  c.reject_cooldown_ms = in.integer("reject_cooldown_ms", c.reject_cooldown_ms, 0, 60'000);
+  std::set<std::string> names;
   for (const auto& s : in.tables("sources")) {
     s.only({"name", "secrets", "secrets_env"});
     ingress::Source source;
     source.name = s.required_string("name");
+    // The name is the path's last segment (/webhooks/{name}); a second
+    // source of the same name would never be tried. Rotation lists both
+    // secrets in one source.
+    if (!valid_identifier(source.name) || !names.insert(source.name).second)
+      throw ConfigError(
+          fmt::format("'{}' must be a unique name of 1-64 characters from A-Z, a-z, 0-9, '.', "
+                      "'_' and '-' (to rotate a secret, list the new and the old in one source)",
+                      s.key("name")));
     std::vector<std::string> secrets = s.strings("secrets");
     if (s.has("secrets_env"))
       for (auto& v : split_env(s.string("secrets_env", ""))) secrets.push_back(v);
@@ -250,9 +260,6 @@ void parse_operator(const Section& op, Config& c, const std::filesystem::path& b
 
 bool valid_origin(const std::string& origin);
 
-// The host of "host:port" ("[::1]:port" keeps its brackets).
-std::string listen_host(const std::string& listen) { return listen.substr(0, listen.rfind(':')); }
-
 void parse_mcp(const Section& m, Config& c, const std::filesystem::path& base_dir) {
   m.only({"listen", "tls_cert_file", "tls_key_file", "allowed_origins", "allowed_hosts",
           "public_url"});
@@ -265,13 +272,9 @@ void parse_mcp(const Section& m, Config& c, const std::filesystem::path& base_di
     if (!valid_origin(origin))
       throw ConfigError(fmt::format("'{}' holds '{}': an origin is scheme://host[:port]",
                                     m.key("allowed_origins"), origin));
-  if (m.has("allowed_hosts")) {
-    c.mcp.allowed_hosts = m.strings("allowed_hosts");
-  } else {
-    const std::string host = listen_host(c.mcp.listen);
-    if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1")
-      c.mcp.allowed_hosts = {"127.0.0.1", "localhost", "[::1]"};
-  }
+  c.mcp.hosts_from_listen = !m.has("allowed_hosts");
+  c.mcp.allowed_hosts =
+      c.mcp.hosts_from_listen ? default_allowed_hosts(c.mcp.listen) : m.strings("allowed_hosts");
   c.mcp.public_url = m.string("public_url", "");
   while (!c.mcp.public_url.empty() && c.mcp.public_url.back() == '/') c.mcp.public_url.pop_back();
   if (!c.mcp.public_url.empty() && !valid_origin(c.mcp.public_url))
@@ -304,22 +307,16 @@ void parse_tools(const Section& tools, operations::PolicyConfig& pol) {
       throw ConfigError(fmt::format("key '{}': unknown tier '{}' for this tool (it may be {})",
                                     t.key("tier"), tool.tier, fmt::join(tiers, ", ")));
     if (name == "request_refund")
-      pol.refund_window_days = t.integer("window_days", pol.refund_window_days);
+      pol.refund_window_days = t.integer("window_days", pol.refund_window_days, 0, 3650);
     if (name == "cancel_order")
-      pol.cancel_window_days = t.integer("window_days", pol.cancel_window_days);
+      pol.cancel_window_days = t.integer("window_days", pol.cancel_window_days, 0, 3650);
     if (t.has("reason_codes")) pol.credit_reason_codes = t.strings("reason_codes");
     if (t.has("hard_cap_minor")) pol.credit_hard_cap_minor = t.amounts("hard_cap_minor");
     if (t.has("support_limit_minor"))
       pol.credit_support_limit_minor = t.amounts("support_limit_minor");
     pol.delivery_delay_after_days =
-        t.integer("delivery_delay_after_days", pol.delivery_delay_after_days);
-    pol.note_max_evidence = t.integer("max_evidence", pol.note_max_evidence);
-    if (pol.delivery_delay_after_days < 0 || pol.cancel_window_days < 0 ||
-        pol.refund_window_days < 0 || pol.note_max_evidence < 1 || pol.note_max_evidence > 100)
-      throw ConfigError(fmt::format(
-          "'{}': window_days and delivery_delay_after_days must not be negative, max_evidence "
-          "must be 1-100",
-          t.key(name)));
+        t.integer("delivery_delay_after_days", pol.delivery_delay_after_days, 0, 3650);
+    pol.note_max_evidence = t.integer("max_evidence", pol.note_max_evidence, 1, 100);
   }
 }
 
@@ -327,8 +324,8 @@ void parse_tools(const Section& tools, operations::PolicyConfig& pol) {
 void parse_escalation(const Section& e, operations::PolicyConfig& pol) {
   e.only({"remind_after_s", "escalate_after_s", "escalate_to_tier"});
   auto& esc = pol.escalation;
-  esc.remind_after_s = e.integer("remind_after_s", esc.remind_after_s);
-  esc.escalate_after_s = e.integer("escalate_after_s", esc.escalate_after_s);
+  esc.remind_after_s = e.integer("remind_after_s", esc.remind_after_s, 0, kTenYears);
+  esc.escalate_after_s = e.integer("escalate_after_s", esc.escalate_after_s, 0, kTenYears);
   esc.escalate_to_tier = e.string("escalate_to_tier", esc.escalate_to_tier);
   if (operations::tier_rank(esc.escalate_to_tier) == 0)
     throw ConfigError(fmt::format("key '{}': unknown tier '{}' (refund, support or supervisor)",
@@ -336,8 +333,6 @@ void parse_escalation(const Section& e, operations::PolicyConfig& pol) {
   for (const auto& [key, v] :
        {std::pair<const char*, int64_t>{"remind_after_s", esc.remind_after_s},
         {"escalate_after_s", esc.escalate_after_s}}) {
-    if (v < 0)
-      throw ConfigError(fmt::format("key '{}' must not be negative (0 turns it off)", e.key(key)));
     if (v >= pol.approval_ttl_s)
       throw ConfigError(fmt::format(
           "key '{}' is {} s, not below policy.approval_ttl_s ({} s): the proposal would expire "
@@ -350,8 +345,8 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
   p.only({"refund_window_days", "approval_ttl_s", "two_person_threshold_minor",
           "credit_reason_codes", "credit_hard_cap_minor", "credit_support_limit_minor", "tools",
           "escalation"});
-  pol.refund_window_days = p.integer("refund_window_days", pol.refund_window_days);
-  pol.approval_ttl_s = p.integer("approval_ttl_s", pol.approval_ttl_s);
+  pol.refund_window_days = p.integer("refund_window_days", pol.refund_window_days, 0, 3650);
+  pol.approval_ttl_s = p.integer("approval_ttl_s", pol.approval_ttl_s, 1, 365 * kDay);
   if (p.has("two_person_threshold_minor"))
     pol.two_person_threshold_minor = p.amounts("two_person_threshold_minor");
   if (p.has("credit_reason_codes")) pol.credit_reason_codes = p.strings("credit_reason_codes");
@@ -360,9 +355,6 @@ void parse_policy(const Section& p, operations::PolicyConfig& pol) {
   if (p.has("credit_support_limit_minor"))
     pol.credit_support_limit_minor = p.amounts("credit_support_limit_minor");
   if (p.has("tools")) parse_tools(p.table("tools"), pol);
-  if (pol.approval_ttl_s <= 0 || pol.refund_window_days < 0)
-    throw ConfigError(
-        "policy.approval_ttl_s must be positive and policy.refund_window_days not negative");
   if (p.has("escalation")) parse_escalation(p.table("escalation"), pol);
 }
 
@@ -415,12 +407,10 @@ void parse_store(const Section& st, Config::Store& s, const std::filesystem::pat
   st.only({"backend", "url_env", "pool_size", "connect_timeout_s", "statement_timeout_ms",
            "sslmode", "sslrootcert", "sslcert", "sslkey", "block_cache_bytes",
            "write_buffer_bytes"});
-  s.block_cache_bytes = st.integer("block_cache_bytes", s.block_cache_bytes);
-  s.write_buffer_bytes = st.integer("write_buffer_bytes", s.write_buffer_bytes);
-  if (s.block_cache_bytes < (1 << 20) || s.block_cache_bytes > (int64_t{1} << 40))
-    throw ConfigError("key 'store.block_cache_bytes' must be between 1 MiB and 1 TiB");
-  if (s.write_buffer_bytes < (1 << 20) || s.write_buffer_bytes > (int64_t{1} << 32))
-    throw ConfigError("key 'store.write_buffer_bytes' must be between 1 MiB and 4 GiB");
+  s.block_cache_bytes =
+      st.integer("block_cache_bytes", s.block_cache_bytes, 1 << 20, int64_t{1} << 40);
+  s.write_buffer_bytes =
+      st.integer("write_buffer_bytes", s.write_buffer_bytes, 1 << 20, int64_t{1} << 32);
   s.sslmode = st.string("sslmode", s.sslmode);
   static const std::set<std::string> kModes = {"disable", "allow",     "prefer",
                                                "require", "verify-ca", "verify-full"};
@@ -440,15 +430,10 @@ void parse_store(const Section& st, Config::Store& s, const std::filesystem::pat
   if (s.backend != "rocksdb" && s.backend != "postgres")
     throw ConfigError("key 'store.backend' must be \"rocksdb\" or \"postgres\"");
   s.url_env = st.string("url_env", s.url_env);
-  s.pool_size = st.integer("pool_size", s.pool_size);
-  s.connect_timeout_s = st.integer("connect_timeout_s", s.connect_timeout_s);
-  s.statement_timeout_ms = st.integer("statement_timeout_ms", s.statement_timeout_ms);
-  if (s.pool_size < 1 || s.pool_size > 1000)
-    throw ConfigError("key 'store.pool_size' must be between 1 and 1000");
-  if (s.connect_timeout_s < 1 || s.connect_timeout_s > 3600)
-    throw ConfigError("key 'store.connect_timeout_s' must be between 1 and 3600");
-  if (s.statement_timeout_ms < 0)
-    throw ConfigError("key 'store.statement_timeout_ms' must not be negative");
+  s.pool_size = st.integer("pool_size", s.pool_size, 1, 1000);
+  s.connect_timeout_s = st.integer("connect_timeout_s", s.connect_timeout_s, 1, 3600);
+  s.statement_timeout_ms =
+      st.integer("statement_timeout_ms", s.statement_timeout_ms, 0, 24 * kHourMs);
   if (s.backend == "postgres") {
     if (s.url_env.empty()) throw ConfigError("key 'store.url_env' must name a variable");
     s.url = env_or_empty(s.url_env);
@@ -460,12 +445,17 @@ void parse_store(const Section& st, Config::Store& s, const std::filesystem::pat
   }
 }
 
-std::vector<int64_t> integers(const Section& s, const char* k) {
+// A list of waits in seconds, each from 1 s to a week.
+std::vector<int64_t> waits_s(const Section& s, const char* k) {
   std::vector<int64_t> out;
+  const auto& v = s.raw().at(k);
+  if (!v.is_array())
+    throw ConfigError(fmt::format("key '{}' must be a list of seconds from 1 to 604800", s.key(k)));
   // Read through strings() would refuse integers: one pass of our own.
-  for (const auto& item : toml::find(s.raw(), k).as_array()) {
-    if (!item.is_integer() || item.as_integer() <= 0)
-      throw ConfigError(fmt::format("key '{}' must be a list of positive integers", s.key(k)));
+  for (const auto& item : v.as_array()) {
+    if (!item.is_integer() || item.as_integer() <= 0 || item.as_integer() > 7 * kDay)
+      throw ConfigError(
+          fmt::format("key '{}' must be a list of seconds from 1 to 604800", s.key(k)));
     out.push_back(item.as_integer());
   }
   return out;
@@ -473,7 +463,7 @@ std::vector<int64_t> integers(const Section& s, const char* k) {
 
 // An absolute http(s) URL with a host, and no whitespace or control
 // character anywhere (a trailing space is enough to fail at send time).
-bool notification_url_ok(const std::string& url) {
+bool http_url_ok(const std::string& url) {
   if (!url.starts_with("http://") && !url.starts_with("https://")) return false;
   for (unsigned char c : url)
     if (c <= 0x20 || c == 0x7f) return false;
@@ -484,7 +474,7 @@ bool notification_url_ok(const std::string& url) {
 void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
   n.only({"retry_schedule_s", "console_url", "endpoints"});
   if (n.has("retry_schedule_s")) {
-    notify.retry_schedule_s = integers(n, "retry_schedule_s");
+    notify.retry_schedule_s = waits_s(n, "retry_schedule_s");
     if (notify.retry_schedule_s.empty())
       throw ConfigError("notify.retry_schedule_s must list at least one wait");
   }
@@ -504,7 +494,7 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
     // Checked here, whole: a URL that fails only when sent would leave an
     // error behind, and a notification URL (a Slack webhook's path) is a
     // secret, so no message ever shows more of it than its key.
-    if (!notification_url_ok(endpoint.url))
+    if (!http_url_ok(endpoint.url))
       throw ConfigError(fmt::format(
           "'{}' must be an http:// or https:// URL with a host and no spaces (not shown here: "
           "such a URL can be a secret)",
@@ -541,13 +531,9 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
         throw ConfigError(fmt::format("'{}': unknown event '{}'", e.key("events"), type));
       endpoint.events.insert(type);
     }
-    endpoint.timeout_ms = e.integer("timeout_ms", endpoint.timeout_ms);
-    endpoint.max_in_flight = static_cast<int>(e.integer("max_in_flight", endpoint.max_in_flight));
-    if (endpoint.timeout_ms <= 0 || endpoint.max_in_flight <= 0 || endpoint.max_in_flight > 64)
-      throw ConfigError(
-          fmt::format("notification endpoint '{}': timeout_ms must be positive and "
-                      "max_in_flight between 1 and 64",
-                      endpoint.name));
+    endpoint.timeout_ms = e.integer("timeout_ms", endpoint.timeout_ms, 1, 60'000);
+    endpoint.max_in_flight =
+        static_cast<int>(e.integer("max_in_flight", endpoint.max_in_flight, 1, 64));
     notify.endpoints.push_back(std::move(endpoint));
   }
 }
@@ -587,18 +573,15 @@ void parse_console(const Section& t, console::Options& c, operations::PolicyConf
           "trusted_proxies"});
   if (t.has("step_up")) parse_step_up(t.table("step_up"), policy.step_up);
   c.enabled = t.boolean("enabled", c.enabled);
-  const int64_t idle_s = t.integer("idle_timeout_s", c.sessions.idle_ms / 1000);
-  const int64_t absolute_s = t.integer("absolute_timeout_s", c.sessions.absolute_ms / 1000);
+  constexpr int64_t kWeek = 7 * kDay;
+  const int64_t idle_s = t.integer("idle_timeout_s", c.sessions.idle_ms / 1000, 1, kWeek);
+  const int64_t absolute_s =
+      t.integer("absolute_timeout_s", c.sessions.absolute_ms / 1000, 1, kWeek);
   const int64_t max_sessions =
-      t.integer("max_sessions", static_cast<int64_t>(c.sessions.max_sessions));
-  constexpr int64_t kWeek = 7 * 86400;
-  if (idle_s < 1 || idle_s > kWeek)
-    throw ConfigError("console.idle_timeout_s must be between 1 and 604800");
-  if (absolute_s < idle_s || absolute_s > kWeek)
+      t.integer("max_sessions", static_cast<int64_t>(c.sessions.max_sessions), 1, 1'000'000);
+  if (absolute_s < idle_s)
     throw ConfigError(
         "console.absolute_timeout_s must be at least console.idle_timeout_s and at most 604800");
-  if (max_sessions < 1 || max_sessions > 1'000'000)
-    throw ConfigError("console.max_sessions must be between 1 and 1000000");
   c.sessions.idle_ms = idle_s * 1000;
   c.sessions.absolute_ms = absolute_s * 1000;
   c.sessions.max_sessions = static_cast<size_t>(max_sessions);
@@ -646,12 +629,18 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
       if (upstream == &c.agent) known.insert({"sweep_interval_s", "sweep_window_s"});
       t.only(known);
       if (upstream == &c.agent) {
-        c.sweep_interval_s = t.integer("sweep_interval_s", c.sweep_interval_s);
-        c.sweep_window_s = t.integer("sweep_window_s", c.sweep_window_s);
+        c.sweep_interval_s = t.integer("sweep_interval_s", c.sweep_interval_s, 0, kDay);
+        c.sweep_window_s = t.integer("sweep_window_s", c.sweep_window_s, 1, 30 * kDay);
       }
       upstream->base_url = t.string("base_url", upstream->base_url);
+      // Checked here: a URL that fails only when called would send every
+      // approved operation to outcome_unknown.
+      if (!http_url_ok(upstream->base_url))
+        throw ConfigError(
+            fmt::format("'{}' must be an http:// or https:// URL with a host", t.key("base_url")));
       env_name = t.string(key_env, env_name);
-      upstream->timeout_ms = static_cast<int>(t.integer("timeout_ms", upstream->timeout_ms));
+      upstream->timeout_ms =
+          static_cast<int>(t.integer("timeout_ms", upstream->timeout_ms, 100, 60'000));
       upstream->ca_file = t.string("ca_file", "");
     }
     upstream->secret = env_or_empty(env_name);
@@ -672,15 +661,14 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
     if (!c.orders_seed_file.empty() && std::filesystem::path(c.orders_seed_file).is_relative())
       c.orders_seed_file = (base_dir / c.orders_seed_file).string();
     c.orders.base_url = o.string("base_url", "");
-    if (http && !c.orders.base_url.starts_with("http://") &&
-        !c.orders.base_url.starts_with("https://"))
+    if (http && !http_url_ok(c.orders.base_url))
       throw ConfigError(
-          "orders.base_url must be an http:// or https:// URL with source = \"http\"");
+          "orders.base_url must be an http:// or https:// URL with a host with source = "
+          "\"http\"");
     if (!http && (o.has("base_url") || o.has("token_env") || o.has("timeout_ms")))
       throw ConfigError("orders.base_url, token_env and timeout_ms need source = \"http\"");
-    c.orders.timeout_ms = static_cast<int>(o.integer("timeout_ms", c.orders.timeout_ms));
-    if (c.orders.timeout_ms < 100 || c.orders.timeout_ms > 60'000)
-      throw ConfigError("orders.timeout_ms must be between 100 and 60000");
+    c.orders.timeout_ms =
+        static_cast<int>(o.integer("timeout_ms", c.orders.timeout_ms, 100, 60'000));
     c.orders.ca_file = o.string("ca_file", "");
     if (!c.orders.ca_file.empty() && std::filesystem::path(c.orders.ca_file).is_relative())
       c.orders.ca_file = (base_dir / c.orders.ca_file).string();
@@ -692,24 +680,14 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
   if (root.has("outbox")) {
     const Section o = root.table("outbox");
     o.only({"attention_after_attempts", "attention_after_s"});
-    c.attention.after_attempts =
-        static_cast<int>(o.integer("attention_after_attempts", c.attention.after_attempts));
-    c.attention.after_ms = o.integer("attention_after_s", c.attention.after_ms / 1000) * 1000;
+    c.attention.after_attempts = static_cast<int>(
+        o.integer("attention_after_attempts", c.attention.after_attempts, 1, 1'000'000));
+    c.attention.after_ms =
+        o.integer("attention_after_s", c.attention.after_ms / 1000, 1, kTenYears) * 1000;
   }
   if (root.has("console")) parse_console(root.table("console"), c.console, c.policy);
-  if (c.max_body_bytes == 0 || c.max_body_bytes > 64 * 1024 * 1024)
-    throw ConfigError("ingress.max_body_bytes must be between 1 and 64 MiB");
-  if (c.timestamp_tolerance_s <= 0 || c.timestamp_tolerance_s > 86'400)
-    throw ConfigError("ingress.timestamp_tolerance_s must be between 1 and 86400");
-  // A delivery is valid for a tolerance either side of its timestamp: an
-  // event's id must be kept at least that long, or a captured delivery
-  // could be replayed once its id was forgotten.
-  if (c.inbox_retention_s < 0 ||
-      (c.inbox_retention_s > 0 && c.inbox_retention_s < 2 * c.timestamp_tolerance_s))
-    throw ConfigError(fmt::format(
-        "ingress.retention_s must be 0 (keep every event) or at least twice "
-        "ingress.timestamp_tolerance_s ({} s), so that no delivery still valid is forgotten",
-        2 * c.timestamp_tolerance_s));
+  if (Status s = check_replay_window(c.inbox_retention_s, c.timestamp_tolerance_s); !s)
+    throw ConfigError(s.error().message);
   if (c.data_dir.empty()) throw ConfigError("data_dir must not be empty");
   if (std::filesystem::path(c.data_dir).is_relative()) {
     c.data_dir_was_relative = true;
@@ -747,6 +725,27 @@ std::string without_quoted_lines(const std::string& what) {
 
 }  // namespace
 
+std::vector<std::string> default_allowed_hosts(const std::string& listen) {
+  // The host of "host:port" ("[::1]:port" keeps its brackets).
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1")
+    return {"127.0.0.1", "localhost", "[::1]"};
+  return {};
+}
+
+Status check_replay_window(int64_t retention_s, int64_t tolerance_s) {
+  // A delivery is valid for a tolerance either side of its timestamp: an
+  // event's id must be kept at least that long, or a captured delivery
+  // could be replayed once its id was forgotten.
+  if (retention_s == 0 || retention_s >= 2 * tolerance_s) return Status::Ok();
+  return make_error(
+      errc::config,
+      fmt::format("ingress.retention_s ({} s) must be 0 (keep every event) or at least twice "
+                  "ingress.timestamp_tolerance_s ({} s), so that no delivery still valid is "
+                  "forgotten",
+                  retention_s, tolerance_s));
+}
+
 Status check_serviceable(const Config& c) {
   if (c.sources.empty())
     return make_error(errc::config,
@@ -777,7 +776,7 @@ int64_t execution_budget_ms(const Config& config) {
   return budget;
 }
 
-std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) {
+std::vector<std::string> keys_needing_restart(const Config& a, const Config& b, int64_t budget_ms) {
   std::vector<std::string> keys;
   auto check = [&](bool same, const char* key) {
     if (!same) keys.push_back(key);
@@ -796,8 +795,13 @@ std::vector<std::string> keys_needing_restart(const Config& a, const Config& b) 
   check(a.body_timeout_ms == b.body_timeout_ms, "ingress.body_timeout_ms");
   check(a.inbox_retention_s == b.inbox_retention_s, "ingress.retention_s");
   // The claim lease was sized at start: a longer executor timeout is held to it.
-  check(execution_budget_ms(b) <= execution_budget_ms(a),
+  check(execution_budget_ms(b) <= budget_ms,
         "operations.executor.timeout_ms (above the longest at start)");
+  check(a.sweep_interval_s == b.sweep_interval_s && a.sweep_window_s == b.sweep_window_s,
+        "agent.sweep_interval_s, agent.sweep_window_s");
+  check(a.attention.after_attempts == b.attention.after_attempts &&
+            a.attention.after_ms == b.attention.after_ms,
+        "outbox.attention_after_attempts, outbox.attention_after_s");
   check(a.agent.base_url == b.agent.base_url && a.agent.secret == b.agent.secret &&
             a.agent.timeout_ms == b.agent.timeout_ms && a.agent.ca_file == b.agent.ca_file,
         "agent");

@@ -88,6 +88,7 @@ struct Config {
     // any). Both guard against DNS rebinding.
     std::vector<std::string> allowed_origins;
     std::vector<std::string> allowed_hosts;
+    bool hosts_from_listen = false;  // allowed_hosts not set: default_allowed_hosts(listen)
     // The MCP URL agent runtimes reach, for the capability URLs minted
     // tokens come with ("https://mcp.example.com"); empty: the listener's
     // own address.
@@ -153,7 +154,18 @@ Status check_serviceable(const Config& config);
 int64_t execution_budget_ms(const Config& config);
 
 // The keys whose change a reload cannot apply (listen addresses, data_dir,
-// limits of the listeners): a restart is needed for them.
-std::vector<std::string> keys_needing_restart(const Config& running, const Config& next);
+// limits of the listeners): a restart is needed for them. budget_ms is the
+// execution budget the running daemon was started with.
+std::vector<std::string> keys_needing_restart(const Config& running, const Config& next,
+                                              int64_t budget_ms);
+
+// Whether event ids are kept long enough that no delivery still valid is
+// forgotten (retention_s 0 keeps every one): checked at start and on every
+// reload, where the tolerance changes and the retention does not.
+Status check_replay_window(int64_t retention_s, int64_t tolerance_s);
+
+// The Host names the MCP listener accepts when allowed_hosts is not set:
+// the loopback names when it listens on loopback, else any (empty).
+std::vector<std::string> default_allowed_hosts(const std::string& listen);
 
 }  // namespace opgate::daemon

@@ -108,7 +108,8 @@ Node::Node(const Config& config)
       policy_(config.policy),
       principals_(config.principals),
       notify_(config.notify),
-      mcp_access_(access_of(config.mcp)) {}
+      mcp_access_(access_of(config.mcp)),
+      execution_budget_ms_(execution_budget_ms(config)) {}
 
 Result<std::unique_ptr<Node>> Node::start(const Config& config, const ServeOptions& options) {
   set_log_level(config.log_level);
@@ -200,7 +201,7 @@ Status Node::build_adapters() {
     provider_ = cancelling_.get();
   }
   // Declared operations go to their executors; the rest to the provider.
-  declared_ = adapters::make_declared_executors(*provider_, policy_, execution_budget_ms(config_));
+  declared_ = adapters::make_declared_executors(*provider_, policy_, execution_budget_ms_);
   provider_ = declared_.get();
   return Status::Ok();
 }
@@ -215,8 +216,8 @@ Status Node::build_work() {
   outbox::DrainerOptions drainer_options;
   // Longer than an execution can take: a cancellation at the order service
   // and then the refund.
-  drainer_options.claim_lease_ms = execution_budget_ms(config_) + 10'000;
-  drainer_options.call_budget_ms = execution_budget_ms(config_);
+  drainer_options.claim_lease_ms = execution_budget_ms_ + 10'000;
+  drainer_options.call_budget_ms = execution_budget_ms_;
   drainer_options.shared_store = shared_store_;
   drainer_ =
       std::make_unique<outbox::Drainer>(storage, *lanes_, *provider_, *agents_, policy_, metrics_,
@@ -410,7 +411,10 @@ void Node::reload(const std::string& path) {
     if (tls->enabled())
       if (Status s = http::check_tls_files(*tls); !s) return fail(s.error().message);
   Config& running = config_;
-  const auto restart = keys_needing_restart(running, *next);
+  // Checked against what stays: the retention is the store's, fixed at start.
+  if (Status s = check_replay_window(running.inbox_retention_s, next->timestamp_tolerance_s); !s)
+    return fail(s.error().message + " (the running retention: it changes with a restart)");
+  const auto restart = keys_needing_restart(running, *next, execution_budget_ms_);
   // Every certificate is loaded before anything changes: a file that fails
   // now leaves both listeners (and everything else) as they were.
   std::shared_ptr<const http::LoadedTls> ingress_tls, operator_tls;
@@ -433,7 +437,11 @@ void Node::reload(const std::string& path) {
   if (ingress_tls) ingress_server_->use_tls(ingress_tls);
   if (operator_tls) operator_server_->use_tls(operator_tls);
   if (mcp_tls) mcp_server_->use_tls(mcp_tls);
-  mcp_access_.set(access_of(next->mcp));
+  // Hosts derived from the listen address follow the address listened on,
+  // which changes with a restart only.
+  auto allowed_hosts = next->mcp.hosts_from_listen ? default_allowed_hosts(running.mcp.listen)
+                                                   : next->mcp.allowed_hosts;
+  mcp_access_.set({next->mcp.allowed_origins, allowed_hosts});
   principals_.set(next->principals);
   policy_.set(next->policy);
   rebind_pending(*opened_.storage, next->policy);
@@ -461,7 +469,7 @@ void Node::reload(const std::string& path) {
   if (running.operator_tls.enabled() && next->operator_tls.enabled())
     running.operator_tls = next->operator_tls;
   running.mcp.allowed_origins = next->mcp.allowed_origins;
-  running.mcp.allowed_hosts = next->mcp.allowed_hosts;
+  running.mcp.allowed_hosts = std::move(allowed_hosts);
   if (running.mcp.tls.enabled() && next->mcp.tls.enabled()) running.mcp.tls = next->mcp.tls;
   std::string needs_restart;
   for (const auto& k : restart) needs_restart += (needs_restart.empty() ? "" : ", ") + k;

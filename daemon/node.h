@@ -115,6 +115,8 @@ class Node {
   std::string mcp_url_;  // what minted tokens' capability URLs start with
   // notify.console_url when the file names none: the console served here.
   std::string console_default_;
+  // How long one execution may take, as the claim lease was sized at start.
+  const int64_t execution_budget_ms_;
   std::unique_ptr<Watchdog> watchdog_;
   bool stopped_ = false;
 };

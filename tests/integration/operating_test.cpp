@@ -141,6 +141,51 @@ owners = ["*"]
   CHECK(count_of(c.daemon_log(), "\"listening: ") == 1);  // never restarted
 }
 
+TEST_CASE("a reload is checked against what stays running: the replay window, MCP's hosts") {
+  ClusterOptions o;
+  o.extra_ingress = "retention_s = 600";
+  Cluster c(o);
+  const auto original = read_file(c.config_file());
+  // Alone, this file is valid; but the retention is the store's, fixed at
+  // start, and a tolerance of an hour against 600 s of kept ids would let a
+  // delivery be replayed once its id was forgotten.
+  auto wider = original;
+  replace_all(wider, "timestamp_tolerance_s = 300", "timestamp_tolerance_s = 3600");
+  replace_all(wider, "retention_s = 600", "retention_s = 7200");
+  REQUIRE(wider != original);
+  write_file(c.config_file(), wider);
+  c.signal_daemon(SIGHUP);
+  CHECK(
+      eventually([&] { return c.daemon_log().find("config.reload_failed") != std::string::npos; }));
+  CHECK(c.daemon_log().find("the running retention") != std::string::npos);
+  // The tolerance in force is still 300 s: a delivery stamped 1,000 s ago
+  // is refused.
+  const auto body = event_body("stale");
+  auto key = webhooks::decode_secret(c.webhook_secret());
+  REQUIRE(key.ok());
+  const int64_t stamped = now_s() - 1000;
+  const http::Headers stale{{"webhook-id", "msg_stale"},
+                            {"webhook-timestamp", std::to_string(stamped)},
+                            {"webhook-signature", webhooks::sign(*key, "msg_stale", stamped, body)},
+                            {"Content-Type", "application/json"}};
+  CHECK(c.webhook("agents", stale, body).status == 401);
+  // MCP's Host names, when not set, follow the address listened on, which a
+  // reload does not change: listening on loopback, a foreign Host is still
+  // refused after a reload that names 0.0.0.0.
+  auto everywhere = original;
+  const std::string loopback = "[mcp]\nlisten = \"127.0.0.1:0\"";  // an ephemeral port
+  REQUIRE(everywhere.find(loopback) != std::string::npos);
+  replace_all(everywhere, loopback, "[mcp]\nlisten = \"0.0.0.0:0\"");
+  write_file(c.config_file(), everywhere);
+  const size_t reloads = count_of(c.daemon_log(), "config.reloaded");
+  c.signal_daemon(SIGHUP);
+  CHECK(eventually([&] { return count_of(c.daemon_log(), "config.reloaded") > reloads; }));
+  CHECK(c.daemon_log().find("mcp.listen") != std::string::npos);  // needs a restart
+  const http::Headers rebound{{"Host", "evil.example.com"}, {"Content-Type", "application/json"}};
+  CHECK(c.mcp("POST", "/mcp", R"({"jsonrpc":"2.0","id":1,"method":"ping"})", rebound).status ==
+        403);
+}
+
 TEST_CASE("an approval whose token a reload revoked no longer counts toward the two needed") {
   Cluster c;
   c.create_session(R"([{"name":"request_refund","arguments":{"order_id":"ORDER-300"}}])");

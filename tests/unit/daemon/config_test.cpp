@@ -82,7 +82,7 @@ TEST_CASE("an unknown key, a wrong type or a bad value is refused with its name"
   CHECK(error_of("[ingress]\nmax_backlog = -1\n" + kSource).find("ingress.max_backlog") !=
         std::string::npos);
   CHECK(error_of("[ingress]\ntimestamp_tolerance_s = 9223372036854775807\n" + kSource)
-            .find("ingress.timestamp_tolerance_s must be between 1 and 86400") !=
+            .find("'ingress.timestamp_tolerance_s' must be an integer from 1 to 86400") !=
         std::string::npos);
   CHECK(error_of("[ingress]\nretention_s = 599\n" + kSource).find("at least twice") !=
         std::string::npos);
@@ -110,6 +110,69 @@ scopes = ["operations:everything"]
 )")
             .find("unknown scope") != std::string::npos);
   CHECK(error_of("this is not toml").find("not valid TOML") != std::string::npos);
+}
+
+TEST_CASE("numbers are range-checked as written, before any narrowing or multiplying") {
+  auto error_of = [](const std::string& text) {
+    ConfigFile f(text + kSource);
+    auto c = daemon::load_config(f.path.string());
+    return c.ok() ? std::string() : c.error().message;
+  };
+  // Each of these loaded once: multiplied by 1000 or 86400 they wrapped to
+  // a fraction of a second, narrowed to int they wrapped into range.
+  for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{
+           {"[ingress]\nretention_s = 18446744073709552", "'ingress.retention_s'"},
+           {"[policy]\napproval_ttl_s = 18446744073709552", "'policy.approval_ttl_s'"},
+           {"[policy]\nrefund_window_days = 106751991167301", "'policy.refund_window_days'"},
+           {"[outbox]\nattention_after_s = 9223372036854776", "'outbox.attention_after_s'"},
+           {"[outbox]\nattention_after_attempts = 0", "'outbox.attention_after_attempts'"},
+           {"[orders]\nsource = \"http\"\nbase_url = \"http://o\"\ntimeout_ms = 4294972296",
+            "'orders.timeout_ms'"},
+           {"[payments]\ntimeout_ms = 0", "'payments.timeout_ms'"},
+           {"[payments]\ntimeout_ms = 2147483648", "'payments.timeout_ms'"},
+           {"[agent]\ntimeout_ms = -1", "'agent.timeout_ms'"},
+           {"[agent]\nsweep_interval_s = -5", "'agent.sweep_interval_s'"},
+           {"[notify]\nretry_schedule_s = [60, 9223372036854775807]", "'notify.retry_schedule_s'"},
+           {"[policy.escalation]\nremind_after_s = -1", "'policy.escalation.remind_after_s'"},
+       }) {
+    CAPTURE(text);
+    const std::string error = error_of(text + "\n");
+    const bool named = error.find(key + " must be an integer from") != std::string::npos ||
+                       error.find(key + " must be a list of seconds") != std::string::npos;
+    CHECK_MESSAGE(named, error);
+  }
+  CHECK(error_of(R"([[notify.endpoints]]
+name = "ops"
+url = "https://hooks.example.com/x"
+format = "slack"
+max_in_flight = 4294967297
+)")
+            .find("'notify.endpoints[0].max_in_flight' must be an integer from 1 to 64") !=
+        std::string::npos);
+  // An upstream's URL is checked at load, not at the first approval.
+  CHECK(error_of("[payments]\nbase_url = \"api.stripe.com\"\n")
+            .find("'payments.base_url' must be an http:// or https:// URL") != std::string::npos);
+  CHECK(error_of("[agent]\nbase_url = \"https://api.openai.com/v1 \"\n").find("'agent.base_url'") !=
+        std::string::npos);
+  CHECK(error_of("[payments]\nbase_url = \"https://api.stripe.com\"\ntimeout_ms = 100\n").empty());
+}
+
+TEST_CASE("webhook sources have unique names that a path can carry") {
+  auto error_of = [](const std::string& text) {
+    ConfigFile f(text);
+    auto c = daemon::load_config(f.path.string());
+    return c.ok() ? std::string() : c.error().message;
+  };
+  // Two sources of one name: the second was never tried, its secret never
+  // accepted. A rotation lists both secrets in one source.
+  CHECK(error_of(kSource + kSource).find("'ingress.sources[1].name' must be a unique name") !=
+        std::string::npos);
+  CHECK(error_of(R"([[ingress.sources]]
+name = "a/b"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+)")
+            .find("'ingress.sources[0].name'") != std::string::npos);
+  CHECK(error_of(kSource).empty());
 }
 
 TEST_CASE("webhook secrets may come from the environment, comma-separated") {
@@ -337,29 +400,42 @@ TEST_CASE("a relative data_dir resolves next to the config file; the loader says
 
 TEST_CASE("a reload names the keys it cannot apply without a restart") {
   daemon::Config a, b;
+  const int64_t budget = daemon::execution_budget_ms(a);
   b.ingress_listen = "127.0.0.1:9999";
   b.policy.approval_ttl_s = 60;  // reloadable
-  auto keys = daemon::keys_needing_restart(a, b);
+  auto keys = daemon::keys_needing_restart(a, b, budget);
   REQUIRE(keys.size() == 1);
   CHECK(keys[0] == "ingress.listen");
   // The console is built once: its settings (but step_up) need a restart.
   daemon::Config proxied = a;
   proxied.console.trusted_proxies = {"127.0.0.1"};
   proxied.policy.step_up.tiers = {"supervisor"};  // reloadable
-  auto console_keys = daemon::keys_needing_restart(a, proxied);
+  auto console_keys = daemon::keys_needing_restart(a, proxied, budget);
   REQUIRE(console_keys.size() == 1);
   CHECK(console_keys[0].starts_with("console"));
+  // The session sweep and the attention rule are copied into the engine at
+  // start: named, not silently kept.
+  daemon::Config swept = a;
+  swept.sweep_interval_s = 5;
+  swept.attention.after_attempts = 3;
+  auto engine_keys = daemon::keys_needing_restart(a, swept, budget);
+  REQUIRE(engine_keys.size() == 2);
+  CHECK(engine_keys[0].starts_with("agent.sweep_interval_s"));
+  CHECK(engine_keys[1].starts_with("outbox.attention_after_attempts"));
   // A declared executor's timeout past the longest execution at start: the
   // claim lease was sized then, and the calls are held to it.
   daemon::Config declared = a;
   declared.policy.declared.emplace_back().executor.timeout_ms = 20'000;
-  REQUIRE(daemon::execution_budget_ms(declared) > daemon::execution_budget_ms(a));
-  auto longer = daemon::keys_needing_restart(a, declared);
+  REQUIRE(daemon::execution_budget_ms(declared) > budget);
+  auto longer = daemon::keys_needing_restart(a, declared, budget);
   REQUIRE(longer.size() == 1);
   CHECK(longer[0].starts_with("operations.executor.timeout_ms"));
+  // The reload applied the policy, so the running configuration now holds
+  // the longer timeout: a second reload of the same file still names it.
+  CHECK(daemon::keys_needing_restart(declared, declared, budget) == longer);
   daemon::Config shorter = declared;
   shorter.policy.declared[0].executor.timeout_ms = 500;
-  CHECK(daemon::keys_needing_restart(declared, shorter).empty());
+  CHECK(daemon::keys_needing_restart(declared, shorter, budget).empty());
 }
 
 TEST_CASE("log level and TLS files are checked where they are read") {
