@@ -585,6 +585,12 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
   const NotifyEndpoint* target = to.empty() ? nullptr : configured(to);
   if (!to.empty() && !target)
     return make_error(errc::not_found, "No notification endpoint by that name to replay to.");
+  // Deliveries are held only for an endpoint the store has a state for: a
+  // name it has none for (a typo) is refused, and nothing is written for it.
+  OPGATE_ASSIGN_OR_RETURN(auto states, storage_.reader().endpoint_states());
+  if (std::none_of(states.begin(), states.end(), [&](const auto& s) { return s.name() == from; }))
+    return make_error(errc::not_found,
+                      "No deliveries were ever queued for an endpoint by that name.");
   size_t moved = 0;
   // A page at a time, each after the last: the queue may be long, and the
   // deliveries of other endpoints stay where they are.
@@ -626,6 +632,7 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
         }
         ++in_batch;
       }
+      if (in_batch == 0) return Status::Ok();
       txn.put_endpoint_state(held_state);
       if (target_state) txn.put_endpoint_state(*target_state);
       return Status::Ok();
@@ -634,8 +641,9 @@ Result<size_t> Notifier::release_held(const std::string& from, const std::string
     after = *page.end;
   }
   if (to.empty()) {
-    metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", from}},
-                 static_cast<double>(moved));
+    if (moved > 0)
+      metrics_.inc("opgate_notifications_dropped_total", {{"endpoint", from}},
+                   static_cast<double>(moved));
     log_event(
         spdlog::level::warn, "notify.held_discarded",
         fmt::format("{} held delivery(ies) to endpoint {} discarded by {}", moved, from, principal),

@@ -798,6 +798,16 @@ TEST_CASE("held deliveries are replayed to another endpoint or discarded on dema
   CHECK(w.queued_deliveries() == 0);
   CHECK(w.metrics.render().find("opgate_notifications_dropped_total{endpoint=\"gone\"} 1") !=
         std::string::npos);
+  // A name no delivery was ever queued for (a typo): refused, and neither a
+  // state nor a series is made for it.
+  auto typo = w.notifier->release_held("gnoe", "", "admin");
+  REQUIRE_FALSE(typo.ok());
+  CHECK(typo.error().is(errc::not_found));
+  auto states = w.storage->reader().endpoint_states();
+  REQUIRE(states.ok());
+  CHECK(std::none_of(states->begin(), states->end(),
+                     [](const auto& s) { return s.name() == "gnoe"; }));
+  CHECK(w.metrics.render().find("gnoe") == std::string::npos);
 }
 
 TEST_CASE("Slack text escapes markup from order data; only the console link is a link") {
