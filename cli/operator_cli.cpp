@@ -911,17 +911,26 @@ int audit_verify_offline(const std::string& data_dir, bool as_json,
 }
 
 int import_orders(const Context& c, const std::string& file) {
-  // Validate the whole file first: a bad line imports nothing.
+  // Validate the whole file first: a line that is not an order imports
+  // nothing. Each order is then its own PUT: one the server refuses (an
+  // owner this token may not act for) stops the import, and says how far
+  // it went; a PUT repeated writes the same order, so importing the fixed
+  // file again is safe.
   auto read = operations::read_orders_file(file);
   if (!read) {
     std::cerr << "error: " << read.error().message << "\n";
     return 1;
   }
   const auto& orders = *read;
-  for (const auto& o : orders)
-    if (!call(c, "PUT", "/v1/orders/" + http::url_component(o.order_id()),
-              operations::order_to_json(o)))
+  for (size_t i = 0; i < orders.size(); ++i)
+    if (!call(c, "PUT", "/v1/orders/" + http::url_component(orders[i].order_id()),
+              operations::order_to_json(orders[i]))) {
+      std::cerr << fmt::format(
+          "stopped at order {} ({} of {}): the {} before it were imported; importing the "
+          "file again once it is fixed writes them again, unchanged\n",
+          printable(orders[i].order_id()), i + 1, orders.size(), i);
       return 1;
+    }
   std::cout << fmt::format("imported {} order(s)\n", orders.size());
   return 0;
 }
