@@ -65,6 +65,13 @@ Status settle_denied(store::Transaction& txn, pb::Operation& op, const std::stri
 Result<std::string> narrow(pb::Operation& op, const Principal& principal, ApprovalRequest& request,
                            const PolicyConfig& policy) {
   pb::Proposal& p = *op.mutable_proposal();
+  // Lowering decides the proposal as it was made: a desk that may not
+  // decide its tier may not lower it into its own either.
+  if (!principal.decides_tier(p.tier()))
+    return make_error(errc::forbidden,
+                      fmt::format("This token may not decide {}-tier proposals, so it may not "
+                                  "lower one either.",
+                                  p.tier()));
   if (request.currency != p.currency())
     return make_error(errc::widening_refused,
                       "An approval cannot change the currency; only a lower amount.");
@@ -102,6 +109,12 @@ Result<std::string> narrow(pb::Operation& op, const Principal& principal, Approv
     // The executor is told the lowered amount: it is the amount argument.
     OPGATE_ASSIGN_OR_RETURN(auto arguments,
                             with_amount(*declared, p.arguments_json(), request.amount_minor));
+    // The lowered arguments must still fit the declaration (its minimum):
+    // refused here, the proposal stays as it is, for another decision.
+    auto fits = check_declared_arguments(*declared, json::serialize(arguments));
+    if (auto* why = std::get_if<std::string>(&fits))
+      return make_error(errc::widening_refused,
+                        fmt::format("The lowered amount does not fit the declaration: {}", *why));
     p.set_arguments_json(json::serialize(arguments));
     p.set_effect(fmt::format(
         "{} (lowered by the approver from {})",
@@ -150,10 +163,26 @@ Status drop_lapsed_approvals(store::Transaction& txn, pb::Operation& op,
 }  // namespace
 
 Result<Approved> approve(store::Transaction& txn, const std::string& key,
-                         const Principal& principal, const ApprovalRequest& request,
+                         const Principal& authenticated, const ApprovalRequest& request,
                          const PolicyConfig& policy, const std::optional<SourcedOrder>& sourced,
                          const std::optional<ClaimAtOnce>& claim_at_once,
                          const std::vector<Principal>* in_force) {
+  // The approver as configured now, not as when its request came in (it may
+  // have waited on the order service across a reload): a token revoked or
+  // replaced meanwhile approves nothing, and changed scopes, tiers and
+  // limits apply at once.
+  const Principal* current = &authenticated;
+  if (in_force) {
+    auto it = std::find_if(in_force->begin(), in_force->end(), [&](const Principal& p) {
+      return p.name == authenticated.name && p.token_sha256 == authenticated.token_sha256;
+    });
+    if (it == in_force->end())
+      return make_error(errc::unauthorized,
+                        "This token was revoked or replaced while the approval was on its way; "
+                        "it approves nothing.");
+    current = &*it;
+  }
+  const Principal& principal = *current;
   OPGATE_ASSIGN_OR_RETURN(pb::Operation op, visible_operation(txn, key, principal));
   if (!principal.has_scope(scope::approve))
     return make_error(errc::forbidden, "This token may not approve operations.");

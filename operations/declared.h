@@ -76,8 +76,10 @@ bool reserved_operation_name(std::string_view name);
 Result<DeclaredOperation> parse_declared_operation(const boost::json::value& table,
                                                    std::string_view path);
 
-// The published tool: {"type":"function","name","description","parameters",
-// "strict":true}.
+// The published tool: {"type":"function","name","description","parameters"
+// with additionalProperties false, "strict":false}. Not the platform's strict
+// mode, which needs every parameter required: a declaration may leave some
+// out, and the server checks the arguments whatever the model sent.
 boost::json::object declared_tool_definition(const DeclaredOperation& op);
 
 // The call's arguments checked against the declaration: the canonical

@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include "common/crypto.h"
+#include "operations/declared.h"
 #include "operations/drafts.h"
 #include "operations/keys.h"
 #include "operations/notifications.h"
@@ -271,6 +272,88 @@ TEST_CASE("re-tiering discards the approvals given for the old tier; a lower tie
   // Two new approvals are needed, alice's among them if she gives it again.
   REQUIRE(w.approve(person("alice"))->step == operations::ApprovalStep::recorded);
   REQUIRE(w.approve(person("bob"))->step == operations::ApprovalStep::complete);
+}
+
+TEST_CASE("the approver is checked as configured when its approval is written") {
+  World w;
+  const auto before = w.operation(kRefund);
+  auto alice = person("alice");
+  alice.token_sha256 = crypto::sha256_hex("tok-alice");
+  // Revoked by a reload while the request waited (on the order service):
+  // it approves nothing.
+  std::vector<operations::Principal> in_force{person("bob")};
+  auto revoked = w.approve(alice, std::nullopt, {}, std::nullopt, {}, &in_force);
+  REQUIRE_FALSE(revoked.ok());
+  CHECK(revoked.error().is(errc::unauthorized));
+  // Replaced: the same name with another token is not this request's.
+  auto replaced = alice;
+  replaced.token_sha256 = crypto::sha256_hex("tok-alice-new");
+  in_force = {replaced};
+  CHECK(w.approve(alice, std::nullopt, {}, std::nullopt, {}, &in_force)
+            .error()
+            .is(errc::unauthorized));
+  // Still configured, with its limit cut: the limit in force applies.
+  auto cut = alice;
+  cut.max_amount_minor = {{"USD", 100}};
+  in_force = {cut};
+  CHECK(
+      w.approve(alice, std::nullopt, {}, std::nullopt, {}, &in_force).error().is(errc::forbidden));
+  CHECK(w.operation(kRefund).SerializeAsString() == before.SerializeAsString());
+  in_force = {alice};
+  CHECK(w.approve(alice, std::nullopt, {}, std::nullopt, {}, &in_force).ok());
+}
+
+TEST_CASE("lowering a declared amount: only within the declaration, only by a desk of its tier") {
+  auto declared = operations::parse_declared_operation(json::parse(R"({
+    "name": "waive_fee", "description": "Waive a fee.", "money": "credit",
+    "amount_argument": "amount_minor", "tier": "support",
+    "tier_above_minor": {"supervisor": {"USD": 1000}},
+    "effect": "{amount} of a fee on order {order_id} is credited.",
+    "parameters": {"required": ["amount_minor"],
+                   "properties": {"amount_minor": {"type": "integer", "minimum": 500}}},
+    "executor": {"url": "http://127.0.0.1:9/waive", "token_env": "WAIVE_TOKEN"}})"),
+                                                       "operations[0]");
+  REQUIRE_MESSAGE(declared.ok(), declared.error().message);
+  operations::PolicyConfig policy;
+  policy.declared.push_back(*declared);
+  World w(policy);
+  w.seed_order("ORDER-200");
+  operations::SessionView v;
+  v.required_actions = {
+      {"call_w", "turn_2", "waive_fee", R"({"order_id":"ORDER-200","amount_minor":1500})"}};
+  w.agents.views["sess_1"] = v;
+  w.webhook("msg_2", "sess_1");
+  w.pump();
+  const std::string key = "demo-user:ORDER-200:waive_fee:v1";
+  const auto before = w.operation(key);
+  REQUIRE(before.state() == pb::STATE_PENDING);
+  REQUIRE(before.proposal().tier() == "supervisor");
+  auto lower = [&](const operations::Principal& who, int64_t amount) {
+    return w.storage->transact([&](store::Transaction& txn) -> Status {
+      OPGATE_TRY(operations::approve(txn, key, who,
+                                     {amount, "USD", before.fingerprint(), "less", {}}, policy,
+                                     std::nullopt, std::nullopt));
+      return Status::Ok();
+    });
+  };
+  // A support desk may not decide a supervisor-tier proposal: nor lower it
+  // into its own tier.
+  auto desk = person("dana");
+  desk.tiers = {"support"};
+  auto by_desk = lower(desk, 800);
+  REQUIRE_FALSE(by_desk.ok());
+  CHECK(by_desk.error().is(errc::forbidden));
+  // Below the declared minimum: refused, the proposal kept for another
+  // decision (it was rejected, and the agent told, before).
+  auto below = lower(person("carol"), 100);
+  REQUIRE_FALSE(below.ok());
+  CHECK(below.error().is(errc::widening_refused));
+  CHECK(below.error().message.find("does not fit the declaration") != std::string::npos);
+  CHECK(w.operation(key).SerializeAsString() == before.SerializeAsString());
+  // Within it, by a supervisor: lowered into the support tier.
+  REQUIRE(lower(person("carol"), 800).ok());
+  CHECK(w.operation(key).proposal().amount_minor() == 800);
+  CHECK(w.operation(key).proposal().arguments_json().find("800") != std::string::npos);
 }
 
 TEST_CASE("a credit re-tiered by a lower support limit is decided at the tier in force") {
