@@ -1,5 +1,6 @@
 #include "operations/tool_calls.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/text.h"
@@ -37,9 +38,19 @@ Result<AnsweredCall> answer_call(store::Transaction& txn, const AgentCall& reque
   call.set_turn_id(request.ref.turn_id());
   call.set_call_id(request.ref.call_id());
   call.set_name(std::string(utf8_prefix(request.name, 128)));
-  call.set_arguments_json(std::string(utf8_prefix(request.arguments_json, 16384)));
+  call.set_arguments_json(std::string(utf8_prefix(request.arguments_json, kMaxArgumentBytes)));
   call.set_created_at_ms(txn.now_ms());
   call.set_mcp(request.mcp);
+  // Arguments are kept whole or not at all: a call is answered by what it
+  // asked, and a repeat is linked by its arguments, which a cut copy no
+  // longer has.
+  if (request.arguments_json.size() > kMaxArgumentBytes) {
+    out.outcome = "refused";
+    stage_result(txn, call,
+                 failure_result(fmt::format("The arguments are {} bytes; a call takes at most {}.",
+                                            request.arguments_json.size(), kMaxArgumentBytes)));
+    return out;
+  }
 
   // A refund already proposed for the order, or the same call of another
   // proposing tool made again, answers from the operation before the policy

@@ -27,6 +27,10 @@ using FetchedOrders = std::map<std::string, FetchedOrder>;
 FetchedOrders fetch_orders(OrderService* service, const std::vector<std::string>& arguments_json,
                            Metrics& metrics);
 
+// The most a call's arguments may hold: kept whole in its record, larger
+// ones are refused (a declared tool of many long strings can reach it).
+inline constexpr size_t kMaxArgumentBytes = 64 * 1024;
+
 struct AgentCall {
   pb::CallRef ref;
   std::string name;

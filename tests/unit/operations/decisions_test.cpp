@@ -15,6 +15,7 @@
 #include "operations/notifications.h"
 #include "operations/proposals.h"
 #include "operations/step_up.h"
+#include "operations/tool_calls.h"
 #include "soft_authenticator.h"
 #include "world.h"
 
@@ -901,6 +902,77 @@ TEST_CASE("the same proposal made again links to it after it was escalated or lo
   auto after_lowering = propose_again("call_3");
   CHECK(after_lowering.operation_key() == kRefund);
   CHECK(w.operation(kRefund).calls_size() == 3);
+}
+
+TEST_CASE(
+    "a call's arguments are kept whole: a long declared call made again links to its "
+    "settled operation; past the limit a call is refused") {
+  auto declared = operations::parse_declared_operation(json::parse(R"({
+    "name": "waive_fee", "description": "Waive a fee.", "money": "credit",
+    "amount_argument": "amount_minor", "tier": "support",
+    "effect": "{amount} of a fee on order {order_id} is credited.",
+    "parameters": {"required": ["amount_minor", "why", "context"],
+                   "properties": {"amount_minor": {"type": "integer"},
+                                  "why": {"type": "string", "maxLength": 4000},
+                                  "context": {"type": "string", "maxLength": 4000}}},
+    "executor": {"url": "http://127.0.0.1:9/waive", "token_env": "WAIVE_TOKEN"}})"),
+                                                       "operations[0]");
+  REQUIRE_MESSAGE(declared.ok(), declared.error().message);
+  operations::PolicyConfig policy;
+  policy.declared.push_back(*declared);
+  World w(policy);
+  w.seed_order("ORDER-200");
+  auto answer = [&](const std::string& call_id, const std::string& arguments) {
+    operations::AgentCall a;
+    a.ref.set_session_id("sess_1");
+    a.ref.set_turn_id("turn_9");
+    a.ref.set_call_id(call_id);
+    a.name = "waive_fee";
+    a.arguments_json = arguments;
+    a.owner = "demo-user";
+    std::optional<operations::AnsweredCall> out;
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) -> Status {
+                  OPGATE_ASSIGN_OR_RETURN(
+                      out, operations::answer_call(txn, a, *w.policy.get(), nullptr));
+                  return Status::Ok();
+                })
+                .ok());
+    return out->call;
+  };
+  // 4,000 characters of three bytes each, twice: 24 KB of arguments.
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "\u65e5";
+  const std::string arguments = R"({"order_id":"ORDER-200","amount_minor":1500,"why":")" + text +
+                                R"(","context":")" + text + R"("})";
+  REQUIRE(arguments.size() > 24'000);
+  const auto first = answer("call_1", arguments);
+  const std::string key = "demo-user:ORDER-200:waive_fee:v1";
+  REQUIRE(first.operation_key() == key);
+  for (const char* name : {"alice", "bob"}) {
+    const auto op = w.operation(key);
+    if (op.state() != pb::STATE_PENDING) break;
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) -> Status {
+                  OPGATE_TRY(operations::approve(txn, key, person(name),
+                                                 {1500, "USD", op.fingerprint(), {}, {}}, policy,
+                                                 std::nullopt, std::nullopt));
+                  return Status::Ok();
+                })
+                .ok());
+  }
+  w.pump();
+  REQUIRE(std::string(operations::outcome_text(w.operation(key))) == "succeeded");
+  // The same call again: linked to the operation (its outcome), not asked
+  // of the policy again, which would refuse 1,500 of the 1,000 left.
+  const auto again = answer("call_2", arguments);
+  CHECK(again.operation_key() == key);
+  // Past the limit: refused whole, never kept cut.
+  const auto huge = answer("call_3", R"({"order_id":"ORDER-200","amount_minor":100,"why":")" +
+                                         std::string(70'000, 'x') + R"("})");
+  REQUIRE(huge.result_saved());
+  CHECK_FALSE(huge.result().success());
+  CHECK(huge.result().error().find("a call takes at most 65536") != std::string::npos);
 }
 
 TEST_CASE("registering a passkey needs an administrator's allowance, used up by it") {
