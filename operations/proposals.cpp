@@ -171,7 +171,17 @@ Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& 
                                             latest->key())));
     return Status::Ok();
   }
-  return create_version(txn, call, proposal, fp, key_version(latest->key()) + 1, policy, principal);
+  // Bounded: every proposal reads the order's operations, and an agent
+  // that proposes and withdraws in a loop would make that read grow.
+  const int next = key_version(latest->key()) + 1;
+  if (next > kMaxVersions) {
+    stage_result(txn, call,
+                 failure_result(fmt::format("This order has had {} proposals of this kind; no "
+                                            "more are taken for it.",
+                                            kMaxVersions)));
+    return Status::Ok();
+  }
+  return create_version(txn, call, proposal, fp, next, policy, principal);
 }
 
 Result<bool> link_to_refund(store::Transaction& txn, pb::ToolCall& call, const std::string& owner,

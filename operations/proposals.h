@@ -36,9 +36,12 @@ Result<std::optional<pb::Operation>> latest_operation(store::Reader& reader,
 //   a refusal (a second proposal never replaces the first);
 // - the newest is settled with the same fingerprint: linked, and answered
 //   with its recorded outcome (nothing is asked again);
-// - the newest is settled with another proposal: the next version.
+// - the newest is settled with another proposal: the next version, up to
+//   kMaxVersions; past it, a refusal.
 // `principal` proposes, in the audit: "system" for a session's call, or
 // "agent:{id}" for an agent token's.
+inline constexpr int kMaxVersions = 1000;  // operations per owner, order and kind
+
 Status propose(store::Transaction& txn, pb::ToolCall& call, const pb::Proposal& proposal,
                const PolicyConfig& policy, const std::string& principal = "system");
 

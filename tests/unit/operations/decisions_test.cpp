@@ -975,6 +975,38 @@ TEST_CASE(
   CHECK(huge.result().error().find("a call takes at most 65536") != std::string::npos);
 }
 
+TEST_CASE("an order takes a bounded number of proposals of one kind") {
+  World w;
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::deny(txn, kRefund, person("alice"), "no");
+              })
+              .ok());
+  // As if a thousand had been made and settled before.
+  auto last = w.operation(kRefund);
+  const std::string thousandth = "demo-user:ORDER-100:full-refund:v1000";
+  last.set_key(thousandth);
+  REQUIRE(
+      w.storage->transact([&](store::Transaction& txn) { return txn.put_operation(last); }).ok());
+  CHECK(operations::key_version(thousandth) == 1000);
+  auto another = last.proposal();
+  another.set_reason("a different reason: a different proposal");
+  pb::ToolCall call;
+  call.set_session_id("sess_1");
+  call.set_turn_id("turn_2");
+  call.set_call_id("call_2");
+  call.set_name("request_refund");
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::propose(txn, call, another, *w.policy.get());
+              })
+              .ok());
+  REQUIRE(call.result_saved());
+  CHECK(call.result().error().find("1000 proposals of this kind") != std::string::npos);
+  CHECK(call.operation_key().empty());
+  CHECK_FALSE(w.storage->reader().operation("demo-user:ORDER-100:full-refund:v1001")->has_value());
+}
+
 TEST_CASE("registering a passkey needs an administrator's allowance, used up by it") {
   World w;
   testing::SoftAuthenticator authenticator{"localhost"};
