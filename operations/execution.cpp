@@ -1,5 +1,6 @@
 #include "operations/execution.h"
 
+#include "common/crypto.h"
 #include "operations/keys.h"
 #include "operations/settlement.h"
 #include "operations/state_machine.h"
@@ -36,7 +37,8 @@ PaymentRequest payment_request(const pb::Operation& op) {
           .operation = declared ? p.kind() : std::string(),
           .owner = p.owner(),
           .arguments_json = p.arguments_json(),
-          .executor_url = op.executor_url()};
+          .executor_url = op.executor_url(),
+          .executor_token_sha256 = op.executor_token_sha256()};
 }
 
 Status recover_executing(store::Transaction& txn, pb::Operation& op, const std::string& reason,
@@ -74,8 +76,10 @@ Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op,
                                     const PolicyConfig& policy) {
   op.set_attempts(op.attempts() + 1);
   if (op.executor_url().empty() && !op.proposal().arguments_json().empty())
-    if (const auto* declared = policy.declared_operation(op.proposal().kind()))
+    if (const auto* declared = policy.declared_operation(op.proposal().kind())) {
       op.set_executor_url(declared->executor.url);
+      op.set_executor_token_sha256(crypto::sha256_hex(declared->executor.token));
+    }
   OPGATE_TRY(reserve_funds(txn, op));
   OPGATE_TRY(
       apply(txn, op, Event::claim, "system", details({{"idempotency_key", op.idempotency_key()}})));

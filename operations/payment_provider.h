@@ -32,8 +32,11 @@ struct PaymentRequest {
   std::string operation;
   std::string owner;
   std::string arguments_json;
-  // The executor the operation was first sent to (pb::Operation), if any.
+  // The executor the operation was first sent to (pb::Operation), if any,
+  // and the SHA-256 of the token it was sent (empty: recorded before it was
+  // kept).
   std::string executor_url;
+  std::string executor_token_sha256;
 };
 
 enum class Verdict {

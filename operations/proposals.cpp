@@ -74,7 +74,10 @@ Status create_version(store::Transaction& txn, pb::ToolCall& call, const pb::Pro
   op.set_session_id(call.session_id());
   op.set_call_id(call.call_id());
   *op.add_calls() = ref_of(call);
-  op.set_idempotency_key(provider_idempotency_key(op.key()));
+  // A declared operation's executor is sent its operation key as the
+  // Idempotency-Key: the one on-call sees is the one the executor logged.
+  op.set_idempotency_key(proposal.arguments_json().empty() ? provider_idempotency_key(op.key())
+                                                           : op.key());
   op.set_expires_at_ms(txn.now_ms() + policy.approval_ttl_s * 1000);
   call.set_operation_key(op.key());
   // The policy it was proposed under, for the evidence pack.

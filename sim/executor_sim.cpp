@@ -132,7 +132,10 @@ http::Response ExecutorSim::lookup(const http::Request& request, const std::stri
     MutexLock lock(mu_);
     auto it = executions_.find(key);
     if (it == executions_.end())
-      return error_reply(404, "not_found", "No execution with that key.");
+      return json_reply(
+          404, json::object{{"operation_key", key},
+                            {"error", json::object{{"code", "not_found"},
+                                                   {"message", "No execution with that key."}}}});
     return json_reply(200, it->second.answer);
   });
 }

@@ -6,7 +6,9 @@
 #include <boost/json.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/rfc/pchars.hpp>
+#include <optional>
 
+#include "common/crypto.h"
 #include "common/json_fields.h"
 #include "common/text.h"
 #include "http/client.h"
@@ -48,10 +50,11 @@ PaymentResult classify(const std::string& body) {
   return out;
 }
 
-bool is_json_object(const std::string& body) {
+// Whether a body is a JSON object whose "operation_key" is `key`.
+bool names_key(const std::string& body, const std::string& key) {
   json::error_code ec;
   auto v = json::parse(body, ec);
-  return !ec && v.is_object();
+  return !ec && v.is_object() && string_field(v.as_object(), "operation_key") == key;
 }
 
 // Where a request goes: the executor its operation was first sent to, and
@@ -59,6 +62,25 @@ bool is_json_object(const std::string& body) {
 const std::string& executor_url(const PaymentRequest& req,
                                 const operations::DeclaredOperation& op) {
   return req.executor_url.empty() ? op.executor.url : req.executor_url;
+}
+
+// Why the declaration's token is not sent where the operation was first
+// sent: a reload gave the declaration another token since, and a host is
+// only ever sent the token it was given before (an operation recorded
+// before the token's digest was kept: only while the URL is unchanged).
+std::optional<std::string> token_withheld(const PaymentRequest& req,
+                                          const operations::DeclaredOperation& op) {
+  if (req.executor_url.empty()) return std::nullopt;
+  const bool same = req.executor_token_sha256.empty()
+                        ? req.executor_url == op.executor.url
+                        : crypto::equal_constant_time(crypto::sha256_hex(op.executor.token),
+                                                      req.executor_token_sha256);
+  if (same) return std::nullopt;
+  return fmt::format(
+      "{}'s executor token is not the one this operation was sent with (to {}); the new one is "
+      "not sent there and nothing was asked: restore the token it was sent with, or resolve the "
+      "operation by hand",
+      op.name, req.executor_url);
 }
 
 class DeclaredExecutors final : public operations::PaymentProvider {
@@ -75,6 +97,11 @@ class DeclaredExecutors final : public operations::PaymentProvider {
       PaymentResult out;
       out.verdict = Verdict::refused;
       out.error = fmt::format("{} is no longer declared; nothing was sent", req.operation);
+      return out;
+    }
+    if (auto why = token_withheld(req, *op)) {
+      PaymentResult out;  // indeterminate: it may have run where it was sent
+      out.error = std::move(*why);
       return out;
     }
     json::error_code ec;
@@ -117,6 +144,10 @@ class DeclaredExecutors final : public operations::PaymentProvider {
           req.operation);
       return out;
     }
+    if (auto why = token_withheld(req, *op)) {
+      out.error = std::move(*why);
+      return out;
+    }
     const std::string url =
         fmt::format("{}/{}", executor_url(req, *op),
                     boost::urls::encode(req.operation_key, boost::urls::pchars));
@@ -127,15 +158,16 @@ class DeclaredExecutors final : public operations::PaymentProvider {
     }
     if (res->status == 404) {
       // The proof that it never ran, on which it is carried out again, is
-      // the executor's own answer: a JSON object. A proxy's or a gateway's
-      // 404 (a page, or nothing) says only that the request found no route.
-      if (is_json_object(res->body)) {
+      // the executor's own answer, naming the key it looked for. A proxy's
+      // or a gateway's 404 (a page, nothing, or JSON of its own, such as
+      // "no route matched") says only that the request found no route.
+      if (names_key(res->body, req.operation_key)) {
         out.lookup = operations::Lookup::absent;
         return out;
       }
       out.error =
-          "the executor's lookup answered 404 without a JSON body, which is not taken as proof "
-          "that it never ran";
+          "the executor's lookup answered 404 without naming the operation key, which is not "
+          "taken as proof that it never ran";
       return out;
     }
     if (res->status != 200) {

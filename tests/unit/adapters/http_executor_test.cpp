@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/crypto.h"
 #include "http/server.h"
 #include "world.h"
 
@@ -52,18 +53,21 @@ struct Executor {
   }
 };
 
-operations::PolicyConfig declaring(const std::string& url) {
+operations::PolicyConfig declaring(const std::string& url, const std::string& token = "tok") {
   operations::PolicyConfig policy;
   operations::DeclaredOperation op;
   op.name = "waive_fee";
   op.executor.url = url;
-  op.executor.token = "tok";
+  op.executor.token = token;
   op.executor.timeout_ms = 5'000;
   policy.declared.push_back(op);
   return policy;
 }
 
-operations::PaymentRequest waive_fee(std::string executor_url = "") {
+// As the drainer asks: for an operation sent already, the executor it was
+// sent to and the digest of the token it was sent with.
+operations::PaymentRequest waive_fee(std::string executor_url = "",
+                                     const std::string& sent_with = "tok") {
   operations::PaymentRequest r;
   r.kind = operations::PaymentRequest::Kind::declared;
   r.operation_key = "demo-user:ORDER-1:waive_fee:v1";
@@ -71,32 +75,39 @@ operations::PaymentRequest waive_fee(std::string executor_url = "") {
   r.owner = "demo-user";
   r.order_id = "ORDER-1";
   r.arguments_json = R"({"order_id":"ORDER-1"})";
+  if (!executor_url.empty()) r.executor_token_sha256 = crypto::sha256_hex(sent_with);
   r.executor_url = std::move(executor_url);
   return r;
 }
 
 }  // namespace
 
-TEST_CASE("a lookup's 404 proves absence only as the executor's own JSON answer") {
+constexpr const char* kAbsent =
+    R"({"operation_key":"demo-user:ORDER-1:waive_fee:v1","error":{"code":"not_found"}})";
+
+TEST_CASE("a lookup's 404 proves absence only as the executor's own answer, naming the key") {
   Executor executor("/waive");
   Live<operations::PolicyConfig> policy(declaring(executor.url));
   testing::FakeProvider underneath;
   auto executors = adapters::make_declared_executors(underneath, policy, 5'000);
 
-  executor.answer(404, R"({"error":{"code":"not_found"}})");
+  executor.answer(404, kAbsent);
   auto found = executors->find(waive_fee());
   CHECK(found.lookup == operations::Lookup::absent);
 
-  // A gateway's page, or an empty 404: the request found no route, which
-  // says nothing of whether the executor ran the operation.
-  for (const char* body : {"<html><body>Not Found</body></html>", ""}) {
+  // A gateway's page, an empty 404, or a gateway's own JSON: the request
+  // found no route, which says nothing of whether the executor ran it.
+  for (const char* body :
+       {"<html><body>Not Found</body></html>", "", R"({"message":"no Route matched"})",
+        R"({"status":404,"error":"Not Found","path":"/waive/x"})",
+        R"({"operation_key":"demo-user:ORDER-1:waive_fee:v2"})"}) {
     CAPTURE(body);
     executor.answer(404, body, "text/html");
     found = executors->find(waive_fee());
     CHECK(found.lookup == operations::Lookup::unreachable);
     CHECK(found.error.find("not taken as proof") != std::string::npos);
   }
-  CHECK(executor.requests().size() == 3);
+  CHECK(executor.requests().size() == 6);
   CHECK(underneath.looked_up.empty());
 }
 
@@ -125,7 +136,7 @@ TEST_CASE("an operation sent already is asked for, and sent again, where it was 
   // A reload moves the declaration to another executor after the operation
   // was sent to the first.
   policy.set(declaring(second.url));
-  first.answer(404, R"({"error":{"code":"not_found"}})");
+  first.answer(404, kAbsent);
   CHECK(executors->find(waive_fee(first.url)).lookup == operations::Lookup::absent);
   first.answer(200, R"({"status":"succeeded","id":"w_1"})");
   CHECK(executors->execute(waive_fee(first.url)).verdict == operations::Verdict::succeeded);
@@ -136,4 +147,26 @@ TEST_CASE("an operation sent already is asked for, and sent again, where it was 
   second.answer(200, R"({"status":"succeeded","id":"w_2"})");
   CHECK(executors->execute(waive_fee()).verdict == operations::Verdict::succeeded);
   CHECK(second.requests() == std::vector<std::string>{"POST /v2/waive"});
+}
+
+TEST_CASE("a reload's new token is never sent to the executor an operation was sent to before") {
+  Executor first("/waive"), second("/v2/waive");
+  Live<operations::PolicyConfig> policy(declaring(first.url, "tok-old"));
+  testing::FakeProvider underneath;
+  auto executors = adapters::make_declared_executors(underneath, policy, 5'000);
+  // Sent to the first with the old token; a reload moves the declaration
+  // to another executor with another token.
+  policy.set(declaring(second.url, "tok-new"));
+  auto found = executors->find(waive_fee(first.url, "tok-old"));
+  CHECK(found.lookup == operations::Lookup::unreachable);
+  CHECK(found.error.find("restore the token it was sent with") != std::string::npos);
+  auto again = executors->execute(waive_fee(first.url, "tok-old"));
+  CHECK(again.verdict == operations::Verdict::indeterminate);
+  CHECK(first.requests().empty());  // neither token went there
+  CHECK(second.requests().empty());
+  // The old token restored: asked there again.
+  policy.set(declaring(second.url, "tok-old"));
+  first.answer(200, R"({"status":"succeeded","id":"w_1"})");
+  CHECK(executors->find(waive_fee(first.url, "tok-old")).lookup == operations::Lookup::found);
+  CHECK(first.requests().size() == 1);
 }

@@ -16,6 +16,7 @@
 #include "operations/agent_tokens.h"
 #include "operations/decisions.h"
 #include "operations/proposals.h"
+#include "operations/tool_calls.h"
 #include "world.h"
 
 namespace opgate {
@@ -109,13 +110,16 @@ TEST_CASE("text cut to fit the store is cut between characters, so the stored ca
   mcp::CallCommitter committer(*w.storage, {});
   Answers answers;
   // An unknown argument whose name has an 'é' across the 64th byte, which
-  // the refusal quotes; arguments whose 16,384th byte falls inside an 'é';
+  // the refusal quotes; arguments past the limit whose last byte kept falls
+  // inside an 'é' (refused, and kept cut as far as the limit);
   // a tool name with one across the 128th.
   auto unknown = agent_call("long-name", "lookup_order", "ORDER-100");
   unknown.arguments_json = R"({"order_id":"ORDER-100",")" + std::string(63, 'a') + "\u00e9\":1}";
   auto large = agent_call("large", "lookup_order", "ORDER-100");
   large.arguments_json = R"({"order_id":"ORDER-100","x":")";
-  large.arguments_json += std::string(16383 - large.arguments_json.size(), 'b') + "\u00e9\"}";
+  large.arguments_json +=
+      std::string(operations::kMaxArgumentBytes - 1 - large.arguments_json.size(), 'b') +
+      "\u00e9\"}";
   auto named = agent_call("tool-name", std::string(127, 't') + "\u00e9", "ORDER-100");
   for (auto* c : {&unknown, &large, &named})
     committer.submit(*c, default_policy(), std::nullopt, answers.to(c->ref.call_id()));
@@ -130,7 +134,8 @@ TEST_CASE("text cut to fit the store is cut between characters, so the stored ca
   }
   CHECK(w.call("mcp:agent-1", "call", "long-name")->result().error().find(std::string(63, 'a')) !=
         std::string::npos);
-  CHECK(w.call("mcp:agent-1", "call", "large")->arguments_json().size() == 16383);
+  CHECK(w.call("mcp:agent-1", "call", "large")->arguments_json().size() ==
+        operations::kMaxArgumentBytes - 1);
   CHECK(w.call("mcp:agent-1", "call", "tool-name")->name() == std::string(127, 't'));
 }
 

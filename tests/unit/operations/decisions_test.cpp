@@ -329,6 +329,10 @@ TEST_CASE("lowering a declared amount: only within the declaration, only by a de
   const auto before = w.operation(key);
   REQUIRE(before.state() == pb::STATE_PENDING);
   REQUIRE(before.proposal().tier() == "supervisor");
+  // The executor is sent the operation key as its Idempotency-Key: the key
+  // on-call is shown is that one.
+  CHECK(before.idempotency_key() == key);
+  CHECK(w.operation(kRefund).idempotency_key().starts_with("opgate-v1-"));
   auto lower = [&](const operations::Principal& who, int64_t amount) {
     return w.storage->transact([&](store::Transaction& txn) -> Status {
       OPGATE_TRY(operations::approve(txn, key, who,
