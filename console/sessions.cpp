@@ -25,15 +25,27 @@ bool SessionStore::live(const Session& s, int64_t now) const {
   return now - s.last_seen_ms < limits_.idle_ms && now - s.created_ms < limits_.absolute_ms;
 }
 
-void SessionStore::make_room(int64_t now) {
-  for (auto it = sessions_.begin(); it != sessions_.end();)
-    it = live(it->second, now) ? std::next(it) : sessions_.erase(it);
-  while (!sessions_.empty() && sessions_.size() >= limits_.max_sessions) {
-    auto oldest = sessions_.begin();
-    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
-      if (it->second.last_seen_ms < oldest->second.last_seen_ms) oldest = it;
-    sessions_.erase(oldest);
+void SessionStore::make_room(int64_t now, const std::string& principal) {
+  size_t own = 0;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (!live(it->second, now)) {
+      it = sessions_.erase(it);
+      continue;
+    }
+    if (it->second.principal == principal) ++own;
+    ++it;
   }
+  // The least recently seen of `principal`'s own (mine = true), or of all.
+  auto end_least_recent = [&](bool mine) {
+    auto oldest = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+      if ((!mine || it->second.principal == principal) &&
+          (oldest == sessions_.end() || it->second.last_seen_ms < oldest->second.last_seen_ms))
+        oldest = it;
+    if (oldest != sessions_.end()) sessions_.erase(oldest);
+  };
+  for (; own >= limits_.max_per_principal && own > 0; --own) end_least_recent(true);
+  while (!sessions_.empty() && sessions_.size() >= limits_.max_sessions) end_least_recent(false);
 }
 
 SessionStore::Created SessionStore::create(std::string principal, std::string token_sha256) {
@@ -43,7 +55,7 @@ SessionStore::Created SessionStore::create(std::string principal, std::string to
   out.session =
       Session{std::move(principal), std::move(token_sha256), random_hex_(kIdBytes), now, now};
   MutexLock lock(mu_);
-  make_room(now);
+  make_room(now, out.session.principal);
   sessions_[crypto::sha256(out.id)] = out.session;
   return out;
 }

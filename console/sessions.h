@@ -24,6 +24,9 @@ struct SessionLimits {
   int64_t idle_ms = 30 * 60 * 1000;           // unseen this long: ended
   int64_t absolute_ms = 12 * 60 * 60 * 1000;  // this long after sign-in: ended
   size_t max_sessions = 10000;
+  // One principal's sessions: past it, its own least recently used ends,
+  // so that signing in in a loop never pushes out anyone else's.
+  size_t max_per_principal = 32;
 };
 
 struct Session {
@@ -62,7 +65,7 @@ class SessionStore {
 
  private:
   bool live(const Session& s, int64_t now) const REQUIRES(mu_);
-  void make_room(int64_t now) REQUIRES(mu_);
+  void make_room(int64_t now, const std::string& principal) REQUIRES(mu_);
 
   const Clock& clock_;
   const SessionLimits limits_;

@@ -99,6 +99,28 @@ TEST_CASE("sessions: the store is bounded; expired sessions go first, then the l
   CHECK(store.find(e.id));
 }
 
+TEST_CASE("sessions: one principal signing in again and again ends only its own") {
+  ManualClock clock(kStart);
+  SessionLimits limits{10'000, 100'000, 4};
+  limits.max_per_principal = 2;
+  SessionStore store(clock, limits);
+  auto alice = store.create("alice", "h1");
+  clock.advance_ms(10);
+  auto carol = store.create("carol", "h3");
+  std::vector<std::string> bobs;
+  for (int i = 0; i < 50; ++i) {
+    clock.advance_ms(10);
+    bobs.push_back(store.create("bob", "h2").id);
+  }
+  // alice and carol were seen least recently, and are still signed in.
+  CHECK(store.find(alice.id));
+  CHECK(store.find(carol.id));
+  CHECK(store.size() == 4);
+  CHECK(store.find(bobs[49]));
+  CHECK(store.find(bobs[48]));
+  CHECK_FALSE(store.find(bobs[47]));
+}
+
 TEST_CASE("sessions: ids come from the random source given, 32 bytes each") {
   ManualClock clock(kStart);
   std::vector<size_t> asked;
