@@ -84,7 +84,11 @@ Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
 }
 
 // Pages of saved items are fetched at this size; inspect prints each page.
-constexpr int kTranscriptPageSize = 20;
+// A transcript is read in pages of this many items, up to these bounds; a
+// longer one (or a platform whose paging loops) is shown cut, and says so.
+constexpr int kTranscriptPageSize = 100;
+constexpr size_t kTranscriptMaxBytes = 8 << 20;
+constexpr int64_t kTranscriptDeadlineMs = 30'000;
 // At most this many approvals in one POST /v1/approvals.
 constexpr size_t kMaxBatchApprovals = 100;
 
@@ -222,19 +226,28 @@ class Api {
     if (!turns) return error_response(errc::agents_unavailable, turns.error().message);
     json::array pages;
     std::string after;
-    for (int i = 0; i < 1000; ++i) {
+    std::set<std::string> cursors;
+    size_t bytes = 0;
+    bool truncated = false;
+    const int64_t deadline = d_.clock.monotonic_ms() + kTranscriptDeadlineMs;
+    for (int i = 0;; ++i) {
       auto page = d_.agents.get_items(id, after, kTranscriptPageSize);
       if (!page) return error_response(errc::agents_unavailable, page.error().message);
       json::error_code ec;
       pages.push_back(json::parse(page->json, ec));
+      bytes += page->json.size();
       if (!page->has_more || page->last_id.empty()) break;
-      // A cursor that does not move would fetch the same page again and
+      // A cursor seen before would fetch pages seen before, again and
       // again: the platform's paging is broken, and what came is shown.
-      if (page->last_id == after) break;
+      truncated = !cursors.insert(page->last_id).second || page->last_id == after ||
+                  bytes >= kTranscriptMaxBytes || i + 1 >= 1000 ||
+                  d_.clock.monotonic_ms() >= deadline;
+      if (truncated) break;
       after = page->last_id;
     }
     json::error_code ec;
-    return ok_json(json::object{{"turns", json::parse(*turns, ec)}, {"item_pages", pages}});
+    return ok_json(json::object{
+        {"turns", json::parse(*turns, ec)}, {"item_pages", pages}, {"truncated", truncated}});
   }
 
   // Operations in key order, or with sort=created_at (which needs a state

@@ -489,6 +489,9 @@
       if (to < items.length)
         target.appendChild(el("p", { className: "sub" }, `… ${items.length - to} later items`));
       if (!items.length) target.appendChild(el("p", { className: "sub" }, "No items."));
+      if (transcript.truncated)
+        target.appendChild(el("p", { className: "sub" },
+          "The platform's transcript goes on; it is shown as far as it was read."));
       if (wholeButton) show(wholeButton, !all && (from > 0 || to < items.length));
     };
     draw(false);

@@ -76,10 +76,10 @@ class FakeAgents final : public operations::AgentPlatform {
     return verdict;
   }
   Result<std::string> get_turns(const std::string&) override { return std::string("{}"); }
-  Result<operations::Page> get_items(const std::string&, const std::string&, int) override {
+  Result<operations::Page> get_items(const std::string&, const std::string& after, int) override {
     std::lock_guard lock(mu);
     ++item_fetches;
-    return items_page;
+    return items_after ? items_after(after) : items_page;
   }
   void wait_until_holding() {
     std::unique_lock lock(mu);
@@ -93,6 +93,7 @@ class FakeAgents final : public operations::AgentPlatform {
 
   // What every page of a session's items answers, and how many were asked for.
   operations::Page items_page;
+  std::function<operations::Page(const std::string& after)> items_after;  // else items_page
   int item_fetches = 0;
   std::mutex mu;
   std::condition_variable cv;

@@ -97,6 +97,38 @@ TEST_CASE("a transcript stops paging when the platform's cursor does not move") 
   REQUIRE_MESSAGE(r.status == 200, r.body);
   CHECK(s.body_of(r).at("item_pages").as_array().size() == 2);
   CHECK(s.agents.item_fetches == 2);  // the first page, and the one that did not move on
+  CHECK(s.body_of(r).at("truncated").as_bool());
+}
+
+TEST_CASE("a transcript is read within bounds: a cursor seen before, or too many bytes, ends it") {
+  testing::ApiStage s;
+  s.open_api();
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
+  // Paging that alternates between two cursors, more each time.
+  s.agents.items_after = [](const std::string& after) -> operations::Page {
+    const std::string next = after == "item_a" ? "item_b" : "item_a";
+    return {R"({"data":[],"has_more":true,"last_id":")" + next + "\"}", true, next};
+  };
+  auto r = s.router.dispatch(request("GET", "/v1/sessions/sess_1/transcript", alice));
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(s.agents.item_fetches == 3);  // "", item_a, item_b: then item_a again
+  CHECK(s.body_of(r).at("truncated").as_bool());
+  // A cursor always new, a page of 1 MiB each: cut at 8 MiB.
+  s.agents.item_fetches = 0;
+  s.agents.items_after = [](const std::string& after) -> operations::Page {
+    const std::string next = after + "x";
+    return {R"({"data":[],"pad":")" + std::string(1 << 20, 'p') + R"(","has_more":true})", true,
+            next};
+  };
+  r = s.router.dispatch(request("GET", "/v1/sessions/sess_1/transcript", alice));
+  REQUIRE(r.status == 200);
+  CHECK(s.agents.item_fetches == 8);
+  CHECK(s.body_of(r).at("truncated").as_bool());
+  // A transcript that ends is whole.
+  s.agents.items_after = {};
+  s.agents.items_page = {R"({"data":[],"has_more":false})", false, ""};
+  r = s.router.dispatch(request("GET", "/v1/sessions/sess_1/transcript", alice));
+  CHECK_FALSE(s.body_of(r).at("truncated").as_bool());
 }
 
 TEST_CASE("without a console the routes are not served under /console/api") {
