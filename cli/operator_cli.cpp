@@ -787,8 +787,22 @@ int ledger(const Context& c, const std::string& session, const std::string& owne
     sep = "&";
   }
   if (!owner.empty()) path += sep + "owner=" + http::url_component(owner);
-  auto r = call(c, "GET", path);
-  if (!r) return 1;
+  // Every page, one after the other, into one answer.
+  std::optional<Reply> r;
+  json::array all;
+  std::string cursor;
+  do {
+    r = call(c, "GET",
+             cursor.empty() ? path
+                            : path + (path.find('?') == std::string::npos ? "?" : "&") +
+                                  "cursor=" + http::url_component(cursor));
+    if (!r) return 1;
+    for (auto& row : r->body.as_object().at("ledger").as_array()) all.push_back(row);
+    const auto& next = r->body.as_object().at("next_cursor");
+    cursor = next.is_string() ? std::string(next.as_string()) : "";
+  } while (!cursor.empty());
+  r->body.as_object()["ledger"] = all;
+  r->body.as_object()["next_cursor"] = nullptr;
   return print_json_or(c, *r, [&] {
     const auto& rows = r->body.as_object().at("ledger").as_array();
     std::cout << fmt::format("{:<48} {:<16} {:>14}  {:<28} {}\n", "OPERATION", "KIND", "AMOUNT",

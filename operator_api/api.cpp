@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
+#include <charconv>
 #include <deque>
 #include <map>
 #include <set>
@@ -74,11 +75,8 @@ Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
   auto l = req.query_param("limit");
   if (!l) return fallback;
   size_t v = 0;
-  for (char c : *l) {
-    if (c < '0' || c > '9' || v > max) return make_error(errc::bad_request, "limit is not valid.");
-    v = v * 10 + static_cast<size_t>(c - '0');
-  }
-  if (l->empty() || v < 1 || v > max)
+  const auto [end, ec] = std::from_chars(l->data(), l->data() + l->size(), v);
+  if (ec != std::errc() || end != l->data() + l->size() || v < 1 || v > max)
     return make_error(errc::bad_request, fmt::format("limit must be a number from 1 to {}.", max));
   return v;
 }
@@ -86,7 +84,7 @@ Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
 // Pages of saved items are fetched at this size; inspect prints each page.
 // A transcript is read in pages of this many items, up to these bounds; a
 // longer one (or a platform whose paging loops) is shown cut, and says so.
-constexpr int kTranscriptPageSize = 100;
+constexpr int kTranscriptPageSize = 20;
 constexpr size_t kTranscriptMaxBytes = 8 << 20;
 constexpr int64_t kTranscriptDeadlineMs = 30'000;
 // At most this many approvals in one POST /v1/approvals.
@@ -199,7 +197,7 @@ class Api {
     }
     auto notes = operations::notes_json(reader, *calls);
     if (!notes) return from_error(notes.error());
-    auto ledger = reader.ledger({id, "", ""});
+    auto ledger = reader.ledger({id, "", "", "", 1000});
     if (!ledger) return from_error(ledger.error());
     json::array rows;
     for (const auto& l : *ledger)
@@ -953,14 +951,28 @@ class Api {
     return after_decision(s, key, p);
   }
 
+  // Ledger rows in operation-key order, a page at a time (follow
+  // next_cursor), or one operation's row.
   Response ledger(const Request& req, const Principal& p) {
-    auto rows = d_.storage.reader().ledger(
-        {req.query_param("session").value_or(""), req.query_param("owner").value_or(""), ""});
-    if (!rows) return from_error(rows.error());
+    auto limit = limit_param(req, 1000, 1000);
+    if (!limit) return from_error(limit.error());
+    auto& reader = d_.storage.reader();
     json::array out;
-    for (const auto& l : *rows)
-      if (p.may_act_for(l.owner())) out.push_back(operations::ledger_json(l));
-    return ok_json(json::object{{"ledger", out}});
+    json::value next = nullptr;
+    if (auto key = req.query_param("operation"); key && !key->empty()) {
+      auto row = reader.ledger_entry(std::string(*key));
+      if (!row) return from_error(row.error());
+      if (*row && p.may_act_for((*row)->owner())) out.push_back(operations::ledger_json(**row));
+    } else {
+      auto rows = reader.ledger({req.query_param("session").value_or(""),
+                                 req.query_param("owner").value_or(""), "",
+                                 req.query_param("cursor").value_or(""), *limit});
+      if (!rows) return from_error(rows.error());
+      for (const auto& l : *rows)
+        if (p.may_act_for(l.owner())) out.push_back(operations::ledger_json(l));
+      if (rows->size() == *limit) next = json::string(rows->back().operation_key());
+    }
+    return ok_json(json::object{{"ledger", out}, {"next_cursor", next}});
   }
 
   Response audit(const Request& req, const Principal& p) {

@@ -118,6 +118,10 @@ struct LedgerQuery {
   std::string session_id;  // "" matches any
   std::string owner;       // "" matches any
   std::string order_id;    // "" matches any
+  // In operation-key order: the rows after this key, at most `limit` of
+  // them (0: every one).
+  std::string after;
+  size_t limit = 0;
 };
 
 struct AuditHead {

@@ -955,10 +955,8 @@
         opRows($("related-owner"), byOwner.operations.filter((o) => !seen.has(o.key)));
       } catch (e) { say(refusal("Loading related operations", e), "error"); }
       try {
-        const q = op.session_id ? "session=" + encodeURIComponent(op.session_id)
-          : "owner=" + encodeURIComponent(op.owner);
-        const ledger = await api("GET", "/v1/ledger?" + q);
-        ledgerRows($("ledger"), ledger.ledger.filter((l) => l.operation_key === key), false);
+        const ledger = await api("GET", "/v1/ledger?operation=" + encodeURIComponent(key));
+        ledgerRows($("ledger"), ledger.ledger, false);
       } catch (e) { say(refusal("Loading the ledger", e), "error"); }
       if (op.session_id) {
         try {

@@ -183,7 +183,7 @@ const std::vector<std::pair<const char*, const char*>> kStatements = {
     {"l_get", "SELECT data FROM ledger WHERE operation_key = $1"},
     {"l_query",
      "SELECT data FROM ledger WHERE ($1 = '' OR session_id = $1) AND ($2 = '' OR owner = $2) "
-     "AND ($3 = '' OR order_id = $3) ORDER BY operation_key"},
+     "AND ($3 = '' OR order_id = $3) AND operation_key > $4 ORDER BY operation_key LIMIT $5"},
     {"l_put",
      "INSERT INTO ledger (operation_key, session_id, owner, order_id, data) "
      "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_key) DO UPDATE SET "
@@ -596,7 +596,9 @@ class PgReads : public virtual Reader {
 
   Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& q) override {
     OPGATE_ASSIGN_OR_RETURN(
-        auto rows, query({}, {"l_query", {text(q.session_id), text(q.owner), text(q.order_id)}}));
+        auto rows, query({}, {"l_query",
+                              {text(q.session_id), text(q.owner), text(q.order_id), text(q.after),
+                               int8(limit_param(q.limit == 0 ? SIZE_MAX : q.limit))}}));
     return every<pb::LedgerEntry>(rows, "ledger row");
   }
 

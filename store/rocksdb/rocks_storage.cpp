@@ -312,18 +312,22 @@ class KvReader : public virtual Reader {
   Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& q) override {
     std::vector<pb::LedgerEntry> rows;
     bool bad = false;
-    Status s = view_.scan(Cf::ledger, "", [&](std::string_view, std::string_view v) {
-      pb::LedgerEntry l;
-      if (!l.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-        bad = true;
-        return false;
-      }
-      if ((q.session_id.empty() || l.session_id() == q.session_id) &&
-          (q.owner.empty() || l.owner() == q.owner) &&
-          (q.order_id.empty() || l.order_id() == q.order_id))
-        rows.push_back(std::move(l));
-      return true;
-    });
+    Status s = view_.scan(
+        Cf::ledger, "",
+        [&](std::string_view k, std::string_view v) {
+          if (k == q.after) return true;  // a page starts after its cursor
+          pb::LedgerEntry l;
+          if (!l.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+            bad = true;
+            return false;
+          }
+          if ((q.session_id.empty() || l.session_id() == q.session_id) &&
+              (q.owner.empty() || l.owner() == q.owner) &&
+              (q.order_id.empty() || l.order_id() == q.order_id))
+            rows.push_back(std::move(l));
+          return q.limit == 0 || rows.size() < q.limit;
+        },
+        q.after);
     if (!s) return s.error();
     if (bad) return corrupt("ledger row");
     return rows;

@@ -509,10 +509,20 @@ TEST_CASE("ledger rows are found by key and filtered by session, owner and order
   });
   auto& r = f.s->reader();
   CHECK(r.ledger({})->size() == 3);
-  CHECK(r.ledger({"s2", "", ""})->size() == 2);
-  CHECK(r.ledger({"s2", "u1", ""})->size() == 1);
-  CHECK(r.ledger({"", "", "O3"})->size() == 1);
+  CHECK(r.ledger({"s2", "", "", "", 0})->size() == 2);
+  CHECK(r.ledger({"s2", "u1", "", "", 0})->size() == 1);
+  CHECK(r.ledger({"", "", "O3", "", 0})->size() == 1);
   CHECK((*r.ledger_entry("k2"))->owner() == "u1");
+  // In pages, in key order, each after the last one's cursor.
+  auto first = r.ledger({"", "", "", "", 2});
+  REQUIRE(first->size() == 2);
+  CHECK(first->at(0).operation_key() == "k1");
+  CHECK(first->at(1).operation_key() == "k2");
+  auto rest = r.ledger({"", "", "", "k2", 2});
+  REQUIRE(rest->size() == 1);
+  CHECK(rest->at(0).operation_key() == "k3");
+  CHECK(r.ledger({"s2", "", "", "k1", 1})->at(0).operation_key() == "k2");
+  CHECK(r.ledger({"", "", "", "k3", 0})->empty());
 }
 
 TEST_CASE("what records the head (an operation, its notification) holds the real one") {

@@ -131,6 +131,54 @@ TEST_CASE("a transcript is read within bounds: a cursor seen before, or too many
   CHECK_FALSE(s.body_of(r).at("truncated").as_bool());
 }
 
+TEST_CASE(
+    "the ledger is listed in pages, or by its operation; rows of others' owners are left out") {
+  testing::ApiStage s;
+  s.open_api();
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
+  const http::Headers outsider{{"Authorization", "Bearer tok-outsider-only-for-tests"}};
+  REQUIRE(s.storage
+              ->transact([&](store::Transaction& txn) {
+                for (const char* key :
+                     {"demo-user:O1:full-refund:v1", "demo-user:O2:full-refund:v1",
+                      "demo-user:O3:full-refund:v1"}) {
+                  pb::LedgerEntry l;
+                  l.set_operation_key(key);
+                  l.set_owner("demo-user");
+                  l.set_session_id("sess_1");
+                  txn.put_ledger(l);
+                }
+                return Status::Ok();
+              })
+              .ok());
+  auto keys_of = [&](const http::Response& r) {
+    std::vector<std::string> out;
+    const auto body = s.body_of(r);
+    for (const auto& row : body.at("ledger").as_array())
+      out.push_back(std::string(row.at("operation_key").as_string()));
+    return out;
+  };
+  auto first = s.router.dispatch(request("GET", "/v1/ledger?limit=2", alice));
+  REQUIRE(first.status == 200);
+  CHECK(keys_of(first) ==
+        std::vector<std::string>{"demo-user:O1:full-refund:v1", "demo-user:O2:full-refund:v1"});
+  CHECK(s.body_of(first).at("next_cursor").as_string() == "demo-user:O2:full-refund:v1");
+  auto rest = s.router.dispatch(request(
+      "GET", "/v1/ledger?limit=2&cursor=demo-user%3AO2%3Afull-refund%3Av1&session=sess_1", alice));
+  CHECK(keys_of(rest) == std::vector<std::string>{"demo-user:O3:full-refund:v1"});
+  CHECK(s.body_of(rest).at("next_cursor").is_null());
+  auto one = s.router.dispatch(
+      request("GET", "/v1/ledger?operation=demo-user%3AO3%3Afull-refund%3Av1", alice));
+  CHECK(keys_of(one) == std::vector<std::string>{"demo-user:O3:full-refund:v1"});
+  CHECK(keys_of(s.router.dispatch(request(
+                    "GET", "/v1/ledger?operation=demo-user%3AO3%3Afull-refund%3Av1", outsider)))
+            .empty());
+  for (const char* bad : {"limit=0", "limit=1001", "limit=2x", "limit=-1", "limit="}) {
+    CAPTURE(bad);
+    CHECK(s.router.dispatch(request("GET", std::string("/v1/ledger?") + bad, alice)).status == 400);
+  }
+}
+
 TEST_CASE("without a console the routes are not served under /console/api") {
   testing::ApiStage s;
   s.open_api();
