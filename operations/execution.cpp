@@ -9,10 +9,12 @@
 namespace opgate::operations {
 
 namespace {
-void enqueue_reconcile(store::Transaction& txn, const std::string& key, int64_t in_ms) {
+void enqueue_reconcile(store::Transaction& txn, const std::string& key, int64_t in_ms,
+                       int attempts = 0) {
   pb::OutboxItem item;
   item.set_kind(pb::OUTBOX_RECONCILE);
   item.set_operation_key(key);
+  item.set_attempts(attempts);
   item.set_not_before_ms(txn.now_ms() + in_ms);
   txn.enqueue(std::move(item));
 }
@@ -87,7 +89,8 @@ Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op,
 }
 
 Status record_answer(store::Transaction& txn, const std::string& key, const PaymentResult& a,
-                     const std::string& principal, int64_t reconcile_in_ms) {
+                     const std::string& principal, int64_t reconcile_in_ms,
+                     int reconcile_attempts) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op) return make_error(errc::not_found, "The operation vanished.");
   if (!is(*op, State::executing)) return record_late_answer(txn, key, a, principal);
@@ -109,7 +112,7 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Paym
                              : a.error);
       OPGATE_TRY(apply(txn, *op, Event::provider_indeterminate, principal,
                        details({{"error", op->last_error()}})));
-      enqueue_reconcile(txn, key, reconcile_in_ms);
+      enqueue_reconcile(txn, key, reconcile_in_ms, reconcile_attempts);
       return Status::Ok();
   }
   return Status::Ok();

@@ -48,10 +48,13 @@ Result<pb::Operation> claim_checked(store::Transaction& txn, pb::Operation op,
 
 // Records the provider's answer for an executing operation: settled
 // (succeeded or failed), or outcome_unknown with a reconcile item due at
-// now + reconcile_in_ms. An answer for an operation no longer executing
-// (recovered meanwhile) is a late answer: see record_late_answer.
+// now + reconcile_in_ms, its attempts counted from reconcile_attempts (a
+// re-execution's item keeps its predecessor's count, so its backoff keeps
+// growing). An answer for an operation no longer executing (recovered
+// meanwhile) is a late answer: see record_late_answer.
 Status record_answer(store::Transaction& txn, const std::string& key, const PaymentResult& answer,
-                     const std::string& principal, int64_t reconcile_in_ms);
+                     const std::string& principal, int64_t reconcile_in_ms,
+                     int reconcile_attempts = 0);
 
 // An answer that arrived after the operation left `executing` (another
 // process recovered it, or took its claim over): recorded, never lost. A

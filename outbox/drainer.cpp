@@ -325,7 +325,12 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
       .observe(static_cast<double>(clock_.monotonic_ns() - started_ns) / 1e9);
   metrics_.inc("opgate_provider_attempts_total",
                {{"result", std::string(operations::to_string(result.verdict))}});
-  const int64_t reconcile_in = backoff(0);
+  // A re-execution after a proven absence (its item a reconcile item) that
+  // is again indeterminate keeps counting: a provider that keeps failing the
+  // call (a 500 it saved under the key, a 409) while its listing proves the
+  // object absent is asked ever less often, not twice a second.
+  const int attempts = entry.item.kind() == pb::OUTBOX_RECONCILE ? entry.item.attempts() + 1 : 0;
+  const int64_t reconcile_in = backoff(attempts);
   bool fenced = false;
   // Its settlement reads the calls that asked for it too, the ledger entry
   // a success writes, and the order's own record only to cancel the order.
@@ -342,7 +347,8 @@ void Drainer::call_provider(const pb::Operation& claimed, const store::OutboxEnt
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     fenced = !ours;
     if (fenced) return operations::record_late_answer(txn, claimed.key(), result, principal);
-    OPGATE_TRY(operations::record_answer(txn, claimed.key(), result, principal, reconcile_in));
+    OPGATE_TRY(
+        operations::record_answer(txn, claimed.key(), result, principal, reconcile_in, attempts));
     txn.remove_outbox(entry.id);
     return Status::Ok();
   });

@@ -399,6 +399,28 @@ TEST_CASE("a proven absence executes again under the same idempotency key") {
   CHECK(w.provider.executed[0].idempotency_key == w.provider.executed[1].idempotency_key);
 }
 
+TEST_CASE("a re-execution that is indeterminate again backs off further each time") {
+  World w;
+  w.propose_refund();
+  REQUIRE(w.approve(kRefund).ok());
+  // The provider saved a 500 under the key and answers it to every retry,
+  // while its listing proves the refund absent every time.
+  w.provider.answers = {answer(operations::Verdict::indeterminate, "HTTP 500")};
+  w.pump();
+  w.provider.lookups = {lookup(operations::Lookup::absent)};
+  for (int second = 0; second < 120; ++second) {
+    w.clock.advance_ms(1'000);
+    w.pump();
+  }
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  // Backing off 0.5 s, 1 s, 2 s, 4 s ... (with jitter): a handful of calls
+  // in two minutes, where each absence had started again from 0.5 s.
+  CHECK(w.provider.executed.size() <= 10);
+  CHECK(w.provider.executed.size() >= 4);
+  for (const auto& sent : w.provider.executed)
+    CHECK(sent.idempotency_key == w.provider.executed[0].idempotency_key);
+}
+
 TEST_CASE("an unreachable provider leaves it outcome_unknown and tries again later") {
   World w;
   w.propose_refund();
