@@ -49,6 +49,19 @@ size_t SessionSync::dispatch(Lanes& lanes) {
     last_full_scan_ms_ = now;
     inbox_.recount();  // a shared store: other processes ingest and process too
   }
+  // Page after page while each page is read through (every entry handed
+  // over or backing off): events behind a full page of a session in backoff
+  // are reached in the same pass. Bounded, so that a pass stays short.
+  size_t sessions = 0;
+  for (size_t page = 0; page < kPassPages; ++page) {
+    bool read_through = false;
+    sessions += dispatch_page(lanes, now, read_through);
+    if (!read_through) break;
+  }
+  return sessions;
+}
+
+size_t SessionSync::dispatch_page(Lanes& lanes, int64_t now, bool& read_through) {
   auto entries = storage_.reader().queued(cursor_, kPassEntries);
   if (!entries) {
     spdlog::error("inbox scan failed: {}", entries.error().message);
@@ -83,18 +96,29 @@ size_t SessionSync::dispatch(Lanes& lanes) {
     }
   }
   size_t sessions = 0;
+  std::set<std::string> passed;  // queue ids of sessions backing off: read again next second
   for (const auto& id : order) {
     auto& events = by_session[id];
-    if (backing_off(id, now)) continue;
+    if (backing_off(id, now)) {
+      for (const auto& e : events) passed.insert(e.queue_id);
+      continue;
+    }
     if (!lanes.try_post(lane(id), [this, id, events] { process(id, events); })) continue;
     for (const auto& e : events) handed.insert(e.queue_id);
     ++sessions;
   }
-  // The next pass starts after the longest run of entries handed over.
+  // The next pass starts after the longest run of entries handed over or
+  // backing off: a session waiting out a backoff (seconds, or an hour of
+  // Retry-After) never holds the sessions queued behind it, however many of
+  // its events fill a page; the next full scan reads them again. Only a busy
+  // lane holds the cursor, for as long as it works.
+  size_t moved = 0;
   for (const auto& id : ids) {
-    if (!handed.count(id)) break;
+    if (!handed.count(id) && !passed.count(id)) break;
     cursor_ = id;
+    ++moved;
   }
+  read_through = ids.size() == kPassEntries && moved == ids.size();
   return sessions;
 }
 

@@ -33,8 +33,10 @@ namespace opgate::agent_sessions {
 
 class SessionSync {
  public:
-  // One dispatch pass looks at most at this many queue entries.
+  // One dispatch pass reads the queue a page of this many entries at a
+  // time, and at most this many pages.
   static constexpr size_t kPassEntries = 4096;
+  static constexpr size_t kPassPages = 4;
   // `orders`: the business's order service (orders.source = "http"), read
   // afresh for every order a sync's tool calls name; nullptr when the
   // orders are kept in the store (embedded).
@@ -66,6 +68,9 @@ class SessionSync {
   static std::string lane(const std::string& session_id) { return "session:" + session_id; }
 
  private:
+  // One page of the queue from cursor_: read_through when every entry of a
+  // full page was handed over or is backing off.
+  size_t dispatch_page(Lanes& lanes, int64_t now, bool& read_through);
   // Syncs one session and settles its queued events.
   void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events)
       EXCLUDES(mu_);

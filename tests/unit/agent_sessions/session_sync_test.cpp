@@ -189,8 +189,9 @@ TEST_CASE("events queued behind many events of a session in backoff still run") 
   World w;
   w.bind("sess_bad");
   w.bind("sess_1");
-  w.agents.session_errors["sess_bad"] =
-      make_error(errc::agents_unavailable, "agents API answered 503");
+  auto unavailable = make_error(errc::agents_unavailable, "agents API answered 503");
+  unavailable.retry_after_ms = 60'000;  // long, past every full scan below
+  w.agents.session_errors["sess_bad"] = unavailable;
   const size_t many = agent_sessions::SessionSync::kPassEntries + 100;
   for (size_t i = 0; i < many; ++i) w.webhook(fmt::format("msg_bad_{}", i), "sess_bad");
   w.pump();  // sess_bad's fetch fails: it backs off
@@ -198,6 +199,13 @@ TEST_CASE("events queued behind many events of a session in backoff still run") 
   w.webhook("msg_good", "sess_1");
   w.pump();
   CHECK(w.answered("call_1"));
+  // After a full scan from the top too: a page of the backing-off session's
+  // events does not hold the next session's.
+  w.clock.advance_ms(1'500);
+  w.require_lookup("call_2", "sess_1");
+  w.webhook("msg_good_2", "sess_1");
+  w.pump();
+  CHECK(w.answered("call_2"));
   CHECK(w.inbox->backlog() == many);  // sess_bad's events wait, none lost
 }
 
