@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
+#include <optional>
 
 #include "common/json_fields.h"
 #include "http/client.h"
@@ -39,6 +40,26 @@ PaymentResult classify_object(const json::object& o) {
   else
     r.verdict = Verdict::pending;
   return r;
+}
+
+// Why the provider's object is not what was asked for: another amount (a
+// balance transaction's amount is the credit, negative) or another currency
+// (a refund is in its payment intent's, whatever the order said). Such an
+// object settles nothing: the operation waits in outcome_unknown for a
+// person, never recorded at the proposal's amount.
+std::optional<std::string> mismatch(const json::object& o, const PaymentRequest& req) {
+  const int64_t expected =
+      req.kind == PaymentRequest::Kind::refund ? req.amount_minor : -req.amount_minor;
+  const auto* amount = o.if_contains("amount");
+  const std::string currency = string_field(o, "currency");
+  const bool same_amount = amount && amount->is_int64() && amount->as_int64() == expected;
+  if (same_amount && currency == lower(req.currency)) return std::nullopt;
+  return fmt::format(
+      "the provider's object {} moved {} {}, not the {} {} asked for: it settles nothing, a "
+      "person must look",
+      string_field(o, "id"),
+      amount && amount->is_int64() ? std::to_string(amount->as_int64()) : "?",
+      currency.empty() ? "?" : currency, expected, lower(req.currency));
 }
 
 class StripeProvider final : public PaymentProvider {
@@ -80,7 +101,14 @@ class StripeProvider final : public PaymentProvider {
     json::error_code ec;
     auto v = json::parse(res->body, ec);
     const json::object* obj = (!ec && v.is_object()) ? &v.as_object() : nullptr;
-    if (res->status == 200 && obj) return classify_object(*obj);
+    if (res->status == 200 && obj) {
+      PaymentResult answer = classify_object(*obj);
+      if (auto why = mismatch(*obj, req)) {
+        answer.verdict = Verdict::indeterminate;
+        answer.error = std::move(*why);
+      }
+      return answer;
+    }
     if (res->status == 402 || res->status == 400 || res->status == 404) {
       std::string type, code, message;
       if (obj) {
@@ -138,6 +166,10 @@ class StripeProvider final : public PaymentProvider {
         auto* md = o.if_contains("metadata");
         if (md && md->is_object() &&
             string_field(md->as_object(), "operation_key") == req.operation_key) {
+          if (auto why = mismatch(o, req)) {
+            out.error = std::move(*why);  // unreachable: proves nothing either way
+            return out;
+          }
           out.lookup = Lookup::found;
           out.object = classify_object(o);
           return out;
