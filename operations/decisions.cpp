@@ -368,6 +368,18 @@ Status resolve(store::Transaction& txn, const std::string& key, const Principal&
   if (r.outcome != Outcome::succeeded && r.outcome != Outcome::failed)
     return make_error(errc::bad_request, "outcome must be succeeded or failed.");
   const bool ok = r.outcome == Outcome::succeeded;
+  // The provider answered with an object still on its way: it may yet pay
+  // out, and a failure recorded now would free the order for another refund.
+  // Its end is the provider's to say (the reconciler settles it then), or it
+  // is cancelled there first.
+  if (!ok && !op.provider_object_id().empty() &&
+      (op.provider_status() == "pending" || op.provider_status() == "requires_action"))
+    return make_error(
+        errc::invalid_state,
+        fmt::format("The provider holds {} in status {}: it may still pay out. It cannot be "
+                    "resolved as failed while it may; cancel it at the provider, and the "
+                    "reconciler settles it failed.",
+                    op.provider_object_id(), op.provider_status()));
   op.set_decided_by(principal.name);
   op.set_evidence(r.evidence);
   // The session hears the outcome and a neutral reason; the evidence (ticket

@@ -458,6 +458,29 @@ TEST_CASE("on-call's evidence stays in the record; the session gets the outcome"
   CHECK((*w.storage->reader().ledger_entry(kRefund))->provider_object_id() == "re_manual_1");
 }
 
+TEST_CASE("an operation whose provider object is still pending cannot be resolved as failed") {
+  World w;
+  REQUIRE(w.approve(person("alice")).ok());
+  w.provider.answers = {{operations::Verdict::pending, "re_1", "pending", ""}};
+  w.pump();
+  REQUIRE(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
+  auto resolve = [&](operations::Outcome outcome) {
+    operations::Resolution r;
+    r.outcome = outcome;
+    r.evidence = "ticket OPS-1";
+    return w.storage->transact([&](store::Transaction& txn) {
+      return operations::resolve(txn, kRefund, person("oncall"), r);
+    });
+  };
+  auto failed = resolve(operations::Outcome::failed);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().is(errc::invalid_state));
+  CHECK(failed.error().message.find("re_1 in status pending") != std::string::npos);
+  CHECK(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
+  // Seen paid out: that may be recorded.
+  CHECK(resolve(operations::Outcome::succeeded).ok());
+}
+
 TEST_CASE("an approver lowers the amount: narrowed in place, paid and told at the lower amount") {
   World w;
   const auto proposed = w.operation(kRefund);
