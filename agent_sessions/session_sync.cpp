@@ -204,6 +204,7 @@ Status SessionSync::answer_all(const pb::Session& session, const operations::Ses
     OPGATE_ASSIGN_OR_RETURN(auto current, txn.session(session.session_id()));
     pb::Session updated = current ? *current : session;
     updated.set_last_sync_ms(txn.now_ms());
+    if (!events.empty()) updated.set_last_event_ms(txn.now_ms());
     updated.clear_last_sync_error();
     txn.put_session(updated);
     return Status::Ok();
@@ -309,6 +310,9 @@ Status SessionSync::recover(const std::string& session_id) {
 bool SessionSync::is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms) {
   auto session = storage_.reader().session(session_id);
   if (!session || !*session || (*session)->closed()) return false;
+  // A webhook came lately: what it announced may have been listed only
+  // after its fetch (the platform's reads lag its webhooks).
+  if (now_ms - (*session)->last_event_ms() < window_ms) return true;
   auto calls = storage_.reader().calls_of(session_id);
   if (!calls) return false;
   int64_t last_activity = 0;

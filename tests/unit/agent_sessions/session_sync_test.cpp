@@ -253,6 +253,28 @@ TEST_CASE("the sweep recovers a session whose webhook was lost, and leaves quiet
   CHECK(w.agents.fetches == before);
 }
 
+TEST_CASE(
+    "a call listed only after its webhook's fetch is answered by the sweep, however idle "
+    "the session was") {
+  World w;
+  w.bind("sess_1");
+  w.clock.advance_ms(2 * 3600 * 1000);  // long idle: no call, bound hours ago
+  // The platform's read lags its webhook: the fetch lists nothing yet.
+  w.require("sess_1", {});
+  w.webhook("msg_1", "sess_1");
+  w.pump();
+  CHECK(w.inbox->backlog() == 0);  // the event is used up
+  w.require_lookup("call_1");
+  w.clock.advance_ms(30'000);
+  CHECK(w.sync->sweep(*w.lanes, 3600 * 1000) == 1);
+  w.lanes->wait_idle();
+  CHECK(w.answered("call_1"));
+  // An hour after the webhook, with nothing outstanding, it is left alone.
+  w.pump();
+  w.clock.advance_ms(3600 * 1000);
+  CHECK(w.sync->sweep(*w.lanes, 3600 * 1000) == 0);
+}
+
 TEST_CASE("a 404 that says the session does not exist sets its events aside until recover") {
   World w;
   w.bind("sess_1");
