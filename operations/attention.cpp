@@ -1,5 +1,7 @@
 #include "operations/attention.h"
 
+#include <spdlog/spdlog.h>
+
 #include "operations/notifications.h"
 #include "operations/state_machine.h"
 #include "operations/transitions.h"
@@ -22,6 +24,16 @@ Result<bool> raise_attention(store::Transaction& txn, const std::string& key,
       details({{"attempts", std::to_string(op->attempts())}, {"last_error", op->last_error()}})));
   emit(txn, *op, notify::needs_attention);
   return true;
+}
+
+Status raise_settled_attention(store::Transaction& txn, pb::Operation& op,
+                               const std::string& reason) {
+  op.set_attention_notified(true);
+  op.set_last_error(reason);
+  OPGATE_TRY(save_with_audit(txn, op, "needs_attention", "system", details({{"reason", reason}})));
+  emit(txn, op, notify::needs_attention);
+  spdlog::warn("operation {} needs a person: {}", op.key(), reason);
+  return Status::Ok();
 }
 
 }  // namespace opgate::operations

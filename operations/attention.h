@@ -25,4 +25,12 @@ bool needs_attention(const pb::Operation& operation, int64_t now_ms, const Atten
 Result<bool> raise_attention(store::Transaction& txn, const std::string& key,
                              const AttentionPolicy& policy);
 
+// A settled operation a person must look at although nothing is unknown:
+// its order cancelled but the refund refused, or the provider reporting a
+// success after it settled otherwise. Audited (needs_attention, with the
+// reason) and raised as operation.needs_attention. Call inside
+// Storage::transact, after the operation's own change.
+Status raise_settled_attention(store::Transaction& txn, pb::Operation& operation,
+                               const std::string& reason);
+
 }  // namespace opgate::operations

@@ -1,6 +1,9 @@
 #include "operations/execution.h"
 
+#include <fmt/format.h>
+
 #include "common/crypto.h"
+#include "operations/attention.h"
 #include "operations/keys.h"
 #include "operations/settlement.h"
 #include "operations/state_machine.h"
@@ -104,7 +107,10 @@ Status record_answer(store::Transaction& txn, const std::string& key, const Paym
     case Verdict::refused:
       op->set_last_error(a.error);
       op->set_decision_reason(a.error);
-      return settle(txn, *op, Event::provider_refused, principal, details({{"error", a.error}}));
+      OPGATE_TRY(
+          settle(txn, *op, Event::provider_refused, principal, details({{"error", a.error}})));
+      if (!a.attention.empty()) return raise_settled_attention(txn, *op, a.attention);
+      return Status::Ok();
     case Verdict::pending:
     case Verdict::indeterminate:
       op->set_last_error(a.verdict == Verdict::pending
@@ -127,11 +133,20 @@ Status record_late_answer(store::Transaction& txn, const std::string& key, const
   if (is(*op, State::settled) && op->provider_object_id() == a.object_id &&
       a.verdict == Verdict::succeeded)
     return Status::Ok();  // the same success, recorded already
-  return save_with_audit(txn, *op, "late_answer", principal,
-                         details({{"verdict", std::string(to_string(a.verdict))},
-                                  {"provider_object_id", a.object_id},
-                                  {"provider_status", a.provider_status},
-                                  {"error", a.error}}));
+  OPGATE_TRY(save_with_audit(txn, *op, "late_answer", principal,
+                             details({{"verdict", std::string(to_string(a.verdict))},
+                                      {"provider_object_id", a.object_id},
+                                      {"provider_status", a.provider_status},
+                                      {"error", a.error}})));
+  // A success the record contradicts: settled failed (the order freed for
+  // another refund), or succeeded with another object (paid twice?).
+  if (is(*op, State::settled) && a.verdict == Verdict::succeeded)
+    return raise_settled_attention(
+        txn, *op,
+        fmt::format("the provider reports {} succeeded after the operation was settled {}{}",
+                    a.object_id.empty() ? "its object" : a.object_id, outcome_text(*op),
+                    op->provider_object_id().empty() ? "" : " with " + op->provider_object_id()));
+  return Status::Ok();
 }
 
 Status settle_found(store::Transaction& txn, const std::string& key, const PaymentResult& found) {
@@ -142,9 +157,18 @@ Status settle_found(store::Transaction& txn, const std::string& key, const Payme
   op->set_attempts(op->attempts() + 1);
   const bool ok = found.verdict == Verdict::succeeded;
   if (!ok) op->set_decision_reason("The payment provider reports the operation failed.");
-  return settle(txn, *op, ok ? Event::reconcile_succeeded : Event::reconcile_failed, "reconciler",
-                details({{"provider_object_id", op->provider_object_id()},
-                         {"provider_status", op->provider_status()}}));
+  OPGATE_TRY(settle(txn, *op, ok ? Event::reconcile_succeeded : Event::reconcile_failed,
+                    "reconciler",
+                    details({{"provider_object_id", op->provider_object_id()},
+                             {"provider_status", op->provider_status()}})));
+  // A cancellation's refund is made only once the order is cancelled.
+  if (!ok && op->proposal().kind() == kCancelOrder)
+    return raise_settled_attention(
+        txn, *op,
+        fmt::format("the order is cancelled at the order service, but the provider reports its "
+                    "refund {} failed",
+                    op->provider_object_id()));
+  return Status::Ok();
 }
 
 Result<std::optional<pb::Operation>> execute_again(store::Transaction& txn,

@@ -25,6 +25,7 @@ PaymentResult fit_for_records(PaymentResult answer) {
   fit(answer.object_id, 255);
   fit(answer.provider_status, 64);
   fit(answer.error, 500);
+  fit(answer.attention, 500);
   return answer;
 }
 

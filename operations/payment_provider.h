@@ -54,6 +54,9 @@ struct PaymentResult {
   std::string object_id;
   std::string provider_status;
   std::string error;  // for people; never a secret
+  // Set when the operation failed but something was done that a person must
+  // look at (the order cancelled, its refund refused): why, in a sentence.
+  std::string attention;
 };
 
 // The answer cut to what records keep, each text between characters: an id

@@ -143,9 +143,12 @@ class CancellingProvider final : public PaymentProvider {
     }
     // The cancellation is proven; now, and only now, the refund.
     PaymentResult refunded = payments_.execute(req);
-    if (refunded.verdict == Verdict::refused)
+    if (refunded.verdict == Verdict::refused) {
       refunded.error =
           "the order is cancelled, but the provider refused the refund: " + refunded.error;
+      refunded.attention =
+          "the order is cancelled at the order service, but the provider refused its refund";
+    }
     return refunded;
   }
 

@@ -129,7 +129,7 @@ class FakeProvider final : public operations::PaymentProvider {
     return next(lookups, unreachable);
   }
   static operations::PaymentResult succeeded(const operations::PaymentRequest& r) {
-    return {operations::Verdict::succeeded, "re_" + r.operation_key, "succeeded", ""};
+    return {operations::Verdict::succeeded, "re_" + r.operation_key, "succeeded", "", ""};
   }
   size_t calls() {
     std::lock_guard lock(mu);

@@ -61,7 +61,7 @@ TEST_CASE(
   testing::FakeProvider payments;
   operations::LookupResult held;
   held.lookup = operations::Lookup::found;
-  held.object = {operations::Verdict::succeeded, "re_1", "succeeded", ""};
+  held.object = {operations::Verdict::succeeded, "re_1", "succeeded", "", ""};
   payments.lookups = {held};
   auto provider = adapters::make_cancelling_provider(payments, orders);
   auto found = provider->find(cancel_request());
@@ -98,7 +98,16 @@ TEST_CASE("a cancellation is refunded only once the order service confirms it") 
   }
   SUBCASE("cancelled: the refund goes out") {
     orders.cancelled = {operations::Verdict::succeeded, ""};
-    CHECK(provider->execute(cancel_request()).verdict == operations::Verdict::succeeded);
+    auto paid = provider->execute(cancel_request());
+    CHECK(paid.verdict == operations::Verdict::succeeded);
+    CHECK(paid.attention.empty());
     CHECK(payments.calls() == 1);
+  }
+  SUBCASE("cancelled, its refund refused: failed, and a person must look") {
+    orders.cancelled = {operations::Verdict::succeeded, ""};
+    payments.answers = {{operations::Verdict::refused, "", "", "charge_disputed", ""}};
+    auto half = provider->execute(cancel_request());
+    CHECK(half.verdict == operations::Verdict::refused);
+    CHECK(half.attention.find("the order is cancelled") != std::string::npos);
   }
 }

@@ -436,7 +436,7 @@ TEST_CASE("outside the principal's owner patterns an operation does not exist") 
 TEST_CASE("on-call's evidence stays in the record; the session gets the outcome") {
   World w;
   REQUIRE(w.approve(person("alice")).ok());
-  w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout"}};
+  w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout", ""}};
   w.pump();
   REQUIRE(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
   operations::Resolution r;
@@ -461,7 +461,7 @@ TEST_CASE("on-call's evidence stays in the record; the session gets the outcome"
 TEST_CASE("an operation whose provider object is still pending cannot be resolved as failed") {
   World w;
   REQUIRE(w.approve(person("alice")).ok());
-  w.provider.answers = {{operations::Verdict::pending, "re_1", "pending", ""}};
+  w.provider.answers = {{operations::Verdict::pending, "re_1", "pending", "", ""}};
   w.pump();
   REQUIRE(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
   auto resolve = [&](operations::Outcome outcome) {

@@ -39,7 +39,7 @@ operations::Principal alice() {
 }
 
 operations::PaymentResult answer(operations::Verdict v, std::string error = "") {
-  return {v, v == operations::Verdict::refused ? "" : "re_1", "", std::move(error)};
+  return {v, v == operations::Verdict::refused ? "" : "re_1", "", std::move(error), ""};
 }
 
 struct World : testing::World {
@@ -143,7 +143,7 @@ operations::LookupResult lookup(operations::Lookup l,
                                 operations::Verdict v = operations::Verdict::succeeded) {
   operations::LookupResult r;
   r.lookup = l;
-  r.object = {v, "re_found", v == operations::Verdict::succeeded ? "succeeded" : "failed", ""};
+  r.object = {v, "re_found", v == operations::Verdict::succeeded ? "succeeded" : "failed", "", ""};
   r.error = l == operations::Lookup::unreachable ? "connection refused" : "";
   return r;
 }
@@ -173,7 +173,7 @@ TEST_CASE("a refusal's long text in any script is stored cut between characters,
   World w;
   std::string text;
   for (int i = 0; i < 200; ++i) text += "\xe6\x97\xa5";  // 日: 600 bytes
-  w.provider.answers = {{operations::Verdict::refused, "re_" + text, text, text}};
+  w.provider.answers = {{operations::Verdict::refused, "re_" + text, text, text, ""}};
   w.propose_refund();
   REQUIRE(w.approve(kRefund).ok());
   w.pump();
@@ -637,6 +637,63 @@ TEST_CASE("a success answered after the operation was recovered to outcome_unkno
   w.pump();  // the reconcile item finds it settled and goes
   CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 0);
   CHECK(w.provider.calls() == 1);
+}
+
+TEST_CASE(
+    "a failure that left something done, or a success after the record said otherwise, "
+    "raises needs_attention") {
+  auto attention_raised = [](World& w) {
+    auto audit = w.storage->reader().audit_of(kRefund);
+    REQUIRE(audit.ok());
+    bool audited = false;
+    for (const auto& r : *audit) audited = audited || r.action() == "needs_attention";
+    auto events = w.storage->reader().notifications_since(0, 100);
+    REQUIRE(events.ok());
+    bool notified = false;
+    for (const auto& e : *events)
+      notified = notified || (e.type() == "operation.needs_attention" &&
+                              e.operation_json().find(kRefund) != std::string::npos);
+    return audited && notified;
+  };
+  SUBCASE("refused, with something done (an order cancelled)") {
+    World w;
+    w.propose_refund();
+    REQUIRE(w.approve(kRefund).ok());
+    w.provider.answers = {{operations::Verdict::refused, "", "", "refused",
+                           "the order is cancelled at the order service, but the provider "
+                           "refused its refund"}};
+    w.pump();
+    CHECK(w.state(kRefund) == "settled/failed");
+    CHECK(attention_raised(w));
+    CHECK(w.operation(kRefund).last_error().find("the order is cancelled") != std::string::npos);
+  }
+  SUBCASE("refused plainly: nothing to look at") {
+    World w;
+    w.propose_refund();
+    REQUIRE(w.approve(kRefund).ok());
+    w.provider.answers = {answer(operations::Verdict::refused, "card_declined")};
+    w.pump();
+    CHECK(w.state(kRefund) == "settled/failed");
+    CHECK_FALSE(attention_raised(w));
+  }
+  SUBCASE("a late success for an operation settled failed") {
+    World w;
+    w.propose_refund();
+    REQUIRE(w.approve(kRefund).ok());
+    w.provider.answers = {answer(operations::Verdict::refused, "card_declined")};
+    w.pump();
+    REQUIRE(w.state(kRefund) == "settled/failed");
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  return operations::record_late_answer(
+                      txn, kRefund,
+                      {operations::Verdict::succeeded, "re_late", "succeeded", "", ""}, "system");
+                })
+                .ok());
+    CHECK(w.state(kRefund) == "settled/failed");  // the record stands; a person looks
+    CHECK(attention_raised(w));
+    CHECK(w.operation(kRefund).last_error().find("re_late succeeded") != std::string::npos);
+  }
 }
 
 TEST_CASE("a refusal answered late is audited and left for the reconciler to prove") {

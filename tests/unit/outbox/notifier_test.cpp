@@ -552,13 +552,13 @@ TEST_CASE("each change a person must hear about is sent once: denied, expired, o
     World w;
     w.propose();
     w.approve();
-    w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout"}};
+    w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout", ""}};
     w.pump_all();
     CHECK(w.types_sent_to("ops") ==
           "operation.proposed operation.approved operation.outcome_unknown");
     operations::LookupResult found;
     found.lookup = operations::Lookup::found;
-    found.object = {operations::Verdict::succeeded, "re_found", "succeeded", ""};
+    found.object = {operations::Verdict::succeeded, "re_found", "succeeded", "", ""};
     w.provider.lookups = {found};
     w.clock.advance_ms(60'000);
     w.pump_all();
