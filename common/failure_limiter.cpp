@@ -6,6 +6,32 @@ namespace opgate {
 
 std::optional<int64_t> FailureLimiter::wait_ms(const std::string& key, int64_t now_ms) {
   MutexLock lock(mu_);
+  return wait_locked(key, now_ms);
+}
+
+void FailureLimiter::failed(const std::string& key, int64_t now_ms) {
+  MutexLock lock(mu_);
+  failed_locked(key, now_ms);
+}
+
+std::optional<int64_t> FailureLimiter::attempt(const std::string& key, int64_t now_ms) {
+  MutexLock lock(mu_);
+  if (auto wait = wait_locked(key, now_ms)) return wait;
+  failed_locked(key, now_ms);
+  return std::nullopt;
+}
+
+void FailureLimiter::succeeded(const std::string& key, int64_t at_ms) {
+  MutexLock lock(mu_);
+  auto it = failures_.find(key);
+  if (it == failures_.end()) return;
+  auto& times = it->second;
+  if (auto t = std::find(times.rbegin(), times.rend(), at_ms); t != times.rend())
+    times.erase(std::next(t).base());
+  if (times.empty()) failures_.erase(it);
+}
+
+std::optional<int64_t> FailureLimiter::wait_locked(const std::string& key, int64_t now_ms) {
   auto it = failures_.find(key);
   if (it == failures_.end()) return std::nullopt;
   auto& times = it->second;
@@ -18,8 +44,7 @@ std::optional<int64_t> FailureLimiter::wait_ms(const std::string& key, int64_t n
   return times.front() + limits_.window_ms - now_ms;
 }
 
-void FailureLimiter::failed(const std::string& key, int64_t now_ms) {
-  MutexLock lock(mu_);
+void FailureLimiter::failed_locked(const std::string& key, int64_t now_ms) {
   if (failures_.size() >= limits_.max_keys && !failures_.count(key)) forget_old(now_ms);
   auto& times = failures_[key];
   times.push_back(now_ms);

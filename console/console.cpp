@@ -189,7 +189,11 @@ Response Console::login(const Request& request) {
                       "The sign-in form expired or came from another site; please sign in again.",
                       next);
   const std::string address = client_address(request, options_.trusted_proxies);
-  if (auto wait = sign_in_failures_.wait_ms(address, clock_.monotonic_ms())) {
+  // Counted as failed before the token is checked, in the same step as the
+  // check (taken back on success): sign-ins arriving together from one
+  // address all count, however many threads take them.
+  const int64_t attempted_at = clock_.monotonic_ms();
+  if (auto wait = sign_in_failures_.attempt(address, attempted_at)) {
     auto r = login_page(request, 429,
                         "Too many failed sign-ins from this address; try again in a minute.", next);
     r.headers["Retry-After"] = std::to_string(std::max<int64_t>(1, (*wait + 999) / 1000));
@@ -206,7 +210,6 @@ Response Console::login(const Request& request) {
                            : nullptr;
   if (!p) {
     const bool short_token = token.size() < operator_api::kMinTokenLength;
-    sign_in_failures_.failed(address, clock_.monotonic_ms());
     log_event(spdlog::level::warn, "console.sign_in_failed",
               "console sign-in failed: the token is not valid",
               {{"address", address}, {"reason", short_token ? "too_short" : "unknown_token"}});
@@ -217,6 +220,7 @@ Response Console::login(const Request& request) {
     r.cooldown = kFailedLoginCooldown;
     return r;
   }
+  sign_in_failures_.succeeded(address, attempted_at);
   auto created = sessions_.create(p->name, p->token_sha256);
   spdlog::info("console: {} signed in", p->name);
   auto r = see_other(safe_next(next));
