@@ -89,6 +89,12 @@ Result<size_t> Drainer::recover_executing_older_than(int64_t age_ms, const std::
         // Another process's call in flight is younger than its lease.
         if (age_ms >= 0 && txn.now_ms() - op->updated_at_ms() <= age_ms) return Status::Ok();
         done = true;
+        // The execute item its claim leased goes with it: its holder, if it
+        // answers yet, finds the item gone and records a late answer, and no
+        // process takes the item up while a re-execution is in flight.
+        OPGATE_ASSIGN_OR_RETURN(auto items, txn.outbox_of(op->key()));
+        for (const auto& item : items)
+          if (item.item.kind() == pb::OUTBOX_EXECUTE) txn.remove_outbox(item.id);
         return operations::recover_executing(txn, *op, reason);
       }));
       if (done) {

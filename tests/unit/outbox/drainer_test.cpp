@@ -805,6 +805,41 @@ TEST_CASE("a failed sync recording the provider's answer: read-only, restarted, 
         (lost ? "re_found" : "re_" + std::string(kRefund)));
 }
 
+TEST_CASE(
+    "a claim whose holder went silent is recovered with its execute item, which no node "
+    "takes up afterwards") {
+  World w;
+  w.propose_refund();
+  // Node A approves and claims at once, then goes silent before its call.
+  auto [at_once, claimed] = w.approve_claiming(kRefund);
+  REQUIRE(w.state(kRefund) == "executing");
+  REQUIRE(w.items_of(pb::OUTBOX_EXECUTE, w.clock.now_ms() + 3'600'000) == 1);
+  // Node B shares the store; its lane for the operation is busy, so its
+  // pass only looks for stale claims.
+  Lanes b_lanes("node-b", 2, 16);
+  outbox::DrainerOptions shared;
+  shared.shared_store = true;
+  outbox::Drainer b(
+      *w.storage, b_lanes, w.provider, w.agents, w.policy, w.metrics, w.clock, [] { return 0.0; },
+      shared);
+  std::promise<void> unblock;
+  auto unblocked = unblock.get_future().share();
+  REQUIRE(b_lanes.try_post("operation:" + std::string(kRefund), [unblocked] { unblocked.wait(); }));
+  w.clock.advance_ms(shared.claim_lease_ms + 1'000);
+  b.dispatch();
+  unblock.set_value();
+  b_lanes.wait_idle();
+  CHECK(w.state(kRefund) == "outcome_unknown");
+  // The execute item went with the recovery: nothing for another node to
+  // claim (and recover again) while the reconciliation's re-execution runs.
+  CHECK(w.items_of(pb::OUTBOX_EXECUTE, w.clock.now_ms() + 3'600'000) == 0);
+  CHECK(w.items_of(pb::OUTBOX_RECONCILE, w.clock.now_ms() + 3'600'000) == 1);
+  // Node A wakes: its item is gone, so it calls nothing.
+  w.drainer->execute_claimed(claimed, at_once.lease_token);
+  w.lanes->wait_idle();
+  CHECK(w.provider.calls() == 0);
+}
+
 TEST_CASE("a slow provider call holds only its own lane: another session is answered meanwhile") {
   World w;
   w.propose_refund();
