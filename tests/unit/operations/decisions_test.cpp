@@ -35,6 +35,15 @@ operations::Principal person(std::string name, std::vector<std::string> owners =
   return p;
 }
 
+// A policy declaring one operation, from its declaration's JSON.
+operations::PolicyConfig declaring(const std::string& declaration) {
+  auto declared = operations::parse_declared_operation(json::parse(declaration), "operations[0]");
+  REQUIRE_MESSAGE(declared.ok(), declared.error().message);
+  operations::PolicyConfig policy;
+  policy.declared.push_back(*declared);
+  return policy;
+}
+
 struct World : testing::World {
   explicit World(operations::PolicyConfig policy = {}) : testing::World({}, policy) {
     seed_order("ORDER-100");
@@ -305,18 +314,14 @@ TEST_CASE("the approver is checked as configured when its approval is written") 
 }
 
 TEST_CASE("lowering a declared amount: only within the declaration, only by a desk of its tier") {
-  auto declared = operations::parse_declared_operation(json::parse(R"({
+  const auto policy = declaring(R"({
     "name": "waive_fee", "description": "Waive a fee.", "money": "credit",
     "amount_argument": "amount_minor", "tier": "support",
     "tier_above_minor": {"supervisor": {"USD": 1000}},
     "effect": "{amount} of a fee on order {order_id} is credited.",
     "parameters": {"required": ["amount_minor"],
                    "properties": {"amount_minor": {"type": "integer", "minimum": 500}}},
-    "executor": {"url": "http://127.0.0.1:9/waive", "token_env": "WAIVE_TOKEN"}})"),
-                                                       "operations[0]");
-  REQUIRE_MESSAGE(declared.ok(), declared.error().message);
-  operations::PolicyConfig policy;
-  policy.declared.push_back(*declared);
+    "executor": {"url": "http://127.0.0.1:9/waive", "token_env": "WAIVE_TOKEN"}})");
   World w(policy);
   w.seed_order("ORDER-200");
   operations::SessionView v;
@@ -934,7 +939,7 @@ TEST_CASE("the same proposal made again links to it after it was escalated or lo
 TEST_CASE(
     "a call's arguments are kept whole: a long declared call made again links to its "
     "settled operation; past the limit a call is refused") {
-  auto declared = operations::parse_declared_operation(json::parse(R"({
+  const auto policy = declaring(R"({
     "name": "waive_fee", "description": "Waive a fee.", "money": "credit",
     "amount_argument": "amount_minor", "tier": "support",
     "effect": "{amount} of a fee on order {order_id} is credited.",
@@ -942,11 +947,7 @@ TEST_CASE(
                    "properties": {"amount_minor": {"type": "integer"},
                                   "why": {"type": "string", "maxLength": 4000},
                                   "context": {"type": "string", "maxLength": 4000}}},
-    "executor": {"url": "http://127.0.0.1:9/waive", "token_env": "WAIVE_TOKEN"}})"),
-                                                       "operations[0]");
-  REQUIRE_MESSAGE(declared.ok(), declared.error().message);
-  operations::PolicyConfig policy;
-  policy.declared.push_back(*declared);
+    "executor": {"url": "http://127.0.0.1:9/waive", "token_env": "WAIVE_TOKEN"}})");
   World w(policy);
   w.seed_order("ORDER-200");
   auto answer = [&](const std::string& call_id, const std::string& arguments) {
