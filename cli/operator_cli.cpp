@@ -798,8 +798,8 @@ int ledger(const Context& c, const std::string& session, const std::string& owne
                                   "cursor=" + http::url_component(cursor));
     if (!r) return 1;
     for (auto& row : r->body.as_object().at("ledger").as_array()) all.push_back(row);
-    const auto& next = r->body.as_object().at("next_cursor");
-    cursor = next.is_string() ? std::string(next.as_string()) : "";
+    const auto* next = r->body.as_object().if_contains("next_cursor");
+    cursor = next && next->is_string() ? std::string(next->as_string()) : "";
   } while (!cursor.empty());
   r->body.as_object()["ledger"] = all;
   r->body.as_object()["next_cursor"] = nullptr;

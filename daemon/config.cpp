@@ -630,7 +630,7 @@ Config parse(const toml::value& file, const std::filesystem::path& base_dir) {
       t.only(known);
       if (upstream == &c.agent) {
         c.sweep_interval_s = t.integer("sweep_interval_s", c.sweep_interval_s, 0, kDay);
-        c.sweep_window_s = t.integer("sweep_window_s", c.sweep_window_s, 1, 30 * kDay);
+        c.sweep_window_s = t.integer("sweep_window_s", c.sweep_window_s, 0, 30 * kDay);
       }
       upstream->base_url = t.string("base_url", upstream->base_url);
       // Checked here: a URL that fails only when called would send every
