@@ -97,6 +97,10 @@ class Inbox {
   // With a shared store: the backlog is counted in the store again (every
   // process ingests and processes). Otherwise nothing.
   void recount();
+  // A read of the whole queue, from its start, found `queued` events: the
+  // count is set to that, mending any drift (an event a stale pass handed
+  // out again is counted processed twice).
+  void counted(size_t queued) { backlog_ = queued; }
 
   // Synced writes of new events, and the events they held.
   uint64_t group_commits() const { return group_commits_.load(); }
