@@ -62,13 +62,13 @@ size_t SessionSync::dispatch(Lanes& lanes) {
 }
 
 size_t SessionSync::dispatch_page(Lanes& lanes, int64_t now, bool& read_through) {
-  const bool from_start = cursor_.empty();
+  const auto quiet = cursor_.empty() ? inbox_.quiet() : std::nullopt;
   auto entries = storage_.reader().queued(cursor_, kPassEntries);
   if (!entries) {
     spdlog::error("inbox scan failed: {}", entries.error().message);
     return 0;
   }
-  if (from_start && entries->size() < kPassEntries) inbox_.counted(entries->size());
+  if (quiet && entries->size() < kPassEntries) inbox_.counted(entries->size(), *quiet);
   if (entries->empty()) return 0;
 
   std::vector<std::string> ids;  // the entries' queue ids, in queue order

@@ -45,7 +45,9 @@ void SessionStore::make_room(int64_t now, const std::string& principal) {
     if (oldest != sessions_.end()) sessions_.erase(oldest);
   };
   for (; own >= limits_.max_per_principal && own > 0; --own) end_least_recent(true);
-  while (!sessions_.empty() && sessions_.size() >= limits_.max_sessions) end_least_recent(false);
+  // Full: the principal's own go first, then the least recent of all.
+  for (; !sessions_.empty() && sessions_.size() >= limits_.max_sessions; own -= own > 0)
+    end_least_recent(own > 0);
 }
 
 SessionStore::Created SessionStore::create(std::string principal, std::string token_sha256) {

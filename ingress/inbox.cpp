@@ -42,6 +42,18 @@ void Inbox::processed(size_t n) {
   }
 }
 
+std::optional<uint64_t> Inbox::quiet() const {
+  MutexLock lock(count_mu_);
+  if (commits_begun_ != commits_done_) return std::nullopt;
+  return commits_begun_;
+}
+
+void Inbox::counted(size_t queued, uint64_t quiet_token) {
+  if (options_.shared_store) return;
+  MutexLock lock(count_mu_);
+  if (commits_begun_ == quiet_token && commits_done_ == quiet_token) backlog_ = queued;
+}
+
 void Inbox::recount() {
   if (!options_.shared_store) return;
   if (auto n = storage_.reader().queued_count()) backlog_ = *n;
@@ -153,7 +165,11 @@ bool Inbox::commit(std::vector<Pending>& batch, const AnswerRunner& answer) {
   // stored earlier is not queued again, so what this write did not queue is
   // taken back below.
   for (const auto& e : events) queued += e.queue ? 1 : 0;
-  backlog_ += queued;
+  {
+    MutexLock lock(count_mu_);
+    ++commits_begun_;
+    backlog_ += queued;
+  }
   auto appended = storage_.append_events(events);
   size_t fresh = 0, fresh_queued = 0;
   if (appended) {
@@ -164,6 +180,10 @@ bool Inbox::commit(std::vector<Pending>& batch, const AnswerRunner& answer) {
       }
   }
   processed(queued - fresh_queued);
+  {
+    MutexLock lock(count_mu_);
+    ++commits_done_;
+  }
   if (fresh > 0) {
     group_commits_++;
     committed_events_ += fresh;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -97,10 +98,14 @@ class Inbox {
   // With a shared store: the backlog is counted in the store again (every
   // process ingests and processes). Otherwise nothing.
   void recount();
-  // A read of the whole queue, from its start, found `queued` events: the
-  // count is set to that, mending any drift (an event a stale pass handed
-  // out again is counted processed twice).
-  void counted(size_t queued) { backlog_ = queued; }
+  // Before a read of the whole queue: a token if no commit is under way.
+  std::optional<uint64_t> quiet() const EXCLUDES(count_mu_);
+  // That read, from the queue's start, found `queued` events: the count is
+  // set to that, mending any drift (an event a stale pass handed out again
+  // is counted processed twice), if no commit began since `quiet` (its
+  // events are counted before they are written, and the read may have
+  // missed them). Nothing with a shared store: recount() counts there.
+  void counted(size_t queued, uint64_t quiet_token) EXCLUDES(count_mu_);
 
   // Synced writes of new events, and the events they held.
   uint64_t group_commits() const { return group_commits_.load(); }
@@ -125,6 +130,11 @@ class Inbox {
   const Clock& clock_;
   InboxOptions options_;
   std::atomic<size_t> backlog_{0};
+  // Commits begun and done, for counted(): a commit counts its events in
+  // the backlog under count_mu_.
+  mutable Mutex count_mu_;
+  uint64_t commits_begun_ GUARDED_BY(count_mu_) = 0;
+  uint64_t commits_done_ GUARDED_BY(count_mu_) = 0;
   std::atomic<uint64_t> group_commits_{0};
   std::atomic<uint64_t> committed_events_{0};
 

@@ -139,8 +139,12 @@ Status record_late_answer(store::Transaction& txn, const std::string& key, const
                                       {"provider_status", a.provider_status},
                                       {"error", a.error}})));
   // A success the record contradicts: settled failed (the order freed for
-  // another refund), or succeeded with another object (paid twice?).
-  if (is(*op, State::settled) && a.verdict == Verdict::succeeded)
+  // another refund), or succeeded with another object (paid twice?). A
+  // success resolved by hand without an object id contradicts nothing.
+  const bool contradicts = is(*op, Outcome::failed) || (!op->provider_object_id().empty() &&
+                                                        op->provider_object_id() != a.object_id);
+  if (is(*op, State::settled) && a.verdict == Verdict::succeeded && contradicts &&
+      !op->attention_notified())
     return raise_settled_attention(
         txn, *op,
         fmt::format("the provider reports {} succeeded after the operation was settled {}{}",
@@ -161,13 +165,9 @@ Status settle_found(store::Transaction& txn, const std::string& key, const Payme
                     "reconciler",
                     details({{"provider_object_id", op->provider_object_id()},
                              {"provider_status", op->provider_status()}})));
-  // A cancellation's refund is made only once the order is cancelled.
-  if (!ok && op->proposal().kind() == kCancelOrder)
-    return raise_settled_attention(
-        txn, *op,
-        fmt::format("the order is cancelled at the order service, but the provider reports its "
-                    "refund {} failed",
-                    op->provider_object_id()));
+  // Something was done all the same (the order cancelled at the order
+  // service, its refund failed): the provider adapter says so.
+  if (!ok && !found.attention.empty()) return raise_settled_attention(txn, *op, found.attention);
   return Status::Ok();
 }
 
@@ -181,9 +181,14 @@ Result<std::optional<pb::Operation>> execute_again(store::Transaction& txn,
   return op;
 }
 
-Status note_unresolved(store::Transaction& txn, const std::string& key, const std::string& error) {
+Status note_unresolved(store::Transaction& txn, const std::string& key, const std::string& error,
+                       const PaymentResult* pending) {
   OPGATE_ASSIGN_OR_RETURN(auto op, txn.operation(key));
   if (!op || !is(*op, State::outcome_unknown)) return Status::Ok();
+  if (pending) {
+    op->set_provider_object_id(pending->object_id);
+    op->set_provider_status(pending->provider_status);
+  }
   op->set_attempts(op->attempts() + 1);
   op->set_last_error(error);
   return save(txn, *op);

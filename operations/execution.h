@@ -79,7 +79,9 @@ Status settle_found(store::Transaction& txn, const std::string& key, const Payme
 Result<std::optional<pb::Operation>> execute_again(store::Transaction& txn, const std::string& key);
 
 // The provider could not be asked, or its object is still pending: stays
-// outcome_unknown with the error recorded.
-Status note_unresolved(store::Transaction& txn, const std::string& key, const std::string& error);
+// outcome_unknown with the error recorded, and a pending object's id and
+// status (what a resolution as failed is checked against).
+Status note_unresolved(store::Transaction& txn, const std::string& key, const std::string& error,
+                       const PaymentResult* pending = nullptr);
 
 }  // namespace opgate::operations

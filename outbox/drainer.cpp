@@ -460,7 +460,8 @@ void Drainer::reconcile(const store::OutboxEntry& entry) {
   Status s = storage_.transact([&](store::Transaction& txn) -> Status {
     OPGATE_ASSIGN_OR_RETURN(bool ours, still_ours(txn, entry));
     if (!ours) return Status::Ok();
-    OPGATE_TRY(operations::note_unresolved(txn, key, error));
+    OPGATE_TRY(operations::note_unresolved(
+        txn, key, error, found.lookup == operations::Lookup::found ? &found.object : nullptr));
     store::OutboxEntry next = entry;
     next.item.set_attempts(entry.item.attempts() + 1);
     next.item.set_last_error(error);

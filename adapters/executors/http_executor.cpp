@@ -76,6 +76,12 @@ std::optional<std::string> token_withheld(const PaymentRequest& req,
                         : crypto::equal_constant_time(crypto::sha256_hex(op.executor.token),
                                                       req.executor_token_sha256);
   if (same) return std::nullopt;
+  if (req.executor_token_sha256.empty())
+    return fmt::format(
+        "{}'s executor is no longer {}, where this operation was sent, and which token it was "
+        "sent with is not known; no token is sent there and nothing was asked: point the "
+        "declaration back, or resolve the operation by hand",
+        op.name, req.executor_url);
   return fmt::format(
       "{}'s executor token is not the one this operation was sent with (to {}); the new one is "
       "not sent there and nothing was asked: restore the token it was sent with, or resolve the "

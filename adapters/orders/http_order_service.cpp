@@ -158,7 +158,15 @@ class CancellingProvider final : public PaymentProvider {
   // a refund that went out. Absent there, executing again is safe either
   // way: the cancellation replays under its key (or is already in place),
   // and only then the refund goes out.
-  LookupResult find(const PaymentRequest& req) override { return payments_.find(req); }
+  LookupResult find(const PaymentRequest& req) override {
+    LookupResult found = payments_.find(req);
+    if (req.cancel_order && found.lookup == operations::Lookup::found &&
+        found.object.verdict == Verdict::refused)
+      found.object.attention =
+          "the order is cancelled at the order service, but the provider reports its refund "
+          "failed";
+    return found;
+  }
 
  private:
   PaymentProvider& payments_;

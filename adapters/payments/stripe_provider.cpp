@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <optional>
 
 #include "common/json_fields.h"
@@ -50,15 +51,18 @@ PaymentResult classify_object(const json::object& o) {
 std::optional<std::string> mismatch(const json::object& o, const PaymentRequest& req) {
   const int64_t expected =
       req.kind == PaymentRequest::Kind::refund ? req.amount_minor : -req.amount_minor;
-  const auto* amount = o.if_contains("amount");
-  const std::string currency = string_field(o, "currency");
-  const bool same_amount = amount && amount->is_int64() && amount->as_int64() == expected;
-  if (same_amount && currency == lower(req.currency)) return std::nullopt;
+  const auto* value = o.if_contains("amount");
+  std::optional<int64_t> amount;
+  if (value && value->is_int64()) amount = value->as_int64();
+  if (value && value->is_double() && std::abs(value->as_double()) < 1e15 &&
+      value->as_double() == static_cast<double>(static_cast<int64_t>(value->as_double())))
+    amount = static_cast<int64_t>(value->as_double());  // 1500.0
+  const std::string currency = lower(string_field(o, "currency"));
+  if (amount == expected && currency == lower(req.currency)) return std::nullopt;
   return fmt::format(
       "the provider's object {} moved {} {}, not the {} {} asked for: it settles nothing, a "
       "person must look",
-      string_field(o, "id"),
-      amount && amount->is_int64() ? std::to_string(amount->as_int64()) : "?",
+      string_field(o, "id"), amount ? std::to_string(*amount) : "?",
       currency.empty() ? "?" : currency, expected, lower(req.currency));
 }
 
@@ -104,7 +108,10 @@ class StripeProvider final : public PaymentProvider {
     if (res->status == 200 && obj) {
       PaymentResult answer = classify_object(*obj);
       if (auto why = mismatch(*obj, req)) {
+        // Not an object on its way to this operation's end: no status that
+        // would hold a resolution back.
         answer.verdict = Verdict::indeterminate;
+        answer.provider_status.clear();
         answer.error = std::move(*why);
       }
       return answer;

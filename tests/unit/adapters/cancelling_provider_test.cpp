@@ -103,6 +103,18 @@ TEST_CASE("a cancellation is refunded only once the order service confirms it") 
     CHECK(paid.attention.empty());
     CHECK(payments.calls() == 1);
   }
+  SUBCASE("its refund found failed: a person must look") {
+    operations::LookupResult failed;
+    failed.lookup = operations::Lookup::found;
+    failed.object = {operations::Verdict::refused, "re_1", "failed", "", ""};
+    payments.lookups = {failed};
+    CHECK(provider->find(cancel_request()).object.attention.find("the order is cancelled") !=
+          std::string::npos);
+    // Not a cancellation: nothing was done besides.
+    auto plain = cancel_request();
+    plain.cancel_order = false;
+    CHECK(provider->find(plain).object.attention.empty());
+  }
   SUBCASE("cancelled, its refund refused: failed, and a person must look") {
     orders.cancelled = {operations::Verdict::succeeded, ""};
     payments.answers = {{operations::Verdict::refused, "", "", "charge_disputed", ""}};

@@ -75,6 +75,13 @@ TEST_CASE("a provider object settles only when it moved the amount and currency 
   CHECK(stripe->execute(refund(5000, "USD")).verdict == operations::Verdict::indeterminate);
   provider.answer(object("refund", 5000, "usd"));
   CHECK(stripe->execute(refund(5000, "USD")).verdict == operations::Verdict::succeeded);
+  // A provider that writes the currency in capitals, or the amount as a
+  // whole number with a point, answered what was asked.
+  provider.answer(object("refund", 5000, "USD"));
+  CHECK(stripe->execute(refund(5000, "USD")).verdict == operations::Verdict::succeeded);
+  provider.answer(R"({"id":"obj_1","object":"refund","status":"succeeded","amount":5000.0,)"
+                  R"("currency":"usd"})");
+  CHECK(stripe->execute(refund(5000, "USD")).verdict == operations::Verdict::succeeded);
 
   // Found by its key in a listing: the same, and a mismatch proves nothing.
   provider.answer(listing(object("refund", 100, "usd")));

@@ -119,6 +119,15 @@ TEST_CASE("sessions: one principal signing in again and again ends only its own"
   CHECK(store.find(bobs[49]));
   CHECK(store.find(bobs[48]));
   CHECK_FALSE(store.find(bobs[47]));
+  // A store smaller than one principal's share: still its own go first.
+  SessionStore small(clock, SessionLimits{10'000, 100'000, 3});
+  auto dana = small.create("dana", "h4");
+  for (int i = 0; i < 10; ++i) {
+    clock.advance_ms(10);
+    small.create("eve", "h5");
+  }
+  CHECK(small.find(dana.id));
+  CHECK(small.size() == 3);
 }
 
 TEST_CASE("sessions: ids come from the random source given, 32 bytes each") {

@@ -486,6 +486,29 @@ TEST_CASE("an operation whose provider object is still pending cannot be resolve
   CHECK(resolve(operations::Outcome::succeeded).ok());
 }
 
+TEST_CASE("a pending object the reconciler finds holds a resolution as failed back too") {
+  World w;
+  REQUIRE(w.approve(person("alice")).ok());
+  w.provider.answers = {{operations::Verdict::indeterminate, "", "", "timeout", ""}};
+  w.pump();
+  operations::LookupResult pending;
+  pending.lookup = operations::Lookup::found;
+  pending.object = {operations::Verdict::pending, "re_2", "pending", "", ""};
+  w.provider.lookups = {pending};
+  w.clock.advance_ms(3'600'000);
+  w.pump();
+  REQUIRE(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
+  CHECK(w.operation(kRefund).provider_object_id() == "re_2");
+  operations::Resolution r;
+  r.outcome = operations::Outcome::failed;
+  r.evidence = "ticket OPS-2";
+  Status failed = w.storage->transact([&](store::Transaction& txn) {
+    return operations::resolve(txn, kRefund, person("oncall"), r);
+  });
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().is(errc::invalid_state));
+}
+
 TEST_CASE("an approver lowers the amount: narrowed in place, paid and told at the lower amount") {
   World w;
   const auto proposed = w.operation(kRefund);

@@ -694,6 +694,38 @@ TEST_CASE(
     CHECK(attention_raised(w));
     CHECK(w.operation(kRefund).last_error().find("re_late succeeded") != std::string::npos);
   }
+  SUBCASE("a found failed refund with embedded orders: nothing was done besides") {
+    World w;
+    w.propose_refund();
+    REQUIRE(w.approve(kRefund).ok());
+    w.provider.answers = {answer(operations::Verdict::indeterminate, "timeout")};
+    w.pump();
+    w.provider.lookups = {lookup(operations::Lookup::found, operations::Verdict::refused)};
+    w.clock.advance_ms(60'000);
+    w.pump();
+    CHECK(w.state(kRefund) == "settled/failed");
+    CHECK_FALSE(attention_raised(w));
+  }
+  SUBCASE("a late success for an operation resolved succeeded without an object id") {
+    World w;
+    w.refund_timed_out();
+    operations::Resolution r;
+    r.outcome = operations::Outcome::succeeded;
+    r.evidence = "seen in the dashboard";
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  return operations::resolve(txn, kRefund, alice(), r);
+                })
+                .ok());
+    REQUIRE(w.storage
+                ->transact([&](store::Transaction& txn) {
+                  return operations::record_late_answer(
+                      txn, kRefund, {operations::Verdict::succeeded, "re_1", "succeeded", "", ""},
+                      "system");
+                })
+                .ok());
+    CHECK_FALSE(attention_raised(w));
+  }
 }
 
 TEST_CASE("a refusal answered late is audited and left for the reconciler to prove") {
