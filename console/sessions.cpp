@@ -35,19 +35,19 @@ void SessionStore::make_room(int64_t now, const std::string& principal) {
     if (it->second.principal == principal) ++own;
     ++it;
   }
-  // The least recently seen of `principal`'s own (mine = true), or of all.
-  auto end_least_recent = [&](bool mine) {
-    auto oldest = sessions_.end();
-    for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
-      if ((!mine || it->second.principal == principal) &&
-          (oldest == sessions_.end() || it->second.last_seen_ms < oldest->second.last_seen_ms))
-        oldest = it;
-    if (oldest != sessions_.end()) sessions_.erase(oldest);
-  };
-  for (; own >= limits_.max_per_principal && own > 0; --own) end_least_recent(true);
+  for (; own >= limits_.max_per_principal && own > 0; --own) end_least_recent(&principal);
   // Full: the principal's own go first, then the least recent of all.
   for (; !sessions_.empty() && sessions_.size() >= limits_.max_sessions; own -= own > 0)
-    end_least_recent(own > 0);
+    end_least_recent(own > 0 ? &principal : nullptr);
+}
+
+void SessionStore::end_least_recent(const std::string* of) {
+  auto oldest = sessions_.end();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+    if ((!of || it->second.principal == *of) &&
+        (oldest == sessions_.end() || it->second.last_seen_ms < oldest->second.last_seen_ms))
+      oldest = it;
+  if (oldest != sessions_.end()) sessions_.erase(oldest);
 }
 
 SessionStore::Created SessionStore::create(std::string principal, std::string token_sha256) {

@@ -66,6 +66,8 @@ class SessionStore {
  private:
   bool live(const Session& s, int64_t now) const REQUIRES(mu_);
   void make_room(int64_t now, const std::string& principal) REQUIRES(mu_);
+  // Ends the least recently seen session of principal `of`, or of all.
+  void end_least_recent(const std::string* of) REQUIRES(mu_);
 
   const Clock& clock_;
   const SessionLimits limits_;

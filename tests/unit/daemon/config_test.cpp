@@ -120,7 +120,7 @@ TEST_CASE("numbers are range-checked as written, before any narrowing or multipl
   };
   // Each of these loaded once: multiplied by 1000 or 86400 they wrapped to
   // a fraction of a second, narrowed to int they wrapped into range.
-  for (const auto& [text, key] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [file_text, file_key] : std::vector<std::pair<std::string, std::string>>{
            {"[ingress]\nretention_s = 18446744073709552", "'ingress.retention_s'"},
            {"[policy]\napproval_ttl_s = 18446744073709552", "'policy.approval_ttl_s'"},
            {"[policy]\nrefund_window_days = 106751991167301", "'policy.refund_window_days'"},
@@ -135,6 +135,7 @@ TEST_CASE("numbers are range-checked as written, before any narrowing or multipl
            {"[notify]\nretry_schedule_s = [60, 9223372036854775807]", "'notify.retry_schedule_s'"},
            {"[policy.escalation]\nremind_after_s = -1", "'policy.escalation.remind_after_s'"},
        }) {
+    const std::string text = file_text, key = file_key;  // plain names: CAPTURE takes them
     CAPTURE(text);
     const std::string error = error_of(text + "\n");
     const bool named = error.find(key + " must be an integer from") != std::string::npos ||
