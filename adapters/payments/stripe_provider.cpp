@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
-#include <cmath>
 #include <optional>
 
 #include "common/json_fields.h"
@@ -51,12 +50,14 @@ PaymentResult classify_object(const json::object& o) {
 std::optional<std::string> mismatch(const json::object& o, const PaymentRequest& req) {
   const int64_t expected =
       req.kind == PaymentRequest::Kind::refund ? req.amount_minor : -req.amount_minor;
-  const auto* value = o.if_contains("amount");
+  // Any number that is a whole amount (1500.0 too), as Boost.JSON converts
+  // it without loss.
   std::optional<int64_t> amount;
-  if (value && value->is_int64()) amount = value->as_int64();
-  if (value && value->is_double() && std::abs(value->as_double()) < 1e15 &&
-      value->as_double() == static_cast<double>(static_cast<int64_t>(value->as_double())))
-    amount = static_cast<int64_t>(value->as_double());  // 1500.0
+  if (const auto* value = o.if_contains("amount")) {
+    json::error_code ec;
+    const auto n = value->to_number<int64_t>(ec);
+    if (!ec) amount = n;
+  }
   const std::string currency = lower(string_field(o, "currency"));
   if (amount == expected && currency == lower(req.currency)) return std::nullopt;
   return fmt::format(
