@@ -4,16 +4,6 @@
 
 namespace opgate {
 
-std::optional<int64_t> FailureLimiter::wait_ms(const std::string& key, int64_t now_ms) {
-  MutexLock lock(mu_);
-  return wait_locked(key, now_ms);
-}
-
-void FailureLimiter::failed(const std::string& key, int64_t now_ms) {
-  MutexLock lock(mu_);
-  failed_locked(key, now_ms);
-}
-
 std::optional<int64_t> FailureLimiter::attempt(const std::string& key, int64_t now_ms) {
   MutexLock lock(mu_);
   if (auto wait = wait_locked(key, now_ms)) return wait;

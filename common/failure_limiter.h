@@ -26,20 +26,17 @@ class FailureLimiter {
  public:
   explicit FailureLimiter(FailureLimits limits = {}) : limits_(limits) {}
 
-  // How long the key must wait before its next attempt; nothing if it may
-  // try now.
-  std::optional<int64_t> wait_ms(const std::string& key, int64_t now_ms) EXCLUDES(mu_);
-  // Records a failed attempt.
-  void failed(const std::string& key, int64_t now_ms) EXCLUDES(mu_);
-  // Checks and counts an attempt in one step: the wait, as wait_ms, or
-  // nothing and the attempt counted as failed until succeeded() takes it
-  // back. Attempts that arrive together cannot all pass one check.
+  // Checks and counts an attempt in one step: how long the key must wait
+  // before its next attempt, or nothing and the attempt counted as failed
+  // until succeeded() takes it back. Attempts that arrive together cannot
+  // all pass one check.
   std::optional<int64_t> attempt(const std::string& key, int64_t now_ms) EXCLUDES(mu_);
   // The attempt counted at `at_ms` succeeded: it no longer counts.
   void succeeded(const std::string& key, int64_t at_ms) EXCLUDES(mu_);
 
  private:
   void forget_old(int64_t now_ms) REQUIRES(mu_);
+  // The wait before the key's next attempt, if any; a failed attempt.
   std::optional<int64_t> wait_locked(const std::string& key, int64_t now_ms) REQUIRES(mu_);
   void failed_locked(const std::string& key, int64_t now_ms) REQUIRES(mu_);
 

@@ -237,9 +237,8 @@ class Api {
       if (!page->has_more || page->last_id.empty()) break;
       // A cursor seen before would fetch pages seen before, again and
       // again: the platform's paging is broken, and what came is shown.
-      truncated = !cursors.insert(page->last_id).second || page->last_id == after ||
-                  bytes >= kTranscriptMaxBytes || i + 1 >= 1000 ||
-                  d_.clock.monotonic_ms() >= deadline;
+      truncated = !cursors.insert(page->last_id).second || bytes >= kTranscriptMaxBytes ||
+                  i + 1 >= 1000 || d_.clock.monotonic_ms() >= deadline;
       if (truncated) break;
       after = page->last_id;
     }
