@@ -131,6 +131,17 @@ class Section {
   Section table(const char* k) const { return Section(v_.at(k), key(k)); }
   const toml::value& raw() const { return v_; }
 
+  // The table's required "name": an identifier none of `taken` has yet
+  // (added to it). `hint` ends the refusal.
+  std::string unique_name(std::set<std::string>& taken, std::string_view hint = "") const {
+    std::string name = required_string("name");
+    if (!valid_identifier(name) || !taken.insert(name).second)
+      throw ConfigError(fmt::format(
+          "'{}' must be a unique name of 1-64 characters from A-Z, a-z, 0-9, '.', '_' and '-'{}",
+          key("name"), hint));
+    return name;
+  }
+
   std::vector<Section> tables(const char* k) const {
     std::vector<Section> out;
     if (!has(k)) return out;
@@ -199,15 +210,11 @@ void parse_ingress(const Section& in, Config& c, const std::filesystem::path& ba
   for (const auto& s : in.tables("sources")) {
     s.only({"name", "secrets", "secrets_env"});
     ingress::Source source;
-    source.name = s.required_string("name");
     // The name is the path's last segment (/webhooks/{name}); a second
     // source of the same name would never be tried. Rotation lists both
     // secrets in one source.
-    if (!valid_identifier(source.name) || !names.insert(source.name).second)
-      throw ConfigError(
-          fmt::format("'{}' must be a unique name of 1-64 characters from A-Z, a-z, 0-9, '.', "
-                      "'_' and '-' (to rotate a secret, list the new and the old in one source)",
-                      s.key("name")));
+    source.name =
+        s.unique_name(names, " (to rotate a secret, list the new and the old in one source)");
     std::vector<std::string> secrets = s.strings("secrets");
     if (s.has("secrets_env"))
       for (auto& v : split_env(s.string("secrets_env", ""))) secrets.push_back(v);
@@ -484,12 +491,7 @@ void parse_notify(const Section& n, outbox::NotifyConfig& notify) {
     e.only({"name", "url", "secret", "secret_env", "events", "format", "timeout_ms",
             "max_in_flight", "include_evidence"});
     outbox::NotifyEndpoint endpoint;
-    endpoint.name = e.required_string("name");
-    if (!valid_identifier(endpoint.name) || !names.insert(endpoint.name).second)
-      throw ConfigError(
-          fmt::format("'{}' must be a unique name of 1-64 characters from "
-                      "A-Z, a-z, 0-9, '.', '_' and '-'",
-                      e.key("name")));
+    endpoint.name = e.unique_name(names);
     endpoint.url = e.required_string("url");
     // Checked here, whole: a URL that fails only when sent would leave an
     // error behind, and a notification URL (a Slack webhook's path) is a
