@@ -95,20 +95,31 @@ std::string s(const json::value& v, const char* key) {
   return printable(json::serialize(*p));
 }
 
-// Every operation of a listing, following next_cursor page by page.
-std::optional<json::array> all_operations(const Context& c, const std::string& query) {
-  json::array ops;
+// Every page of a listing at `path` (which has a query), following
+// next_cursor: the last answer, its `rows` field holding every page's.
+std::optional<Reply> every_page(const Context& c, const std::string& path, const char* rows) {
+  json::array all;
   std::string cursor;
   for (;;) {
-    std::string path = fmt::format("/v1/operations?limit={}", c.page_size) + query;
-    if (!cursor.empty()) path += "&cursor=" + http::url_component(cursor);
-    auto r = call(c, "GET", path);
+    auto r =
+        call(c, "GET", cursor.empty() ? path : path + "&cursor=" + http::url_component(cursor));
     if (!r) return std::nullopt;
-    for (auto& op : r->body.as_object().at("operations").as_array()) ops.push_back(op);
-    const auto& next = r->body.as_object().at("next_cursor");
-    if (!next.is_string() || next.as_string().empty()) return ops;
-    cursor = std::string(next.as_string());
+    for (auto& row : r->body.as_object().at(rows).as_array()) all.push_back(row);
+    const auto* next = r->body.as_object().if_contains("next_cursor");
+    if (!next || !next->is_string() || next->as_string().empty()) {
+      r->body.as_object()[rows] = std::move(all);
+      r->body.as_object()["next_cursor"] = nullptr;
+      return r;
+    }
+    cursor = std::string(next->as_string());
   }
+}
+
+// Every operation of a listing, following next_cursor page by page.
+std::optional<json::array> all_operations(const Context& c, const std::string& query) {
+  auto r = every_page(c, fmt::format("/v1/operations?limit={}", c.page_size) + query, "operations");
+  if (!r) return std::nullopt;
+  return std::move(r->body.as_object()["operations"].as_array());
 }
 
 int64_t n(const json::value& v, const char* key) {
@@ -780,29 +791,11 @@ int list_drafts(const Context& c, const std::string& order_id) {
 }
 
 int ledger(const Context& c, const std::string& session, const std::string& owner) {
-  std::string path = "/v1/ledger";
-  std::string sep = "?";
-  if (!session.empty()) {
-    path += sep + "session=" + http::url_component(session);
-    sep = "&";
-  }
-  if (!owner.empty()) path += sep + "owner=" + http::url_component(owner);
-  // Every page, one after the other, into one answer.
-  std::optional<Reply> r;
-  json::array all;
-  std::string cursor;
-  do {
-    r = call(c, "GET",
-             cursor.empty() ? path
-                            : path + (path.find('?') == std::string::npos ? "?" : "&") +
-                                  "cursor=" + http::url_component(cursor));
-    if (!r) return 1;
-    for (auto& row : r->body.as_object().at("ledger").as_array()) all.push_back(row);
-    const auto* next = r->body.as_object().if_contains("next_cursor");
-    cursor = next && next->is_string() ? std::string(next->as_string()) : "";
-  } while (!cursor.empty());
-  r->body.as_object()["ledger"] = all;
-  r->body.as_object()["next_cursor"] = nullptr;
+  std::string path = "/v1/ledger?limit=1000";
+  if (!session.empty()) path += "&session=" + http::url_component(session);
+  if (!owner.empty()) path += "&owner=" + http::url_component(owner);
+  auto r = every_page(c, path, "ledger");
+  if (!r) return 1;
   return print_json_or(c, *r, [&] {
     const auto& rows = r->body.as_object().at("ledger").as_array();
     std::cout << fmt::format("{:<48} {:<16} {:>14}  {:<28} {}\n", "OPERATION", "KIND", "AMOUNT",
