@@ -320,6 +320,9 @@ int inspect_session(const Context& c, const std::string& session) {
   for (const auto& row : ledger)
     std::cout << fmt::format("  {} {} {} provider={}\n", s(row, "operation_key"), s(row, "kind"),
                              money(row), s(row, "provider_object_id"));
+  if (const auto* more = state->body.as_object().if_contains("ledger_next_cursor");
+      more && more->is_string())
+    std::cout << "  (more rows: opgate ledger --session " << printable(session) << ")\n";
   return 0;
 }
 

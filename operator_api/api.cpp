@@ -81,12 +81,14 @@ Result<size_t> limit_param(const Request& req, size_t fallback, size_t max) {
   return v;
 }
 
-// Pages of saved items are fetched at this size; inspect prints each page.
 // A transcript is read in pages of this many items, up to these bounds; a
 // longer one (or a platform whose paging loops) is shown cut, and says so.
 constexpr int kTranscriptPageSize = 20;
 constexpr size_t kTranscriptMaxBytes = 8 << 20;
 constexpr int64_t kTranscriptDeadlineMs = 30'000;
+// A session's view carries this many of its ledger rows, and a cursor
+// for the rest.
+constexpr size_t kSessionLedgerRows = 1000;
 // At most this many approvals in one POST /v1/approvals.
 constexpr size_t kMaxBatchApprovals = 100;
 
@@ -197,11 +199,16 @@ class Api {
     }
     auto notes = operations::notes_json(reader, *calls);
     if (!notes) return from_error(notes.error());
-    auto ledger = reader.ledger({id, "", "", "", 1000});
+    // The first page of its ledger; the rest from GET /v1/ledger?session=
+    // from ledger_next_cursor.
+    auto ledger = reader.ledger({id, "", "", "", kSessionLedgerRows});
     if (!ledger) return from_error(ledger.error());
     json::array rows;
     for (const auto& l : *ledger)
       if (p.may_act_for(l.owner())) rows.push_back(operations::ledger_json(l));
+    json::value ledger_next = nullptr;
+    if (ledger->size() == kSessionLedgerRows)
+      ledger_next = json::string(ledger->back().operation_key());
     return ok_json(json::object{{"session_id", id},
                                 {"owner", session->owner()},
                                 {"bound_by", session->bound_by()},
@@ -211,7 +218,8 @@ class Api {
                                 {"calls", call_rows},
                                 {"notes", std::move(*notes)},
                                 {"operations", operations},
-                                {"ledger", rows}});
+                                {"ledger", rows},
+                                {"ledger_next_cursor", ledger_next}});
   }
 
   // Root turn statuses and every page of saved items, from the platform,

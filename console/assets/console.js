@@ -1098,6 +1098,9 @@
     }
     opRows($("operations"), s.operations);
     ledgerRows($("ledger"), s.ledger, true);
+    if (s.ledger_next_cursor)
+      $("ledger").appendChild(el("tr", {}, el("td", { colspan: 5, className: "empty" },
+        "More rows than shown here: opgate ledger --session " + s.session_id)));
     const records = (s.notes || []).map((n) => n.audit);
     for (const o of s.operations) {
       try {

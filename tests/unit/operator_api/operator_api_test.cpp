@@ -2,6 +2,7 @@
 // router: the tier filter, oldest first with a cursor, the approvals each
 // pending operation needs and the server's time, and /v1/me.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <boost/json.hpp>
 
@@ -202,4 +203,49 @@ TEST_CASE("/readyz is 503 once the store cannot be written; /healthz still answe
   // RocksDB stays read-only after a failed sync: still not ready (the daemon
   // exits on it and is started again).
   CHECK(s.router.dispatch(request("GET", "/readyz")).status == 503);
+}
+
+TEST_CASE("a session's view carries its first 1,000 ledger rows and a cursor to the rest") {
+  testing::ApiStage s;
+  s.open_api();
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
+  auto key = [](int i) { return fmt::format("demo-user:O{:04}:full-refund:v1", i); };
+  auto put_rows = [&](int from, int to) {
+    REQUIRE(s.storage
+                ->transact([&](store::Transaction& txn) {
+                  for (int i = from; i < to; ++i) {
+                    pb::LedgerEntry l;
+                    l.set_operation_key(key(i));
+                    l.set_owner("demo-user");
+                    l.set_session_id("sess_1");
+                    txn.put_ledger(l);
+                  }
+                  return Status::Ok();
+                })
+                .ok());
+  };
+  auto view = [&] {
+    auto r = s.router.dispatch(request("GET", "/v1/sessions/sess_1", alice));
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    return s.body_of(r).as_object();
+  };
+  put_rows(0, 1000);
+  auto whole = view();
+  CHECK(whole.at("ledger").as_array().size() == 1000);
+  CHECK(whole.at("ledger_next_cursor").as_string() == key(999));
+  // The cursor leads to nothing more while there are exactly 1,000.
+  auto after = s.body_of(s.router.dispatch(
+      request("GET", "/v1/ledger?session=sess_1&cursor=" + http::url_component(key(999)), alice)));
+  CHECK(after.at("ledger").as_array().empty());
+  put_rows(1000, 1002);
+  auto cut = view();
+  CHECK(cut.at("ledger").as_array().size() == 1000);
+  REQUIRE(cut.at("ledger_next_cursor").is_string());
+  auto rest = s.body_of(s.router.dispatch(
+      request("GET",
+              "/v1/ledger?session=sess_1&cursor=" +
+                  http::url_component(std::string(cut.at("ledger_next_cursor").as_string())),
+              alice)));
+  REQUIRE(rest.at("ledger").as_array().size() == 2);
+  CHECK(rest.at("ledger").as_array().at(1).at("operation_key").as_string() == key(1001));
 }
