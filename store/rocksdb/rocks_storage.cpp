@@ -39,6 +39,29 @@ Error corrupt(std::string_view what) {
   return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
 }
 
+// Scans `cf` under `prefix` from `start`, parsing each value into one
+// Message that is handed to `visit` with its key (false stops the scan; a
+// visitor that keeps the record moves it out). A value that does not parse
+// ends the scan as a corrupt `what`.
+template <typename Message, typename Visit>
+Status scan_parsed(const KvView& view, Cf cf, std::string_view prefix, std::string_view what,
+                   Visit&& visit, std::string_view start = {}) {
+  Message m;
+  bool bad = false;
+  OPGATE_TRY(view.scan(
+      cf, prefix,
+      [&](std::string_view k, std::string_view v) {
+        if (!m.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
+          bad = true;
+          return false;
+        }
+        return visit(k, m);
+      },
+      start));
+  if (bad) return corrupt(what);
+  return Status::Ok();
+}
+
 using keys::parse_hex;
 
 // Reads of every record kind over a key-value view.
@@ -143,22 +166,14 @@ class KvReader : public virtual Reader {
     std::vector<pb::ToolCall> out;
     if (limit == 0) return out;
     const std::string from = prefix + after;
-    bool bad = false;
-    Status s = view_.scan(
-        Cf::calls, prefix,
-        [&](std::string_view k, std::string_view v) {
+    OPGATE_TRY(scan_parsed<pb::ToolCall>(
+        view_, Cf::calls, prefix, "tool call",
+        [&](std::string_view k, pb::ToolCall& c) {
           if (!after.empty() && k == from) return true;  // the cursor itself
-          pb::ToolCall c;
-          if (!c.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-            bad = true;
-            return false;
-          }
           out.push_back(std::move(c));
           return out.size() < limit;
         },
-        from);
-    if (!s) return s.error();
-    if (bad) return corrupt("tool call");
+        from));
     return out;
   }
 
@@ -170,17 +185,9 @@ class KvReader : public virtual Reader {
     // One message parsed into again and again: its strings and repeated
     // fields keep their storage, so a million operations cost no million
     // allocations.
-    pb::Operation op;
-    std::optional<Error> failed;
-    OPGATE_TRY(view_.scan(Cf::operations, "o/", [&](std::string_view, std::string_view v) {
-      if (!op.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-        failed = corrupt("operation");
-        return false;
-      }
-      return visit(op);
-    }));
-    if (failed) return *failed;
-    return Status::Ok();
+    return scan_parsed<pb::Operation>(
+        view_, Cf::operations, "o/", "operation",
+        [&](std::string_view, const pb::Operation& op) { return visit(op); });
   }
 
   Result<OperationPage> operations(const OperationQuery& q) override {
@@ -212,16 +219,9 @@ class KvReader : public virtual Reader {
           },
           q.after.empty() ? "" : prefix + q.after + '\0');
     } else {
-      s = view_.scan(
-          Cf::operations, "o/",
-          [&](std::string_view, std::string_view v) {
-            pb::Operation op;
-            if (!op.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-              failed = corrupt("operation");
-              return false;
-            }
-            return take(std::move(op));
-          },
+      s = scan_parsed<pb::Operation>(
+          view_, Cf::operations, "o/", "operation",
+          [&](std::string_view, pb::Operation& op) { return take(std::move(op)); },
           q.after.empty() ? "" : keys::operation(q.after) + '\0');
     }
     if (!s) return s.error();
@@ -311,25 +311,17 @@ class KvReader : public virtual Reader {
 
   Result<std::vector<pb::LedgerEntry>> ledger(const LedgerQuery& q) override {
     std::vector<pb::LedgerEntry> rows;
-    bool bad = false;
-    Status s = view_.scan(
-        Cf::ledger, "",
-        [&](std::string_view k, std::string_view v) {
+    OPGATE_TRY(scan_parsed<pb::LedgerEntry>(
+        view_, Cf::ledger, "", "ledger row",
+        [&](std::string_view k, pb::LedgerEntry& l) {
           if (k == q.after) return true;  // a page starts after its cursor
-          pb::LedgerEntry l;
-          if (!l.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-            bad = true;
-            return false;
-          }
           if ((q.session_id.empty() || l.session_id() == q.session_id) &&
               (q.owner.empty() || l.owner() == q.owner) &&
               (q.order_id.empty() || l.order_id() == q.order_id))
             rows.push_back(std::move(l));
           return q.limit == 0 || rows.size() < q.limit;
         },
-        q.after);
-    if (!s) return s.error();
-    if (bad) return corrupt("ledger row");
+        q.after));
     return rows;
   }
 
@@ -352,21 +344,13 @@ class KvReader : public virtual Reader {
 
   Result<std::vector<pb::AuditRecord>> audit(uint64_t after_seq, size_t limit) override {
     std::vector<pb::AuditRecord> out;
-    bool bad = false;
-    Status s = view_.scan(
-        Cf::audit, "",
-        [&](std::string_view, std::string_view v) {
-          pb::AuditRecord r;
-          if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-            bad = true;
-            return false;
-          }
+    OPGATE_TRY(scan_parsed<pb::AuditRecord>(
+        view_, Cf::audit, "", "audit record",
+        [&](std::string_view, pb::AuditRecord& r) {
           out.push_back(std::move(r));
           return out.size() < limit;
         },
-        keys::audit(after_seq + 1));
-    if (!s) return s.error();
-    if (bad) return corrupt("audit record");
+        keys::audit(after_seq + 1)));
     return out;
   }
 
@@ -376,18 +360,11 @@ class KvReader : public virtual Reader {
     std::optional<pb::AuditRecord> last;
     // Audit keys are fixed-width sequence numbers; the reader's view has no
     // reverse scan, so the durable reader overrides this with a seek.
-    bool bad = false;
-    Status s = view_.scan(Cf::audit, "", [&](std::string_view, std::string_view v) {
-      pb::AuditRecord r;
-      if (!r.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-        bad = true;
-        return false;
-      }
-      last = std::move(r);
-      return true;
-    });
-    if (!s) return s.error();
-    if (bad) return corrupt("audit record");
+    OPGATE_TRY(scan_parsed<pb::AuditRecord>(view_, Cf::audit, "", "audit record",
+                                            [&](std::string_view, pb::AuditRecord& r) {
+                                              last = std::move(r);
+                                              return true;
+                                            }));
     if (last) head = {last->seq(), last->hash()};
     return head;
   }
@@ -501,19 +478,12 @@ class KvReader : public virtual Reader {
 
   Result<std::vector<pb::EndpointState>> endpoint_states() override {
     std::vector<pb::EndpointState> out;
-    bool bad = false;
-    Status s =
-        view_.scan(Cf::meta, keys::endpoint_state(""), [&](std::string_view, std::string_view v) {
-          pb::EndpointState state;
-          if (!state.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-            bad = true;
-            return false;
-          }
-          out.push_back(std::move(state));
-          return true;
-        });
-    if (!s) return s.error();
-    if (bad) return corrupt("endpoint state");
+    OPGATE_TRY(scan_parsed<pb::EndpointState>(view_, Cf::meta, keys::endpoint_state(""),
+                                              "endpoint state",
+                                              [&](std::string_view, pb::EndpointState& state) {
+                                                out.push_back(std::move(state));
+                                                return true;
+                                              }));
     return out;
   }
 
@@ -541,21 +511,13 @@ class KvReader : public virtual Reader {
   Result<std::vector<pb::Notification>> notifications_since(int64_t since_ms,
                                                             size_t limit) override {
     std::vector<pb::Notification> out;
-    bool bad = false;
-    Status s = view_.scan(
-        Cf::outbox, "l/",
-        [&](std::string_view, std::string_view v) {
-          pb::Notification n;
-          if (!n.ParseFromArray(v.data(), static_cast<int>(v.size()))) {
-            bad = true;
-            return false;
-          }
+    OPGATE_TRY(scan_parsed<pb::Notification>(
+        view_, Cf::outbox, "l/", "notification",
+        [&](std::string_view, pb::Notification& n) {
           out.push_back(std::move(n));
           return out.size() < limit;
         },
-        "l/" + keys::hex16(keys::time_part(since_ms)));
-    if (!s) return s.error();
-    if (bad) return corrupt("notification");
+        "l/" + keys::hex16(keys::time_part(since_ms))));
     return out;
   }
 

@@ -638,3 +638,45 @@ TEST_CASE(
   REQUIRE(ev->has_value());
   CHECK((*ev)->processed());
 }
+
+TEST_CASE("a stored record that does not parse is an error of every scan that meets it") {
+  namespace keys = store::rocks::keys;
+  using store::rocks::Cf;
+  TempDir dir;
+  ManualClock clock(1'000'000);
+  {
+    auto storage = open(dir, clock);
+    REQUIRE(propose(*storage, "k1").ok());
+  }
+  {
+    auto db = store::rocks::Db::open(dir.path.string(), store::rocks::OpenOptions{});
+    REQUIRE(db.ok());
+    store::rocks::WriteSet w;
+    const std::string garbage = "\xff\xff\xff\xff";
+    w.put(Cf::operations, keys::operation("k0"), garbage);
+    w.put(Cf::ledger, "k0", garbage);
+    w.put(Cf::calls, keys::call("sess_1", "turn_1", "call_1"), garbage);
+    REQUIRE((*db)->write(w, true).ok());
+  }
+  auto storage = open(dir, clock);
+  auto& reader = storage->reader();
+  auto page = reader.operations({});
+  REQUIRE_FALSE(page.ok());
+  CHECK(page.error().code == "corrupt_record");
+  CHECK(page.error().message == "a stored operation does not parse");
+  int visited = 0;
+  auto visit = reader.visit_operations([&](const pb::Operation&) { return ++visited, true; });
+  REQUIRE_FALSE(visit.ok());
+  CHECK(visit.error().message == "a stored operation does not parse");
+  CHECK(visited == 0);  // "k0" comes first, and stops the scan
+  auto ledger = reader.ledger({});
+  REQUIRE_FALSE(ledger.ok());
+  CHECK(ledger.error().message == "a stored ledger row does not parse");
+  auto calls = reader.calls_of("sess_1");
+  REQUIRE_FALSE(calls.ok());
+  CHECK(calls.error().message == "a stored tool call does not parse");
+  // The records that parse are still read by key.
+  auto k1 = reader.operation("k1");
+  REQUIRE(k1.ok());
+  CHECK(k1->has_value());
+}
