@@ -124,8 +124,30 @@ size_t SessionSync::dispatch_page(Lanes& lanes, int64_t now, bool& read_through)
   return sessions;
 }
 
+Result<std::vector<store::QueuedEvent>> SessionSync::unprocessed(
+    const std::vector<store::QueuedEvent>& events) {
+  std::vector<store::QueuedEvent> out;
+  auto& reader = storage_.reader();
+  for (const auto& e : events) {
+    // An entry whose event is gone stays: settling it removes the entry.
+    if (!e.event.source().empty()) {
+      OPGATE_ASSIGN_OR_RETURN(auto now, reader.event(e.event.source(), e.event.webhook_id()));
+      if (now && now->processed()) continue;
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
 void SessionSync::process(const std::string& session_id,
-                          const std::vector<store::QueuedEvent>& events) {
+                          const std::vector<store::QueuedEvent>& handed) {
+  auto still = unprocessed(handed);
+  if (!still) {
+    spdlog::error("cannot read the inbox for session {}: {}", session_id, still.error().message);
+    return;
+  }
+  const auto& events = *still;
+  if (events.empty()) return;
   auto session = storage_.reader().session(session_id);
   if (!session) {
     spdlog::error("cannot read session {}: {}", session_id, session.error().message);

@@ -67,13 +67,19 @@ class SessionSync {
 
   static std::string lane(const std::string& session_id) { return "session:" + session_id; }
 
+  // A lane's work: syncs one session and settles the queued events handed
+  // over for it, those not processed since they were read.
+  void process(const std::string& session_id, const std::vector<store::QueuedEvent>& handed)
+      EXCLUDES(mu_);
+
  private:
   // One page of the queue from cursor_: read_through when every entry of a
   // full page was handed over or is backing off.
   size_t dispatch_page(Lanes& lanes, int64_t now, bool& read_through);
-  // Syncs one session and settles its queued events.
-  void process(const std::string& session_id, const std::vector<store::QueuedEvent>& events)
-      EXCLUDES(mu_);
+  // The events not yet processed: a pass that read the queue while a lane
+  // was finishing these events hands them over again, after that lane.
+  Result<std::vector<store::QueuedEvent>> unprocessed(
+      const std::vector<store::QueuedEvent>& events);
   // Answers one required action not answered yet (operations/tool_calls.h);
   // `fetched`: the order service's answers, read before the transaction
   // (nullptr for embedded orders).

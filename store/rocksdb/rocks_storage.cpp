@@ -602,8 +602,14 @@ class RocksTransaction final : public Transaction, public KvReader {
                     keys::event_index(event, *seq).SerializeAsString());
   }
 
+  // Parks the entry if it is still queued, as PostgreSQL's does: an entry
+  // handed over twice is parked once. An entry that cannot be read is
+  // parked all the same: a second waiting entry is processed as done.
   void park_event(const QueuedEvent& q) override {
-    txn_.writes.del(Cf::inbox, keys::queue(std::string_view(q.queue_id)));
+    const std::string entry = keys::queue(std::string_view(q.queue_id));
+    auto queued = txn_.view.get(Cf::inbox, entry);
+    if (queued && !queued->has_value()) return;
+    txn_.writes.del(Cf::inbox, entry);
     txn_.writes.put(Cf::inbox, keys::waiting(q.event.session_id(), storage_.next_queue_seq()),
                     q.event_key);
   }

@@ -346,7 +346,9 @@ TEST_CASE("append_events stores the record the caller serialized, as the event r
   CHECK(*f.s->reader().queued_count() == 1);
 }
 
-TEST_CASE("queued events come in order, page by page; finishing and parking take them out") {
+TEST_CASE(
+    "queued events come in order, page by page; finishing and parking take them out, parking "
+    "once") {
   Fixture f;
   std::vector<store::NewEvent> events;
   for (int i = 0; i < 5; ++i) events.push_back(event("e" + std::to_string(i), "{}", true));
@@ -364,6 +366,9 @@ TEST_CASE("queued events come in order, page by page; finishing and parking take
   CHECK(*f.s->reader().queued_count() == 3);
   CHECK((*f.s->reader().event("agents", "e0"))->processed());
   CHECK_FALSE((*f.s->reader().event("agents", "e1"))->processed());
+  // An entry handed over twice (a pass that read it before it was parked)
+  // is parked once.
+  f.write([&](Transaction& t) { t.park_event(page->at(1)); });
   size_t released = 0;
   REQUIRE(f.s->transact([&](Transaction& t) -> Status {
                OPGATE_ASSIGN_OR_RETURN(released, t.release_parked("sess_1"));

@@ -455,3 +455,35 @@ TEST_CASE("an internal note is stored only with evidence from its own session ab
   CHECK(shown[0].at("text").as_string() == "late");
   CHECK(w.storage->verify_audit().value().ok);
 }
+
+TEST_CASE("events handed over again after their lane finished them are not fetched for again") {
+  World w;
+  w.bind("sess_1");
+  w.require_lookup("call_1");
+  w.webhook("msg_1", "sess_1");
+  w.webhook("msg_2", "sess_1");
+  // What a dispatch pass read just before a lane finished these events.
+  auto stale = w.storage->reader().queued("", 10);
+  REQUIRE(stale->size() == 2);
+  w.sync->process("sess_1", *stale);
+  CHECK(w.answered("call_1"));
+  CHECK(w.agents.fetches == 1);
+  CHECK(w.inbox->backlog() == 0);
+  w.sync->process("sess_1", *stale);
+  CHECK(w.agents.fetches == 1);
+  // Counted processed once: a webhook after them is the backlog's one event.
+  w.webhook("msg_3", "sess_1");
+  CHECK(w.inbox->backlog() == 1);
+}
+
+TEST_CASE("events of an unbound session handed over twice wait once for its binding") {
+  World w;
+  w.webhook("msg_1", "sess_1");
+  auto stale = w.storage->reader().queued("", 10);
+  REQUIRE(stale->size() == 1);
+  w.sync->process("sess_1", *stale);
+  w.sync->process("sess_1", *stale);
+  CHECK(w.inbox->backlog() == 0);
+  w.bind("sess_1");
+  CHECK(*w.storage->reader().queued_count() == 1);
+}
