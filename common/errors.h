@@ -35,6 +35,7 @@ inline constexpr ErrorCode expired{"expired", 409};
 inline constexpr ErrorCode policy_refused{"policy_refused", 409};
 inline constexpr ErrorCode not_bound{"not_bound", 409};
 inline constexpr ErrorCode too_large{"too_large", 413};
+inline constexpr ErrorCode header_too_large{"header_too_large", 431};
 // An approval that would widen the proposal: a higher amount, another
 // currency, order or kind (an approver may only lower the amount).
 inline constexpr ErrorCode widening_refused{"widening_refused", 422};

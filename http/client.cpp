@@ -127,6 +127,9 @@ struct Exchange {
   const ClientRequest& request;
   std::string host, port;
   bhttp::request<bhttp::string_body> req;
+  // At most 1 MiB unparsed (set in send): a header, or a chunk's size line
+  // and trailer, which Beast's parser looks through without a limit of its
+  // own.
   beast::flat_buffer buffer;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   std::optional<Error> failure;
@@ -141,15 +144,20 @@ struct Exchange {
                                                                  std::chrono::steady_clock::now());
   }
 
+  // `after_send`: the request was being written or its answer read. Before
+  // that (connecting, the TLS handshake), the deadline passing too means
+  // nothing was sent.
   void fail(beast::error_code ec, bool after_send) {
-    if (ec == beast::error::timeout)
+    if (!after_send)
+      failure =
+          make_error(errc::connect_failed,
+                     "cannot connect to " + host + ":" + port + ": " +
+                         (ec == beast::error::timeout ? "no connection in time" : ec.message()));
+    else if (ec == beast::error::timeout)
       failure = make_error(errc::timeout, "no answer from " + host + ":" + port + " in time");
-    else if (after_send)
+    else
       failure = make_error(errc::connection_lost,
                            "connection to " + host + ":" + port + " lost: " + ec.message());
-    else
-      failure = make_error(errc::connect_failed,
-                           "cannot connect to " + host + ":" + port + ": " + ec.message());
   }
 
   // Write the request and read the answer on a connected (and, for TLS,
@@ -235,9 +243,16 @@ Result<std::unique_ptr<Connection>> new_connection(const Exchange& x, const std:
   } catch (const std::exception& e) {
     return make_error(errc::connect_failed, std::string("cannot make a connection: ") + e.what());
   }
-  if (!SSL_set_tlsext_host_name(conn->secure->native_handle(), x.host.c_str()))
+  // The name the certificate must hold: an address literal without its
+  // brackets, checked as an address and sent without SNI (RFC 6066 3).
+  const std::string name = x.host.starts_with('[') && x.host.ends_with(']')
+                               ? x.host.substr(1, x.host.size() - 2)
+                               : x.host;
+  boost::system::error_code not_address;
+  net::ip::make_address(name, not_address);
+  if (not_address && !SSL_set_tlsext_host_name(conn->secure->native_handle(), name.c_str()))
     return make_error(errc::tls_setup, "cannot set the TLS server name");
-  conn->secure->set_verify_callback(ssl::host_name_verification(x.host));
+  conn->secure->set_verify_callback(ssl::host_name_verification(name));
   return conn;
 }
 
@@ -333,6 +348,7 @@ Result<Response> send(const ClientRequest& request) {
              {},
              {},
              std::chrono::steady_clock::now() + request.timeout};
+  x.buffer.max_size(1 << 20);
   std::string target(url->encoded_target());
   prepare(x, target.empty() ? "/" : target);
   const std::string origin =

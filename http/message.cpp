@@ -110,7 +110,8 @@ bool safe_value(std::string_view value) {
 }
 }  // namespace
 
-std::string serialize(const Response& r, std::string_view reason, bool keep_alive) {
+std::string serialize(const Response& r, std::string_view reason, bool keep_alive,
+                      bool header_only) {
   std::string out;
   out.reserve(128 + r.body.size());
   out.append("HTTP/1.1 ").append(std::to_string(r.status)).append(" ").append(reason);
@@ -128,7 +129,7 @@ std::string serialize(const Response& r, std::string_view reason, bool keep_aliv
     out.append("Content-Length: ").append(std::to_string(r.body.size())).append("\r\n");
   if (!keep_alive) out.append("Connection: close\r\n");
   out.append("\r\n");
-  if (!bodiless) out.append(r.body);
+  if (!bodiless && !header_only) out.append(r.body);
   return out;
 }
 

@@ -97,8 +97,10 @@ using Respond = std::function<void(Response)>;
 // Content-Length and Connection among the headers are replaced, and a
 // header whose name or value would break the framing (CR, LF, NUL; a name
 // that is not a token) is left out. A 1xx, 204 or 304 goes without body
-// or Content-Length.
-std::string serialize(const Response& r, std::string_view reason, bool keep_alive);
+// or Content-Length. `header_only` (the answer to a HEAD) leaves the body
+// out and keeps its Content-Length.
+std::string serialize(const Response& r, std::string_view reason, bool keep_alive,
+                      bool header_only = false);
 
 Response json_response(int status, std::string body);
 // {"error":{"code","message"}}; the message must never carry a secret.

@@ -80,12 +80,14 @@ const Router::Route* Router::match(const Request& request, PathParams& params,
       }
     }
     if (!matched) continue;
-    if (route.method == request.method) {
+    // A HEAD is answered as its GET, whose body the server leaves out.
+    if (route.method == request.method || (request.method == "HEAD" && route.method == "GET")) {
       params = std::move(candidate);
       return &route;
     }
     if (!allowed.empty()) allowed += ", ";
     allowed += route.method;
+    if (route.method == "GET") allowed += ", HEAD";
   }
   if (!allowed.empty()) {
     miss = error_response(errc::method_not_allowed, "This method is not allowed here.");

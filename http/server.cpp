@@ -11,8 +11,10 @@
 #include <boost/beast/ssl.hpp>
 #include <memory_resource>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -102,8 +104,12 @@ struct Server::Impl {
   }
 };
 
-// Room each connection's read buffer starts with.
+// Room each connection's read buffer starts with, and the most it may
+// hold: a header (at most 16 KiB) or a chunk's size line and trailer, which
+// Beast's parser looks through for their ends without a limit of its own;
+// body bytes move out of the buffer as they come.
 constexpr size_t kReadBuffer = 8 * 1024;
+constexpr size_t kMaxBuffered = 64 * 1024;
 // Connections past the limit that may wait for their 503 at once.
 constexpr size_t kRefusingAtOnce = 8;
 
@@ -158,25 +164,27 @@ class Connection final : public ConnectionBase,
     // buffer a 1 KiB webhook took three recvmsg calls. With room for a whole
     // typical request it takes one.
     buffer_.reserve(kReadBuffer);
+    buffer_.max_size(kMaxBuffered);
     if constexpr (std::is_same_v<Stream, TcpStream>) {
       net::dispatch(stream_.get_executor(),
                     beast::bind_front_handler(&Connection::read_header, shared_from_this()));
     } else {
-      // The handshake counts against the header deadline.
-      tcp_layer().expires_after(server_->options.header_timeout);
-      stream_.async_handshake(ssl::stream_base::server,
-                              [self = shared_from_this()](beast::error_code ec) {
-                                if (ec) return self->close();
-                                self->read_header();
-                              });
+      handshake([self = shared_from_this()] { self->read_header(); });
     }
   }
 
+  // The 503 goes out over TLS too, after the handshake.
   void refuse_overloaded() {
-    Response r = error_response(errc::overloaded, "Too many connections; retry later.");
-    r.headers["Retry-After"] = "1";
-    r.close = true;
-    write(std::move(r));
+    auto refuse = [self = shared_from_this()] {
+      Response r = error_response(errc::overloaded, "Too many connections; retry later.");
+      r.headers["Retry-After"] = "1";
+      r.close = true;
+      self->write(std::move(r));
+    };
+    if constexpr (std::is_same_v<Stream, TcpStream>)
+      refuse();
+    else
+      handshake(std::move(refuse));
   }
 
   void close_stopped() override { close(); }
@@ -201,6 +209,20 @@ class Connection final : public ConnectionBase,
  private:
   TcpStream& tcp_layer() { return beast::get_lowest_layer(stream_); }
 
+  // The TLS handshake, then `next`; it counts against the first request's
+  // header deadline, which starts at the accept.
+  template <typename Next>
+  void handshake(Next next) {
+    first_deadline_ = std::chrono::steady_clock::now() + server_->options.header_timeout;
+    tcp_layer().expires_at(*first_deadline_);
+    stream_.async_handshake(
+        ssl::stream_base::server,
+        [self = shared_from_this(), next = std::move(next)](beast::error_code ec) mutable {
+          if (ec) return self->close();
+          next();
+        });
+  }
+
   // Bytes received but not yet parsed, here or still in the kernel: a request
   // in flight, to be read and answered (with Connection: close) on drain.
   bool has_pending_bytes() {
@@ -222,7 +244,10 @@ class Connection final : public ConnectionBase,
     if (server_->draining && !has_pending_bytes()) return close();
     // One deadline for the whole header, idle keep-alive time included: a
     // sender that trickles bytes cannot extend it.
-    tcp_layer().expires_after(server_->options.header_timeout);
+    if (first_deadline_)
+      tcp_layer().expires_at(*std::exchange(first_deadline_, std::nullopt));
+    else
+      tcp_layer().expires_after(server_->options.header_timeout);
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              beast::bind_front_handler(&Connection::on_header, shared_from_this()));
   }
@@ -230,6 +255,13 @@ class Connection final : public ConnectionBase,
   void on_header(beast::error_code ec, size_t) {
     idle_ = false;
     if (ec) return fail_read(ec);
+    const auto& header = parser_->get();
+    // A body framed by a transfer coding other than chunked would be read
+    // as no body, and its bytes as the next request (RFC 9112 6.3).
+    if (header.count(bhttp::field::transfer_encoding) > 0 && !parser_->chunked())
+      return refuse(errc::bad_request, "Only the chunked transfer coding is accepted.");
+    if (static_cast<size_t>(std::distance(header.begin(), header.end())) > kMaxFields)
+      return refuse(errc::header_too_large, "The request has too many header fields.");
     auto length = parser_->content_length();
     if (length && *length > server_->options.max_body_bytes) return too_large();
     tcp_layer().expires_after(server_->options.body_timeout);
@@ -239,18 +271,22 @@ class Connection final : public ConnectionBase,
 
   void fail_read(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) return too_large();
+    if (ec == bhttp::error::header_limit)
+      return refuse(errc::header_too_large, "The request's header is over 16 KiB.");
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
         ec == ssl::error::stream_truncated)
       return close();
-    // Anything else is a malformed request: say so once, then close.
-    Response r = error_response(errc::bad_request, "The HTTP request is malformed.");
-    r.close = true;
-    write(std::move(r));
+    // Anything else is a malformed request (a chunk's size line or trailer
+    // past kMaxBuffered among them): say so once, then close.
+    refuse(errc::bad_request, "The HTTP request is malformed.");
   }
 
-  void too_large() {
-    Response r = error_response(errc::too_large, "The request body is over the limit.");
+  void too_large() { refuse(errc::too_large, "The request body is over the limit."); }
+
+  // Answers a request refused before its handler, and closes.
+  void refuse(const ErrorCode& code, std::string_view message) {
+    Response r = error_response(code, std::string(message));
     r.close = true;
     write(std::move(r));
   }
@@ -262,30 +298,25 @@ class Connection final : public ConnectionBase,
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
     req.headers.reserve(8);
-    size_t fields = 0;
-    for (const auto& field : msg) {
-      if (++fields > kMaxFields) {
-        Response r = error_response(errc::bad_request, "The request has too many header fields.");
-        r.close = true;
-        return write(std::move(r));
-      }
+    for (const auto& field : msg) {  // at most kMaxFields (on_header)
       req.headers.add(std::string_view(field.name_string().data(), field.name_string().size()),
                       std::string_view(field.value().data(), field.value().size()));
     }
     req.body = std::move(msg.body());
     req.remote_address = remote_address_;
     const bool keep_alive = msg.keep_alive();
+    const bool head = msg.method() == bhttp::verb::head;
     // Requests on a connection are answered in turn, so the one before this
     // is answered already: the first call for this request moves the count
     // from the one before to this one, and any other call finds it moved.
     const uint64_t request = ++requests_;
-    Respond respond = [self = shared_from_this(), keep_alive, request](Response res) {
+    Respond respond = [self = shared_from_this(), keep_alive, head, request](Response res) {
       uint64_t before = request - 1;
       if (!self->answered_.compare_exchange_strong(before, request)) return;  // answered already
       // Inline when already on this connection's thread, else queued to it.
       net::dispatch(self->stream_.get_executor(),
-                    [self, keep_alive, res = std::move(res)]() mutable {
-                      self->answer(std::move(res), keep_alive);
+                    [self, keep_alive, head, res = std::move(res)]() mutable {
+                      self->answer(std::move(res), keep_alive, head);
                     });
     };
     try {
@@ -295,18 +326,19 @@ class Connection final : public ConnectionBase,
     }
   }
 
-  void answer(Response res, bool keep_alive) {
+  void answer(Response res, bool keep_alive, bool head) {
     if (res.drop) return close();
     if (!keep_alive || server_->draining) res.close = true;
-    write(std::move(res));
+    write(std::move(res), head);
   }
 
   // The response's bytes go out in one buffer (Beast's serializer walked a
   // chain of buffer views per write: 7% of an ingress thread).
-  void write(Response r) {
+  // `head`: the answer to a HEAD request, its header alone.
+  void write(Response r, bool head = false) {
     const bool close = r.close;
     const auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(r.status));
-    wire_ = serialize(r, std::string_view(reason.data(), reason.size()), !close);
+    wire_ = serialize(r, std::string_view(reason.data(), reason.size()), !close, head);
     tcp_layer().expires_after(server_->options.write_timeout);
     net::async_write(
         stream_, net::buffer(wire_),
@@ -333,7 +365,9 @@ class Connection final : public ConnectionBase,
   Stream stream_;
   net::steady_timer cooldown_{stream_.get_executor()};
   beast::flat_buffer buffer_;
-  std::string wire_;            // the response being written
+  std::string wire_;  // the response being written
+  // The first request's header deadline, set at the TLS handshake.
+  std::optional<std::chrono::steady_clock::time_point> first_deadline_;
   std::string remote_address_;  // the peer, for requests (limits per address)
   alignas(std::max_align_t) std::array<std::byte, kFieldsBuffer> fields_buffer_;
   // Falls back to the heap for a request with more fields than fit.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -284,4 +285,62 @@ TEST_CASE("http client: an error never repeats the URL, whose path or query may 
     REQUIRE_FALSE(res.ok());
     CHECK_MESSAGE(res.error().message.find("SECRET") == std::string::npos, res.error().message);
   }
+}
+
+namespace {
+// One connection accepted on loopback and handed to `play` on a thread.
+struct OneConnection {
+  explicit OneConnection(std::function<void(tcp::socket&)> play)
+      : acceptor(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)),
+        thread([this, play = std::move(play)] {
+          tcp::socket s(ioc);
+          boost::system::error_code ec;
+          acceptor.accept(s, ec);
+          if (!ec) play(s);
+        }) {}
+  ~OneConnection() {
+    if (thread.joinable()) thread.join();
+  }
+  uint16_t port() const { return acceptor.local_endpoint().port(); }
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::thread thread;
+};
+}  // namespace
+
+TEST_CASE("http client: a TLS handshake never answered is a connect failure: nothing was sent") {
+  std::promise<void> done;
+  auto finished = done.get_future().share();
+  OneConnection peer([finished](tcp::socket&) { finished.wait(); });
+  http::ClientRequest req;
+  req.method = "POST";
+  req.url = "https://127.0.0.1:" + std::to_string(peer.port()) + "/v1/refunds";
+  req.timeout = std::chrono::milliseconds(300);
+  auto res = http::send(req);
+  done.set_value();
+  REQUIRE_FALSE(res.ok());
+  CHECK(res.error().code == "connect_failed");
+  CHECK(res.error().message.find("no connection in time") != std::string::npos);
+  CHECK_FALSE(http::may_have_reached_peer(res.error()));
+}
+
+TEST_CASE("http client: a chunk-size line that never ends is refused, not buffered") {
+  std::atomic<size_t> written{0};
+  OneConnection peer([&written](tcp::socket& s) {
+    std::string head;
+    boost::system::error_code ec;
+    net::read_until(s, net::dynamic_buffer(head), "\r\n\r\n", ec);
+    written += net::write(
+        s, net::buffer(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;")), ec);
+    const std::string piece(64 * 1024, 'a');
+    while (!ec && written < (64u << 20)) written += net::write(s, net::buffer(piece), ec);
+  });
+  http::ClientRequest req;
+  req.url = "http://127.0.0.1:" + std::to_string(peer.port()) + "/";
+  req.timeout = std::chrono::milliseconds(20'000);
+  auto res = http::send(req);
+  REQUIRE_FALSE(res.ok());
+  CHECK(res.error().code == "connection_lost");
+  peer.thread.join();
+  CHECK(written < (32u << 20));  // read no further than the buffer's bound, and closed
 }

@@ -2,18 +2,21 @@
 // and connections, drain and stop.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "becomes_true.h"
+#include "common/crypto.h"
 #include "http/client.h"
 #include "http/server.h"
 
@@ -153,7 +156,7 @@ TEST_CASE("http server: a request with more than 100 header fields is refused be
   };
   // The client adds a few of its own (Host among them).
   CHECK(send(90) == 200);
-  CHECK(send(101) == 400);
+  CHECK(send(101) == 431);
   CHECK(handled == 1);
 }
 
@@ -348,6 +351,31 @@ TEST_CASE("http server: a connection past the limit reads its 503 whole") {
   }
   // The refused ones are gone; the one held stays.
   CHECK(becomes_true([&] { return h.server.open_connections() == 1; }, std::chrono::seconds(3)));
+}
+
+TEST_CASE("http server: over TLS, a connection past the limit gets its 503 after the handshake") {
+  const auto dir = std::filesystem::temp_directory_path() / ("opgate-tls-" + crypto::random_hex(6));
+  std::filesystem::create_directories(dir);
+  const auto cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  const std::string make_cert = fmt::format(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout {} -out {} 2>/dev/null",
+      key, cert);
+  REQUIRE(std::system(make_cert.c_str()) == 0);
+  http::ServerOptions o;
+  o.max_connections = 1;
+  o.tls = {cert, key};
+  {
+    ServerWithOneHeld h(o);
+    http::ClientRequest req;
+    req.url = fmt::format("https://127.0.0.1:{}/", h.at.port());
+    req.ca_file = cert;
+    auto res = http::send(req);
+    REQUIRE_MESSAGE(res.ok(), res.error().message);
+    CHECK(res->status == 503);
+    CHECK(res->headers.at("Retry-After") == "1");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("http server: a loop's first connection, with descriptors used up, is served") {

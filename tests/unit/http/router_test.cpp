@@ -30,6 +30,16 @@ TEST_CASE("routes match with decoded path parameters; 404 and 405 otherwise") {
   req.target = "/v1/operations//approve";
   req.method = "POST";
   CHECK(r.dispatch(req).status == 404);
+  // A HEAD is routed as its GET (the server leaves the body out), and a GET
+  // route allows it.
+  r.add("GET", "/v1/me", [](const http::Request&, const http::PathParams&) {
+    return http::json_response(200, "me");
+  });
+  req.target = "/v1/me";
+  req.method = "HEAD";
+  CHECK(r.dispatch(req).body == "me");
+  req.method = "DELETE";
+  CHECK(r.dispatch(req).headers["Allow"] == "GET, HEAD");
 }
 
 TEST_CASE("a path or query that is not UTF-8 text, or holds a NUL, is refused before a handler") {

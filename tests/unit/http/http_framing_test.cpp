@@ -1,0 +1,129 @@
+// The HTTP server's framing, byte by byte over a raw socket: what it
+// refuses before any handler (an endless chunk-size line, a transfer coding
+// other than chunked, too many or too long header fields) and the answer
+// to a HEAD, which carries no body.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include "http/server.h"
+
+using namespace opgate;
+namespace net = boost::asio;
+
+namespace {
+
+struct Framing {
+  Framing()
+      : server(
+            [] {
+              http::ServerOptions o;
+              o.listen = "127.0.0.1:0";
+              o.threads = 1;
+              // A guard against a hang should a check below fail: a request
+              // the server goes on reading ends here, not after 30 s.
+              o.body_timeout = std::chrono::seconds(3);
+              return o;
+            }(),
+            [this](http::Request&& r) {
+              ++handled;
+              return http::json_response(200, R"({"path":")" + std::string(r.path()) + "\"}");
+            }),
+        port(server.start()) {
+    REQUIRE(port.ok());
+  }
+
+  net::ip::tcp::socket connect() {
+    net::ip::tcp::socket s(ioc);
+    s.connect({net::ip::make_address("127.0.0.1"), *port});
+    return s;
+  }
+
+  // Sends `bytes`, then reads until the server closes the connection.
+  std::string exchange(const std::string& bytes) {
+    auto s = connect();
+    net::write(s, net::buffer(bytes));
+    return read_to_end(s);
+  }
+
+  static std::string read_to_end(net::ip::tcp::socket& s) {
+    std::string got;
+    boost::system::error_code ec;
+    char buf[4096];
+    while (!ec) got.append(buf, s.read_some(net::buffer(buf), ec));
+    return got;
+  }
+
+  net::io_context ioc;
+  std::atomic<int> handled{0};
+  http::Server server;
+  Result<uint16_t> port;
+};
+
+}  // namespace
+
+TEST_CASE("http framing: a chunk-size line that never ends is refused, not buffered") {
+  Framing f;
+  auto s = f.connect();
+  net::write(s, net::buffer(std::string("POST /x HTTP/1.1\r\nHost: a\r\n"
+                                        "Transfer-Encoding: chunked\r\n\r\n1;")));
+  // Up to 8 MiB of a chunk extension without its line's end: the server
+  // stops reading (and closes) long before that.
+  const std::string piece(16 * 1024, 'a');
+  size_t sent = 0;
+  boost::system::error_code ec;
+  while (!ec && sent < (8u << 20)) sent += net::write(s, net::buffer(piece), ec);
+  CHECK(sent < (8u << 20));
+  CHECK(f.handled == 0);
+}
+
+TEST_CASE("http framing: a transfer coding other than chunked is refused, never read as no body") {
+  Framing f;
+  // The "body" is a request of its own: answered as one, it would be a
+  // second response to a single request.
+  const std::string inner = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+  for (const char* coding : {"gzip", "chunked, gzip"}) {
+    CAPTURE(coding);
+    auto got = f.exchange(std::string("POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ") +
+                          coding + "\r\n\r\n" + inner);
+    CHECK(got.starts_with("HTTP/1.1 400"));
+    CHECK(got.find("chunked") != std::string::npos);
+    CHECK(got.find("smuggled") == std::string::npos);
+  }
+  CHECK(f.handled == 0);
+}
+
+TEST_CASE("http framing: too many header fields, or too long a header, get 431 before the body") {
+  Framing f;
+  // The body is announced and never sent: the answer comes without it.
+  std::string many = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n";
+  for (int i = 0; i < 120; ++i) many += "X-F" + std::to_string(i) + ": v\r\n";
+  auto got = f.exchange(many + "\r\n");
+  CHECK(got.starts_with("HTTP/1.1 431"));
+  CHECK(got.find("too many header fields") != std::string::npos);
+  got = f.exchange("GET /x HTTP/1.1\r\nHost: a\r\nX-Long: " + std::string(17 * 1024, 'v') +
+                   "\r\n\r\n");
+  CHECK(got.starts_with("HTTP/1.1 431"));
+  CHECK(f.handled == 0);
+}
+
+TEST_CASE("http framing: a HEAD is answered as its GET, without the body") {
+  Framing f;
+  // A HEAD, then a GET on the same connection: the GET's answer follows
+  // the HEAD's header at once, so the client reads two whole answers.
+  auto got = f.exchange(
+      "HEAD /one HTTP/1.1\r\nHost: a\r\n\r\n"
+      "GET /two HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  const auto second = got.find("HTTP/1.1 200", 1);
+  REQUIRE(got.starts_with("HTTP/1.1 200"));
+  REQUIRE(second != std::string::npos);
+  const std::string head = got.substr(0, second);
+  CHECK(head.find("Content-Length: 15") != std::string::npos);  // {"path":"/one"}
+  CHECK(head.ends_with("\r\n\r\n"));
+  CHECK(head.find("/one") == std::string::npos);
+  CHECK(got.ends_with(R"({"path":"/two"})"));
+  CHECK(f.handled == 2);
+}
