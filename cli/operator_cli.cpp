@@ -96,19 +96,25 @@ std::string s(const json::value& v, const char* key) {
 }
 
 // Every page of a listing at `path` (which has a query), following
-// next_cursor: the last answer, its `rows` field holding every page's.
-std::optional<Reply> every_page(const Context& c, const std::string& path, const char* rows) {
+// next_cursor (given back as cursor=; the drafts' listing names them
+// next_after and after=): the last answer, its `rows` field holding every
+// page's.
+std::optional<Reply> every_page(const Context& c, const std::string& path, const char* rows,
+                                const char* next_field = "next_cursor",
+                                const char* cursor_param = "cursor") {
   json::array all;
   std::string cursor;
   for (;;) {
-    auto r =
-        call(c, "GET", cursor.empty() ? path : path + "&cursor=" + http::url_component(cursor));
+    auto r = call(c, "GET",
+                  cursor.empty()
+                      ? path
+                      : fmt::format("{}&{}={}", path, cursor_param, http::url_component(cursor)));
     if (!r) return std::nullopt;
     for (auto& row : r->body.as_object().at(rows).as_array()) all.push_back(row);
-    const auto* next = r->body.as_object().if_contains("next_cursor");
+    const auto* next = r->body.as_object().if_contains(next_field);
     if (!next || !next->is_string() || next->as_string().empty()) {
       r->body.as_object()[rows] = std::move(all);
-      r->body.as_object()["next_cursor"] = nullptr;
+      r->body.as_object()[next_field] = nullptr;
       return r;
     }
     cursor = std::string(next->as_string());
@@ -777,9 +783,10 @@ int report(const Context& c, const std::string& since) {
 }
 
 int list_drafts(const Context& c, const std::string& order_id) {
-  auto r =
-      call(c, "GET",
-           "/v1/drafts" + (order_id.empty() ? "" : "?order_id=" + http::url_component(order_id)));
+  auto r = every_page(c,
+                      "/v1/drafts?limit=1000" +
+                          (order_id.empty() ? "" : "&order_id=" + http::url_component(order_id)),
+                      "drafts", "next_after", "after");
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     const auto& drafts = r->body.as_object().at("drafts").as_array();

@@ -31,7 +31,7 @@ struct DraftPage {
 
 // Drafts for one order (or every order: ""), by order then oldest first,
 // after the cursor `after` (a next_after; "" from the start): at most
-// `limit` that `accept` takes, reading at most 10,000 records per page.
+// `limit` that `accept` takes. The cursor is always a draft `accept` took.
 Result<DraftPage> drafts(store::Reader& reader, const std::string& order_id,
                          const std::string& after, size_t limit,
                          const std::function<bool(const pb::Draft&)>& accept);

@@ -201,14 +201,16 @@ class Api {
     if (!notes) return from_error(notes.error());
     // The first page of its ledger; the rest from GET /v1/ledger?session=
     // from ledger_next_cursor.
-    auto ledger = reader.ledger({id, "", "", "", kSessionLedgerRows});
+    auto ledger = reader.ledger({id, "", "", "", kSessionLedgerRows + 1});
     if (!ledger) return from_error(ledger.error());
+    json::value ledger_next = nullptr;
+    if (ledger->size() > kSessionLedgerRows) {
+      ledger->pop_back();
+      ledger_next = json::string(ledger->back().operation_key());
+    }
     json::array rows;
     for (const auto& l : *ledger)
       if (p.may_act_for(l.owner())) rows.push_back(operations::ledger_json(l));
-    json::value ledger_next = nullptr;
-    if (ledger->size() == kSessionLedgerRows)
-      ledger_next = json::string(ledger->back().operation_key());
     return ok_json(json::object{{"session_id", id},
                                 {"owner", session->owner()},
                                 {"bound_by", session->bound_by()},
@@ -971,13 +973,26 @@ class Api {
       if (!row) return from_error(row.error());
       if (*row && p.may_act_for((*row)->owner())) out.push_back(operations::ledger_json(**row));
     } else {
-      auto rows = reader.ledger({req.query_param("session").value_or(""),
-                                 req.query_param("owner").value_or(""), "",
-                                 req.query_param("cursor").value_or(""), *limit});
-      if (!rows) return from_error(rows.error());
-      for (const auto& l : *rows)
-        if (p.may_act_for(l.owner())) out.push_back(operations::ledger_json(l));
-      if (rows->size() == *limit) next = json::string(rows->back().operation_key());
+      // Rows of owners the principal may not see neither fill the page nor
+      // become its cursor (which would name them): read on past them.
+      store::LedgerQuery q{req.query_param("session").value_or(""),
+                           req.query_param("owner").value_or(""), "",
+                           req.query_param("cursor").value_or(""), *limit};
+      for (;;) {
+        auto rows = reader.ledger(q);
+        if (!rows) return from_error(rows.error());
+        for (const auto& l : *rows) {
+          if (!p.may_act_for(l.owner())) continue;
+          out.push_back(operations::ledger_json(l));
+          if (out.size() == *limit) break;
+        }
+        if (out.size() == *limit) {
+          next = out.back().at("operation_key");
+          break;
+        }
+        if (rows->size() < q.limit) break;
+        q.after = rows->back().operation_key();
+      }
     }
     return ok_json(json::object{{"ledger", out}, {"next_cursor", next}});
   }
