@@ -591,11 +591,14 @@ class Api {
   Response approve(const Request& req, const http::PathParams& params, const Principal& p) {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
-    return approve_one(params.at("key"), *body, p, site_of(req));
+    auto request = approval_request(*body, site_of(req));
+    if (!request) return from_error(request.error());
+    return approve_one(params.at("key"), *body, std::move(*request), p);
   }
 
   // Several approvals in one request, each in its own transaction: one
-  // stale, unauthorised or refused item fails alone and says why.
+  // stale, unauthorised or refused item fails alone and says why. A
+  // malformed item refuses the whole batch before any is approved.
   Response approve_many(const Request& req, const Principal& p) {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
@@ -607,6 +610,8 @@ class Api {
                                         "{{key, amount_minor, currency, fingerprint}}.",
                                         kMaxBatchApprovals));
     std::set<std::string> keys;
+    std::vector<operations::ApprovalRequest> requests;
+    const auto site = site_of(req);
     for (const auto& item : items->as_array()) {
       const auto* k = item.is_object() ? item.as_object().if_contains("key") : nullptr;
       if (!k || !k->is_string() || k->as_string().empty() || k->as_string().size() > 256)
@@ -614,12 +619,21 @@ class Api {
       if (!keys.insert(std::string(k->as_string())).second)
         return error_response(errc::bad_request, fmt::format("The operation {} is listed twice.",
                                                              utf8_prefix(k->as_string(), 64)));
+      auto request = approval_request(item.as_object(), site);
+      if (!request) {
+        Error refused = request.error();
+        refused.message = fmt::format("The item for {} is refused, and nothing was approved: {}",
+                                      utf8_prefix(k->as_string(), 64), refused.message);
+        return from_error(refused);
+      }
+      requests.push_back(std::move(*request));
     }
     json::array results;
     size_t approved = 0;
-    for (const auto& item : items->as_array()) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto& item = items->as_array()[i];
       const std::string key(item.as_object().at("key").as_string());
-      Response one = approve_one(key, item.as_object(), p, site_of(req));
+      Response one = approve_one(key, item.as_object(), std::move(requests[i]), p);
       json::error_code ec;
       json::value answer = json::parse(one.body, ec);
       json::object result{{"key", key}, {"status", one.status}};
@@ -637,31 +651,35 @@ class Api {
                                 {"refused", items->as_array().size() - approved}});
   }
 
-  // One approval of `key` from the fields of `body`: the amount, currency
-  // and fingerprint shown, and an edit_reason with a lower amount.
-  Response approve_one(const std::string& key, const json::object& body, const Principal& p,
-                       const Result<operations::PasskeySite>& site) {
+  // An approval's fields: the amount, currency and fingerprint shown, an
+  // edit_reason with a lower amount, and a passkey's step-up.
+  Result<operations::ApprovalRequest> approval_request(
+      const json::object& body, const Result<operations::PasskeySite>& site) {
     auto* amount = body.if_contains("amount_minor");
     auto currency = string_field(body, "currency", 8);
     auto fp = string_field(body, "fingerprint", 128);
     if (!amount || !amount->is_int64() || !currency || !fp)
-      return error_response(errc::bad_request,
-                            "amount_minor (integer), currency and fingerprint are required: "
-                            "approve exactly what the operation shows.");
+      return make_error(errc::bad_request,
+                        "amount_minor (integer), currency and fingerprint are required: "
+                        "approve exactly what the operation shows.");
     std::string edit_reason;
     if (body.contains("edit_reason")) {
       auto r = string_field(body, "edit_reason", 500);
-      if (!r) return error_response(errc::bad_request, "edit_reason must be 1-500 characters.");
+      if (!r) return make_error(errc::bad_request, "edit_reason must be 1-500 characters.");
       edit_reason = *r;
     }
     std::optional<operations::StepUpProof> step_up;
     if (const auto* proof = body.if_contains("step_up")) {
-      auto parsed = parse_step_up(*proof, site);
-      if (!parsed) return from_error(parsed.error());
-      step_up = std::move(*parsed);
+      OPGATE_ASSIGN_OR_RETURN(auto parsed, parse_step_up(*proof, site));
+      step_up = std::move(parsed);
     }
-    const operations::ApprovalRequest request{amount->as_int64(), *currency, *fp, edit_reason,
-                                              std::move(step_up)};
+    return operations::ApprovalRequest{amount->as_int64(), *currency, *fp, edit_reason,
+                                       std::move(step_up)};
+  }
+
+  // One approval of `key`, as `request` asks (`body` holds its fields).
+  Response approve_one(const std::string& key, const json::object& body,
+                       const operations::ApprovalRequest request, const Principal& p) {
     // The order is read ahead with the operation: the one its key names, or
     // with an order service, the one the operation names, read first to
     // source the order there.

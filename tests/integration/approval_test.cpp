@@ -215,7 +215,17 @@ TEST_CASE("POST /v1/approvals answers per item: a stale or unknown item fails al
              json::serialize(json::object{{"items", json::array{item(kKey), item(kKey)}}}),
              kAliceToken)
             .status == 400);
+  // An item whose fields are malformed refuses the batch before an item
+  // ahead of it is approved.
+  auto malformed = item(other);
+  malformed["amount_minor"] = "2500";
+  auto refused = c.op("POST", "/v1/approvals",
+                      json::serialize(json::object{{"items", json::array{item(kKey), malformed}}}),
+                      kAliceToken);
+  CHECK(refused.status == 400);
+  CHECK(str(refused.body.at("error"), "message").find(other) != std::string::npos);
   CHECK(str(c.operation(kKey), "state") == "pending");
+  CHECK(c.operation(kKey).at("approvals").as_array().empty());
 
   auto r =
       c.op("POST", "/v1/approvals",
