@@ -1762,6 +1762,9 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
     Status s = fn(txn);
     if (s && !txn.failed()) {
       Status c = txn.commit();
+      // A commit that failed without marking the transaction failed (an
+      // audit head it could not resolve) reports its own error, never fn's Ok.
+      if (!c && !txn.failed()) s = c;
       if (c) {
         read_after = txn.committed_read();
         early_released = txn.early_released();
@@ -1979,6 +1982,7 @@ void PgStorage::listen(std::function<void()> wake) {
       failures = 0;
       int64_t alive_at_ms = 0;  // when the node lease was last renewed
       const bool renews = (*conn)->prepare("lease", sql_of("lease")).ok();
+      Conn* clock_conn = (*conn)->prepare("db_now", sql_of("db_now")).ok() ? conn->get() : nullptr;
       // Whatever was committed while not listening: the node's own now,
       // other nodes' a handoff later.
       wake();
@@ -2008,22 +2012,28 @@ void PgStorage::listen(std::function<void()> wake) {
           foreign_due_ms = last_due_ms > now_ms() ? last_due_ms : 0;
         }
         if (mine || foreign) wake();
-        resync_clock();
+        // The lease first, and the clock on this connection: neither waits
+        // for a pooled connection, which a busy node may not have for
+        // longer than the lease lasts.
         if (renews && now_ms() - alive_at_ms >= kNodeLeaseMs / 3) {
           if ((*conn)->run("lease", {text(node_lease()), text(handoff_.node), int8(kNodeLeaseMs)}))
             alive_at_ms = now_ms();
         }
+        resync_clock(clock_conn);
       }
     }
   });
 }
 
-void PgStorage::resync_clock() {
+void PgStorage::resync_clock(Conn* own) {
   if (!db_clock_ || db_clock_->monotonic_ms() - db_clock_->synced_at_ms() < kClockSyncMs) return;
-  auto conn = pool_->acquire();
-  if (!conn) return;
-  if (Status s = db_clock_->sync(**conn); !s)
-    spdlog::warn("cannot read the database's clock: {}", s.error().message);
+  Status s = Status::Ok();
+  if (own) {
+    s = db_clock_->sync(*own);
+  } else if (auto conn = pool_->acquire(); conn) {
+    s = db_clock_->sync(**conn);
+  }
+  if (!s) spdlog::warn("cannot read the database's clock: {}", s.error().message);
 }
 
 void PgStorage::stop_listening() {

@@ -195,8 +195,8 @@ class PgStorage final : public Storage {
  private:
   PgStorage() = default;
   // Measures the database's clock again when the last time is long enough
-  // ago (the listener's thread).
-  void resync_clock();
+  // ago (the listener's thread), on `own` if given, else a pooled connection.
+  void resync_clock(Conn* own = nullptr);
   Status fold_counts(Conn& conn);
   static constexpr int64_t kClockSyncMs = 10'000;
   // A node's lease, renewed every third of it.

@@ -275,6 +275,19 @@ Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
   ConnOptions o = options;
   o.statement_timeout_ms = 0;  // a migration may take long; the lock wait too
   OPGATE_ASSIGN_OR_RETURN(auto conn, Conn::connect(o));
+  // Nothing to do (every start but the first of a new version): no lock,
+  // which a node migrating or a paused one holding it would keep this one
+  // waiting for.
+  const int newest = std::min(up_to, migrations().back().version);
+  OPGATE_TRY(conn->prepare("exists", "SELECT to_regclass('schema_migrations') IS NOT NULL"));
+  if (auto exists = conn->run("exists", {}); exists && !exists->empty() && exists->boolean(0, 0)) {
+    OPGATE_TRY(conn->prepare("current_unlocked",
+                             "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations"));
+    OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("current_unlocked", {}));
+    const int current = static_cast<int>(rows.int8(0, 0));
+    if (current >= newest && current <= migrations().back().version)
+      return MigrationReport{current, current, {}};
+  }
   OPGATE_TRY(conn->exec(fmt::format("SELECT pg_advisory_lock({})", kMigrationLock)));
   auto run = [&]() -> Result<MigrationReport> {
     if (!o.schema.empty())
@@ -289,12 +302,11 @@ Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
     MigrationReport report;
     report.from_version = static_cast<int>(rows.int8(0, 0));
     report.to_version = report.from_version;
-    const int newest = migrations().back().version;
-    if (report.from_version > newest)
+    if (report.from_version > migrations().back().version)
       return make_error(errc::storage_unavailable,
                         fmt::format("the database holds schema version {}, newer than this opgate "
                                     "understands ({}); run a newer opgate",
-                                    report.from_version, newest));
+                                    report.from_version, migrations().back().version));
     OPGATE_TRY(conn->prepare("record",
                              "INSERT INTO schema_migrations (version, description) "
                              "VALUES ($1::bigint, $2)"));

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -170,6 +171,27 @@ struct OlderSchema {
     REQUIRE((*c)->run("old_count", {pg::int8(op.state())}).ok());
   }
 };
+
+// PostgreSQL only: a schema already up to date is opened without the
+// migration lock, so a node that holds it (migrating, or paused) keeps no
+// other node from starting.
+TEST_CASE("postgres: nothing to migrate takes no lock another node may hold") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto current = OlderSchema::at(clock, "_now", pg::migrations().back().version);
+  // "opgateM1", the lock every migration takes.
+  REQUIRE((*current->c)->exec("SELECT pg_advisory_lock(8030031803863878961)").ok());
+  auto again = std::async(std::launch::async, [&] { return pg::migrate(current->conn); });
+  // Bounded only as a guard against a hang; the answer does not wait on time.
+  REQUIRE(again.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  auto report = again.get();
+  REQUIRE_MESSAGE(report.ok(), report.error().message);
+  CHECK(report->applied.empty());
+  CHECK(report->to_version == pg::migrations().back().version);
+  (void)(*current->c)->exec("SELECT pg_advisory_unlock(8030031803863878961)");
+}
 
 // PostgreSQL only: migration 3 fills the columns it adds from the records
 // already stored (settled outcomes, an outbox item's queue and operation).
