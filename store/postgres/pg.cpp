@@ -377,12 +377,22 @@ Result<Pool::Lease> Pool::acquire() {
 }
 
 void Pool::give_back(std::unique_ptr<Conn> conn) {
+  std::vector<std::unique_ptr<Conn>> dropped;  // closed after the lock
   MutexLock lock(mu_);
-  if (conn && !conn->broken() && !conn->in_transaction())
+  if (conn && !conn->broken() && !conn->in_transaction()) {
     idle_.push_back(std::move(conn));
-  else
+  } else {
     --open_;
-  cv_.notify_one();
+    // A connection lost: the idle ones most likely went with it (a server
+    // restart), and each would fail its next user once. New ones are made
+    // as needed.
+    if (conn && conn->broken()) {
+      open_ -= idle_.size();
+      dropped = std::move(idle_);
+      idle_.clear();
+    }
+  }
+  cv_.notify_all();
 }
 
 int64_t lock_id(std::string_view key) {

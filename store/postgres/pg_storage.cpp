@@ -785,9 +785,14 @@ class DurableReader final : public PgReads {
   DurableReader(Pool& pool, const Handoff& handoff) : PgReads(handoff), pool_(pool) {}
 
  protected:
+  // A read on a connection found closed (the server restarted since it was
+  // last used) is made once more, on another.
   Result<Rows> query(std::vector<std::string>, Stmt stmt) override {
-    OPGATE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->run(stmt.name, stmt.params);
+    for (int attempt = 1;; ++attempt) {
+      OPGATE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
+      auto rows = conn->run(stmt.name, stmt.params);
+      if (rows || !conn->broken() || attempt == 2) return rows;
+    }
   }
 
  private:
@@ -813,6 +818,9 @@ class PgTransaction final : public Transaction, public PgReads {
   bool failed() const { return failed_.has_value(); }
   const Error& error() const { return *failed_; }
   bool retryable() const { return retryable_; }
+  // Whether a COMMIT went out: if the connection was lost after, whether it
+  // committed is unknown.
+  bool commit_sent() const { return commit_sent_; }
 
   // --- Reads that remember or extend what they lock.
   Result<std::optional<pb::Operation>> operation(const std::string& key) override {
@@ -1429,6 +1437,7 @@ class PgTransaction final : public Transaction, public PgReads {
     OPGATE_TRY(resolve_provisional());
     write_links();
     if (!begun_ && !staged()) return Status::Ok();  // nothing was ever sent
+    commit_sent_ = true;
     if (chained_.empty()) {
       batch_.push_back({"commit", {}});
       auto r = send();
@@ -1608,6 +1617,7 @@ class PgTransaction final : public Transaction, public PgReads {
   std::optional<BeforeGuess> before_guess_;
   Conn& conn_;
   bool early_released_ = false;         // finish() sent a COMMIT released early
+  bool commit_sent_ = false;            // finish() sent a COMMIT
   bool committed_read_unread_ = false;  // and the read after the commit behind it
   const bool locking_;
   const int64_t now_ms_;
@@ -1777,7 +1787,10 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
         return Status::Ok();
       }
     }
-    retry = txn.failed() && txn.retryable() && attempt < options_.max_attempts;
+    // Conflicts are retried, and so is a connection lost before the COMMIT
+    // went out (nothing committed): one the server closed while it was idle.
+    retry = txn.failed() && (txn.retryable() || (conn->broken() && !txn.commit_sent())) &&
+            attempt < options_.max_attempts;
     txn.rollback();
     return txn.failed() ? Status(txn.error()) : s;
   };

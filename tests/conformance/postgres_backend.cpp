@@ -172,6 +172,48 @@ struct OlderSchema {
   }
 };
 
+// PostgreSQL only: a server that closed every connection while they were
+// idle (a restart) costs no caller an error: a read is made again, and a
+// transaction run again, on a new connection, as nothing was committed.
+TEST_CASE("postgres: connections the server closed while idle are replaced, not failed with") {
+  using opgate::conformance::backend;
+  namespace pg = opgate::store::pg;
+  if (backend().name() != "postgres") return;
+  opgate::ManualClock clock{1'800'000'000'000};
+  auto s = backend().open_empty(clock);
+  auto put_session = [&](const std::string& id) {
+    return s->transact([&](opgate::store::Transaction& t) -> opgate::Status {
+      OPGATE_ASSIGN_OR_RETURN(auto before, t.session(id));  // a read, then the write
+      (void)before;
+      opgate::pb::Session session;
+      session.set_session_id(id);
+      session.set_owner("u");
+      t.put_session(session);
+      return opgate::Status::Ok();
+    });
+  };
+  // Several connections in the pool, idle.
+  for (int i = 0; i < 4; ++i) REQUIRE(put_session("sess_" + std::to_string(i)).ok());
+  auto terminate_all = [&] {
+    pg::ConnOptions o = dynamic_cast<pg::PgStorage*>(s.get())->options().conn;
+    auto admin = pg::Conn::connect(o);
+    REQUIRE(admin.ok());
+    REQUIRE((*admin)
+                ->exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                       "current_database() AND pid <> pg_backend_pid() AND backend_type = "
+                       "'client backend'")
+                .ok());
+  };
+  terminate_all();
+  auto read = s->reader().session("sess_0");
+  REQUIRE_MESSAGE(read.ok(), read.error().message);
+  CHECK(read->has_value());
+  terminate_all();
+  auto written = put_session("sess_new");
+  REQUIRE_MESSAGE(written.ok(), written.error().message);
+  CHECK(s->reader().session("sess_new")->has_value());
+}
+
 // PostgreSQL only: a schema already up to date is opened without the
 // migration lock, so a node that holds it (migrating, or paused) keeps no
 // other node from starting.
