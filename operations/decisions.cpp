@@ -386,9 +386,20 @@ Status resolve(store::Transaction& txn, const std::string& key, const Principal&
   // numbers, names) stays in the record and the audit trail.
   op.set_decision_reason(ok ? "The payment provider's records confirm it was paid out."
                             : "The payment provider's records confirm it was not paid out.");
+  // An object the provider named, replaced by another on-call names (one
+  // tagged with the key by hand, say), stays named in the record.
+  std::string replaced;
+  if (!r.provider_object_id.empty() && op.provider_object_id() != r.provider_object_id)
+    replaced = op.provider_object_id();
   if (!r.provider_object_id.empty()) op.set_provider_object_id(r.provider_object_id);
+  std::string audited =
+      replaced.empty()
+          ? details({{"evidence", r.evidence}, {"provider_object_id", r.provider_object_id}})
+          : details({{"evidence", r.evidence},
+                     {"provider_object_id", r.provider_object_id},
+                     {"replaced_provider_object_id", replaced}});
   return settle(txn, op, ok ? Event::resolve_succeeded : Event::resolve_failed, principal.name,
-                details({{"evidence", r.evidence}, {"provider_object_id", r.provider_object_id}}));
+                audited);
 }
 
 }  // namespace opgate::operations

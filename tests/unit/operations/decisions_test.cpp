@@ -482,8 +482,22 @@ TEST_CASE("an operation whose provider object is still pending cannot be resolve
   CHECK(failed.error().is(errc::invalid_state));
   CHECK(failed.error().message.find("re_1 in status pending") != std::string::npos);
   CHECK(w.operation(kRefund).state() == pb::STATE_OUTCOME_UNKNOWN);
-  // Seen paid out: that may be recorded.
-  CHECK(resolve(operations::Outcome::succeeded).ok());
+  // Seen paid out, as another object: that may be recorded, and the object
+  // the provider named stays named in the audit record.
+  operations::Resolution paid;
+  paid.outcome = operations::Outcome::succeeded;
+  paid.evidence = "ticket OPS-1";
+  paid.provider_object_id = "re_other";
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) {
+                return operations::resolve(txn, kRefund, person("oncall"), paid);
+              })
+              .ok());
+  CHECK(w.operation(kRefund).provider_object_id() == "re_other");
+  auto records = w.storage->reader().audit_of(kRefund);
+  REQUIRE(records.ok());
+  CHECK(records->back().details_json().find(R"("replaced_provider_object_id":"re_1")") !=
+        std::string::npos);
 }
 
 TEST_CASE("a pending object the reconciler finds holds a resolution as failed back too") {
