@@ -421,8 +421,14 @@ int deny(const Context& c, const std::string& key, const std::string& reason,
   auto r = call(c, "POST", "/v1/operations/" + http::url_component(key) + "/deny",
                 json::serialize(json::object{{"reason", reason}}));
   if (!r) return 1;
+  // An operation past its time is settled expired, not denied.
   return print_json_or(c, *r, [&] {
-    std::cout << fmt::format("denied: {} is settled/denied; the session will be told\n", key);
+    const std::string outcome = s(r->body, "outcome");
+    if (outcome == "denied")
+      std::cout << fmt::format("denied: {} is settled/denied; the session will be told\n", key);
+    else
+      std::cout << fmt::format("not denied: {} is {}/{}; the session will be told\n", key,
+                               s(r->body, "state"), outcome);
   });
 }
 
