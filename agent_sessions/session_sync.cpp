@@ -309,7 +309,7 @@ Status SessionSync::bind(const std::string& session_id, const std::string& owner
   return Status::Ok();
 }
 
-Status SessionSync::recover(const std::string& session_id) {
+Result<Status> SessionSync::recover(const std::string& session_id) {
   size_t released = 0;
   OPGATE_TRY(storage_.transact([&](store::Transaction& txn) -> Status {
     released = 0;
@@ -328,7 +328,7 @@ Status SessionSync::recover(const std::string& session_id) {
     MutexLock lock(mu_);
     retries_.erase(session_id);
   }
-  return sync(session_id);
+  return Result<Status>(sync(session_id));
 }
 
 bool SessionSync::is_open(const std::string& session_id, int64_t now_ms, int64_t window_ms) {

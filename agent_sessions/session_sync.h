@@ -54,8 +54,10 @@ class SessionSync {
   Status bind(const std::string& session_id, const std::string& owner,
               const std::string& principal);
   // Reopens a session the platform had said does not exist (its waiting
-  // events go back to the queue), then syncs it now.
-  Status recover(const std::string& session_id) EXCLUDES(mu_);
+  // events go back to the queue), then syncs it now. An error: nothing was
+  // reopened. Else the sync's own outcome: the session stays reopened when
+  // the sync fails, and its events are processed as the platform answers.
+  Result<Status> recover(const std::string& session_id) EXCLUDES(mu_);
   // Re-syncs sessions that may still need us (a call awaiting its result or
   // its delivery, or activity within window_ms), so a lost webhook delays
   // nothing for long. One call looks at no more than `scan` sessions and

@@ -251,8 +251,15 @@ int recover_session(const Context& c, const std::string& session) {
   auto r = call(c, "POST", "/v1/sessions/" + http::url_component(session) + "/recover");
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
-    std::cout << fmt::format("session {} synced: {} call(s) known\n", session,
-                             r->body.as_object().at("calls").as_array().size());
+    const auto* failed = r->body.as_object().if_contains("sync_error");
+    if (failed && failed->is_string())
+      std::cout << fmt::format(
+          "session {} reopened; not synced yet ({}): the worker syncs it "
+          "as the platform answers\n",
+          session, printable(std::string(failed->as_string())));
+    else
+      std::cout << fmt::format("session {} synced: {} call(s) known\n", session,
+                               r->body.as_object().at("calls").as_array().size());
   });
 }
 

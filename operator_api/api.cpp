@@ -174,10 +174,18 @@ class Api {
   Response recover(const Request&, const http::PathParams& params, const Principal& p) {
     auto session = visible_session(params.at("id"), p);
     if (!session) return from_error(session.error());
-    Status s = d_.sessions.recover(params.at("id"));
-    if (!s) return from_error(s.error());
+    auto recovered = d_.sessions.recover(params.at("id"));
+    if (!recovered) return from_error(recovered.error());
     d_.wake_worker();
-    return session_view(params.at("id"), p);
+    // Reopened whether or not the platform answered now: a 200 that says
+    // why the sync failed, and the worker syncs it as the platform answers.
+    Response view = session_view(params.at("id"), p);
+    if (!*recovered && view.status == 200) {
+      auto body = json::parse(view.body).as_object();
+      body["sync_error"] = recovered->error().message;
+      return ok_json(body);
+    }
+    return view;
   }
 
   Response session_view(const std::string& id, const Principal& p) {

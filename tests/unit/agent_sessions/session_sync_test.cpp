@@ -309,12 +309,37 @@ TEST_CASE("a 404 that says the session does not exist sets its events aside unti
   // its waiting events are processed.
   w.agents.fetch_error.reset();
   w.require_lookup("call_1");
-  REQUIRE(w.sync->recover("sess_1").ok());
+  auto recovered = w.sync->recover("sess_1");
+  REQUIRE(recovered.ok());
+  CHECK(recovered->ok());
   CHECK_FALSE((*w.storage->reader().session("sess_1"))->closed());
   CHECK(w.inbox->backlog() == 2);
   w.pump();
   CHECK(w.inbox->backlog() == 0);
   CHECK(w.answered("call_1"));
+}
+
+TEST_CASE("a session recovered while the platform is down stays reopened, its events queued") {
+  World w;
+  w.bind("sess_1");
+  w.agents.fetch_error = make_error(errc::session_not_found, "the agent platform has no session");
+  w.webhook("msg_1", "sess_1");
+  w.pump();
+  REQUIRE((*w.storage->reader().session("sess_1"))->closed());
+  w.agents.fetch_error = make_error(errc::agents_unavailable, "agents API answered 503");
+  auto recovered = w.sync->recover("sess_1");
+  REQUIRE(recovered.ok());  // reopened
+  REQUIRE_FALSE(recovered->ok());
+  CHECK(recovered->error().is(errc::agents_unavailable));
+  CHECK_FALSE((*w.storage->reader().session("sess_1"))->closed());
+  CHECK(w.inbox->backlog() == 1);
+  // The platform answers again: the worker processes what waited.
+  w.agents.fetch_error.reset();
+  w.require_lookup("call_1");
+  w.clock.advance_ms(60'000);
+  w.pump();
+  CHECK(w.answered("call_1"));
+  CHECK(w.inbox->backlog() == 0);
 }
 
 TEST_CASE("events parked until binding count in the backlog again once released") {

@@ -269,3 +269,21 @@ TEST_CASE(
   REQUIRE(rest.at("ledger").as_array().size() == 2);
   CHECK(rest.at("ledger").as_array().at(1).at("operation_key").as_string() == key(1001));
 }
+
+TEST_CASE("recover answers 200 with the sync's error when the platform is down: it did reopen") {
+  testing::ApiStage s;
+  s.open_api();
+  auto people = testing::ApiStage::principals();
+  people.front().scopes.push_back("sessions:bind");  // alice
+  s.people.set(people);
+  const http::Headers alice{{"Authorization", "Bearer tok-alice-only-for-tests"}};
+  s.agents.fetch_error = make_error(errc::agents_unavailable, "agents API answered 503");
+  auto r = s.router.dispatch(request("POST", "/v1/sessions/sess_1/recover", alice));
+  REQUIRE_MESSAGE(r.status == 200, r.body);
+  CHECK(s.body_of(r).at("sync_error").as_string() ==
+        "Cannot fetch the session: agents API answered 503");
+  s.agents.fetch_error.reset();
+  r = s.router.dispatch(request("POST", "/v1/sessions/sess_1/recover", alice));
+  REQUIRE(r.status == 200);
+  CHECK_FALSE(s.body_of(r).as_object().contains("sync_error"));
+}
