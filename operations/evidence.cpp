@@ -137,11 +137,53 @@ void summarise(const std::vector<pb::AuditRecord>& records, json::object& body) 
   body["policy_recorded"] = std::move(policy);
 }
 
-}  // namespace
+// Whether a record written before digests may be shown whole to `principal`.
+Result<bool> shown_whole(store::Reader& reader, const pb::AuditRecord& r,
+                         const Principal& principal) {
+  if (principal.sees_every_owner()) return true;
+  // Only an operation names its owner (a note's, a passkey's or an agent
+  // token's key begins with a fixed word): the stored one's.
+  if (r.operation_key().empty()) return false;
+  OPGATE_ASSIGN_OR_RETURN(const auto of, reader.operation(r.operation_key()));
+  return of && principal.may_act_for(of->proposal().owner());
+}
 
-Result<std::string> export_evidence(store::Storage& storage, const std::string& key,
-                                    const Principal& principal, const PolicyConfig& policy) {
-  auto& reader = storage.reader();
+Error unseen_record(uint64_t seq) {
+  return make_error(
+      errc::conflict,
+      fmt::format("The proof passes over audit record {}, written before records could be "
+                  "proven by digest, of an operation this token may not see; export it "
+                  "with a token that sees every owner.",
+                  seq));
+}
+
+// Refuses, before the export is audited, a proof over records `from` to
+// `to` that would pass over a record the principal may not be shown.
+Status proof_shown(store::Reader& reader, const Principal& principal, uint64_t from, uint64_t to) {
+  for (uint64_t after = from - 1; after < to;) {
+    OPGATE_ASSIGN_OR_RETURN(auto page, reader.audit(after, 1000));
+    for (const auto& r : page) {
+      if (r.seq() > to) return Status::Ok();
+      after = r.seq();
+      if (r.hash_version() == 2) continue;
+      OPGATE_ASSIGN_OR_RETURN(const bool shown, shown_whole(reader, r, principal));
+      if (!shown) return unseen_record(r.seq());
+    }
+    if (page.size() < 1000) break;
+  }
+  return Status::Ok();
+}
+
+// What an export vouches for: the operation and its audit records as the
+// body was built from them, and the body.
+struct Body {
+  pb::Operation op;
+  std::vector<pb::AuditRecord> records;
+  std::string text;
+};
+
+Result<Body> build_body(store::Reader& reader, const std::string& key, const Principal& principal,
+                        const PolicyConfig& policy) {
   OPGATE_ASSIGN_OR_RETURN(const pb::Operation op, [&]() -> Result<pb::Operation> {
     OPGATE_ASSIGN_OR_RETURN(auto found, reader.operation(key));
     if (!found || !principal.may_act_for(found->proposal().owner()))
@@ -184,29 +226,53 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
   }
   OPGATE_ASSIGN_OR_RETURN(auto before, reader.audit_of(key));
   summarise(before, body);
-  const std::string body_text = json::serialize(body);
-  const std::string body_sha256 = crypto::sha256_hex(body_text);
+  return Body{op, std::move(before), json::serialize(body)};
+}
 
-  // A proof too long to build is refused before the export is audited.
-  if (!before.empty()) {
-    OPGATE_ASSIGN_OR_RETURN(const store::AuditHead now, reader.audit_head());
-    OPGATE_TRY(proof_within_bound(before.front().seq(), now.seq + 1));
+}  // namespace
+
+Result<std::string> export_evidence(store::Storage& storage, const std::string& key,
+                                    const Principal& principal, const PolicyConfig& policy) {
+  auto& reader = storage.reader();
+  std::string body_text, body_sha256;
+  for (int attempt = 1;; ++attempt) {
+    OPGATE_ASSIGN_OR_RETURN(const Body built, build_body(reader, key, principal, policy));
+    // A proof too long to build, or one over a record the token may not be
+    // shown, is refused before the export is audited.
+    if (!built.records.empty()) {
+      OPGATE_ASSIGN_OR_RETURN(const store::AuditHead now, reader.audit_head());
+      OPGATE_TRY(proof_within_bound(built.records.front().seq(), now.seq + 1));
+      OPGATE_TRY(proof_shown(reader, principal, built.records.front().seq(), now.seq));
+    }
+    body_text = built.text;
+    body_sha256 = crypto::sha256_hex(body_text);
+    // The export is audited, with the body's hash: from here on the chain
+    // vouches for the body too. Only while the operation and its records
+    // are still what the body was built from: one settled meanwhile is
+    // exported again, as it is now.
+    bool changed = false;
+    OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(auto op_now, txn.operation(key));
+      OPGATE_ASSIGN_OR_RETURN(auto records_now, txn.audit_of(key));
+      changed = !op_now || op_now->SerializeAsString() != built.op.SerializeAsString() ||
+                records_now.size() != built.records.size();
+      if (changed) return Status::Ok();
+      pb::AuditRecord r;
+      r.set_principal(principal.name);
+      r.set_operation_key(key);
+      r.set_action("evidence_exported");
+      r.set_from_state(std::string(state_text(built.op)));
+      r.set_to_state(std::string(state_text(built.op)));
+      r.set_fingerprint(built.op.fingerprint());
+      r.set_details_json(details({{"body_sha256", body_sha256}}));
+      txn.append_audit(std::move(r));
+      return Status::Ok();
+    }));
+    if (!changed) break;
+    if (attempt == 3)
+      return make_error(errc::conflict,
+                        "The operation changed while it was being exported; export it again.");
   }
-
-  // The export is audited, with the body's hash: from here on the chain
-  // vouches for the body too.
-  OPGATE_TRY(storage.transact([&](store::Transaction& txn) -> Status {
-    pb::AuditRecord r;
-    r.set_principal(principal.name);
-    r.set_operation_key(key);
-    r.set_action("evidence_exported");
-    r.set_from_state(std::string(state_text(op)));
-    r.set_to_state(std::string(state_text(op)));
-    r.set_fingerprint(op.fingerprint());
-    r.set_details_json(details({{"body_sha256", body_sha256}}));
-    txn.append_audit(std::move(r));
-    return Status::Ok();
-  }));
 
   OPGATE_ASSIGN_OR_RETURN(auto records, reader.audit_of(key));
   if (records.empty()) return make_error(errc::internal, "the operation has no audit records");
@@ -233,24 +299,11 @@ Result<std::string> export_evidence(store::Storage& storage, const std::string& 
         links.push_back(json::object{{"seq", r.seq()},
                                      {"digest", crypto::to_hex(store::audit_fields_digest(r))}});
       } else {
-        // Written before digests: shown whole, to a token that may see it.
-        // Only an operation names its owner (a note's, a passkey's or an
-        // agent token's key begins with a fixed word): the stored one's.
-        bool visible = principal.sees_every_owner();
-        if (!visible && !r.operation_key().empty()) {
-          OPGATE_ASSIGN_OR_RETURN(const auto of, reader.operation(r.operation_key()));
-          visible = of && principal.may_act_for(of->proposal().owner());
-        }
-        if (visible) {
-          links.push_back(json::object{{"seq", r.seq()}, {"record", record_json(r)}});
-          continue;
-        }
-        return make_error(
-            errc::conflict,
-            fmt::format("The proof passes over audit record {}, written before records could be "
-                        "proven by digest, of an operation this token may not see; export it "
-                        "with a token that sees every owner.",
-                        r.seq()));
+        // Written before digests: shown whole, to a token that may see it
+        // (proof_shown checked them before the export was audited).
+        OPGATE_ASSIGN_OR_RETURN(const bool shown, shown_whole(reader, r, principal));
+        if (!shown) return unseen_record(r.seq());
+        links.push_back(json::object{{"seq", r.seq()}, {"record", record_json(r)}});
       }
     }
     if (page.size() < 1000) break;

@@ -18,6 +18,7 @@
 #include "becomes_true.h"
 #include "common/clock.h"
 #include "common/crypto.h"
+#include "delegating_storage.h"
 #include "store/rocksdb/rocks_storage.h"
 
 using namespace opgate;
@@ -44,9 +45,9 @@ outbox::Delivered delivered(const store::OutboxEntry& entry) {
 
 // The real store, with a gate that holds transactions at their start and
 // failures to hand out, both counted.
-class GatedStorage final : public store::Storage {
+class GatedStorage final : public testing::DelegatingStorage {
  public:
-  explicit GatedStorage(store::Storage& inner) : inner_(inner) {}
+  using DelegatingStorage::DelegatingStorage;
 
   Status transact(const std::function<Status(store::Transaction&)>& fn) override {
     {
@@ -59,14 +60,6 @@ class GatedStorage final : public store::Storage {
     }
     return inner_.transact(fn);
   }
-  store::Reader& reader() override { return inner_.reader(); }
-  Result<std::vector<store::Appended>> append_events(std::vector<store::NewEvent>& e) override {
-    return inner_.append_events(e);
-  }
-  Result<store::AuditVerification> verify_audit() override { return inner_.verify_audit(); }
-  Status check_writable() override { return inner_.check_writable(); }
-  store::StorageStats stats() const override { return inner_.stats(); }
-
   void hold() {
     std::lock_guard lock(mu);
     held = true;
@@ -90,9 +83,6 @@ class GatedStorage final : public store::Storage {
   bool held = false;
   int started = 0;
   std::vector<int> fail_at;  // transactions (counted from 1) that fail
-
- private:
-  store::Storage& inner_;
 };
 
 struct Stage {
