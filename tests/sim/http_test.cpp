@@ -20,7 +20,7 @@ TEST_CASE("sim: an unserved method is a 405 in the provider's format, with Allow
   req.headers = {{"Authorization", "Bearer sk_test_x"}};
   auto res = payments.handle(std::move(req));
   CHECK(res.status == 405);
-  CHECK(res.headers["Allow"] == "POST, GET");
+  CHECK(res.headers["Allow"] == "POST, GET, HEAD");
   auto body = json::parse(res.body);
   CHECK(body.at("error").at("type").as_string() == "invalid_request_error");
 
