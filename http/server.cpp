@@ -264,6 +264,22 @@ class Connection final : public ConnectionBase,
       return refuse(errc::header_too_large, "The request has too many header fields.");
     auto length = parser_->content_length();
     if (length && *length > server_->options.max_body_bytes) return too_large();
+    // A client that waits to be asked for its body (curl's large uploads)
+    // is asked, rather than left to send it after its own pause.
+    if (header.version() == 11 && !parser_->is_done() &&
+        beast::iequals(header[bhttp::field::expect], "100-continue")) {
+      wire_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      tcp_layer().expires_after(server_->options.write_timeout);
+      return net::async_write(stream_, net::buffer(wire_),
+                              [self = shared_from_this()](beast::error_code ec, size_t) {
+                                if (ec) return self->close();
+                                self->read_body();
+                              });
+    }
+    read_body();
+  }
+
+  void read_body() {
     tcp_layer().expires_after(server_->options.body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       beast::bind_front_handler(&Connection::on_body, shared_from_this()));

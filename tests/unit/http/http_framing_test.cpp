@@ -7,6 +7,7 @@
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
 
 #include "http/server.h"
@@ -141,4 +142,19 @@ TEST_CASE("http framing: bodies far larger than the read buffer's bound pass who
   got = f.exchange(chunked + "0\r\n\r\n");
   CHECK(got.starts_with("HTTP/1.1 200"));
   CHECK(f.handled == 2);
+}
+
+TEST_CASE("http framing: a client that expects 100-continue is asked for its body") {
+  Framing f;
+  auto s = f.connect();
+  net::write(s, net::buffer(std::string("POST /upload HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+                                        "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n")));
+  std::string interim;
+  boost::system::error_code ec;
+  net::read_until(s, net::dynamic_buffer(interim), "\r\n\r\n", ec);
+  CHECK(interim == "HTTP/1.1 100 Continue\r\n\r\n");
+  net::write(s, net::buffer(std::string("hello")));
+  const auto got = Framing::read_to_end(s);
+  CHECK(got.starts_with("HTTP/1.1 200"));
+  CHECK(f.handled == 1);
 }
