@@ -110,6 +110,8 @@ struct Server::Impl {
 // body bytes move out of the buffer as they come.
 constexpr size_t kReadBuffer = 8 * 1024;
 constexpr size_t kMaxBuffered = 64 * 1024;
+// How long a connection closing on a refused request reads what still comes.
+constexpr std::chrono::seconds kLinger{2};
 // Connections past the limit that may wait for their 503 at once.
 constexpr size_t kRefusingAtOnce = 8;
 
@@ -300,10 +302,12 @@ class Connection final : public ConnectionBase,
 
   void too_large() { refuse(errc::too_large, "The request body is over the limit."); }
 
-  // Answers a request refused before its handler, and closes.
+  // Answers a request refused before its handler, and closes, reading
+  // what the client still sends meanwhile (linger_close).
   void refuse(const ErrorCode& code, std::string_view message) {
     Response r = error_response(code, std::string(message));
     r.close = true;
+    linger_ = true;
     write(std::move(r));
   }
 
@@ -359,7 +363,8 @@ class Connection final : public ConnectionBase,
     net::async_write(
         stream_, net::buffer(wire_),
         [self = shared_from_this(), close, cooldown = r.cooldown](beast::error_code ec, size_t) {
-          if (ec || close) return self->close();
+          if (ec) return self->close();
+          if (close) return self->linger_ ? self->linger_close() : self->close();
           if (cooldown.count() <= 0) return self->read_header();
           self->cooling_ = true;
           self->cooldown_.expires_after(cooldown);
@@ -375,6 +380,25 @@ class Connection final : public ConnectionBase,
     beast::error_code ec;
     tcp_layer().socket().shutdown(tcp::socket::shutdown_send, ec);
     tcp_layer().socket().close(ec);
+  }
+
+  // After refusing a request whose body the client is still sending: the
+  // answer is ended (FIN), and what arrives is read and dropped for a
+  // while before the close. Closed with unread bytes, the connection would
+  // be reset, and a client still writing would see the reset, not the 413.
+  void linger_close() {
+    beast::error_code ec;
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_send, ec);
+    tcp_layer().expires_after(kLinger);
+    discard();
+  }
+  void discard() {
+    buffer_.clear();
+    tcp_layer().async_read_some(buffer_.prepare(kReadBuffer),
+                                [self = shared_from_this()](beast::error_code ec, size_t) {
+                                  if (ec) return self->close();
+                                  self->discard();
+                                });
   }
 
   std::shared_ptr<ssl::context> tls_;  // kept alive for the connection (TLS only)
@@ -394,8 +418,9 @@ class Connection final : public ConnectionBase,
   uint64_t id_;
   bool idle_ = true;
   bool cooling_ = false;
-  uint64_t requests_ = 0;                       // requests read, on its thread
-  std::atomic<uint64_t> answered_{0};           // requests answered, from any thread
+  bool linger_ = false;                // the answer being written refuses a request not read whole
+  uint64_t requests_ = 0;              // requests read, on its thread
+  std::atomic<uint64_t> answered_{0};  // requests answered, from any thread
   std::atomic<bool> idle_check_queued_{false};  // close_if_idle's, on drain
 };
 
