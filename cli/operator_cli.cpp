@@ -1081,7 +1081,7 @@ int agent_token_create(const Context& c, const std::string& owner, const std::st
 }
 
 int agent_token_list(const Context& c) {
-  auto r = call(c, "GET", "/v1/agent-tokens");
+  auto r = every_page(c, "/v1/agent-tokens?limit=1000", "agent_tokens");
   if (!r) return 1;
   return print_json_or(c, *r, [&] {
     const auto& tokens = r->body.as_object().at("agent_tokens").as_array();

@@ -96,17 +96,27 @@ Status require_live_agent_token(store::Reader& reader, const std::string& token_
   return Status::Ok();
 }
 
-Result<std::vector<pb::AgentToken>> agent_tokens(store::Reader& reader) {
-  std::vector<pb::AgentToken> out;
-  std::string after;
+Result<std::optional<pb::AgentToken>> agent_token(store::Reader& reader, const std::string& id) {
+  return by_id(reader, id);
+}
+
+Result<AgentTokenPage> agent_tokens(store::Reader& reader, const std::string& after, size_t limit,
+                                    const std::function<bool(const pb::AgentToken&)>& accept) {
+  AgentTokenPage out;
+  std::string cursor = after;
   for (;;) {
-    OPGATE_ASSIGN_OR_RETURN(auto page, reader.kept_all(kById, after, 500));
+    OPGATE_ASSIGN_OR_RETURN(auto page, reader.kept_all(kById, cursor, 500));
     for (const auto& [id, sha] : page) {
       OPGATE_ASSIGN_OR_RETURN(auto t, by_hash(reader, sha));
-      if (t) out.push_back(std::move(*t));
+      if (!t || !accept(*t)) continue;
+      out.tokens.push_back(std::move(*t));
+      if (out.tokens.size() >= limit) {
+        out.next_after = id;
+        return out;
+      }
     }
     if (page.size() < 500) return out;
-    after = page.back().first;
+    cursor = page.back().first;
   }
 }
 

@@ -46,8 +46,18 @@ Result<std::optional<pb::AgentToken>> authenticate_agent(store::Reader& reader,
 Status require_live_agent_token(store::Reader& reader, const std::string& token_sha256,
                                 int64_t now_ms);
 
-// Every token minted, by id.
-Result<std::vector<pb::AgentToken>> agent_tokens(store::Reader& reader);
+// The token with this id, if one was minted.
+Result<std::optional<pb::AgentToken>> agent_token(store::Reader& reader, const std::string& id);
+
+struct AgentTokenPage {
+  std::vector<pb::AgentToken> tokens;
+  std::string next_after;  // "" when there are no more
+};
+
+// Tokens minted, by id, after the id `after` ("" from the start): at most
+// `limit` that `accept` takes; the cursor is always one it took.
+Result<AgentTokenPage> agent_tokens(store::Reader& reader, const std::string& after, size_t limit,
+                                    const std::function<bool(const pb::AgentToken&)>& accept);
 
 // Revokes the token with this id (again: no change); not_found if none.
 Result<pb::AgentToken> revoke_agent_token(store::Transaction& txn, const std::string& id,

@@ -1264,25 +1264,30 @@ class Api {
     return json_response(201, json::serialize(out));
   }
 
-  Response list_agent_tokens(const Principal& p) {
-    auto all = operations::agent_tokens(d_.storage.reader());
-    if (!all) return from_error(all.error());
+  // Tokens by id, a page at a time (follow next_cursor).
+  Response list_agent_tokens(const Request& req, const Principal& p) {
+    auto limit = limit_param(req, 100, 1000);
+    if (!limit) return from_error(limit.error());
+    auto page = operations::agent_tokens(
+        d_.storage.reader(), std::string(req.query_param("cursor").value_or("")), *limit,
+        [&](const pb::AgentToken& t) { return p.may_act_for(t.owner()); });
+    if (!page) return from_error(page.error());
     json::array out;
-    for (const auto& t : *all)
-      if (p.may_act_for(t.owner()))
-        out.push_back(operations::agent_token_json(t, d_.clock.now_ms()));
-    return ok_json(json::object{{"agent_tokens", std::move(out)}});
+    for (const auto& t : page->tokens)
+      out.push_back(operations::agent_token_json(t, d_.clock.now_ms()));
+    return ok_json(
+        json::object{{"agent_tokens", std::move(out)},
+                     {"next_cursor", page->next_after.empty() ? json::value(nullptr)
+                                                              : json::value(page->next_after)}});
   }
 
   Response revoke_agent_token(const std::string& id, const Principal& p) {
     std::optional<pb::AgentToken> revoked;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       // Outside the caller's owners a token does not exist (no oracle).
-      auto all = operations::agent_tokens(txn);
-      if (!all) return all.error();
-      bool visible = false;
-      for (const auto& t : *all) visible = visible || (t.id() == id && p.may_act_for(t.owner()));
-      if (!visible) return make_error(errc::not_found, "No agent token with that id.");
+      OPGATE_ASSIGN_OR_RETURN(auto token, operations::agent_token(txn, id));
+      if (!token || !p.may_act_for(token->owner()))
+        return make_error(errc::not_found, "No agent token with that id.");
       OPGATE_ASSIGN_OR_RETURN(revoked, operations::revoke_agent_token(txn, id, p.name));
       return Status::Ok();
     });
@@ -1413,7 +1418,7 @@ http::Router make_router(ApiDeps& deps) {
   route("POST", "/v1/agent-tokens", scope::bind,
         [api](auto& q, auto&, auto& who) { return api->create_agent_token(q, who); });
   route("GET", "/v1/agent-tokens", scope::bind,
-        [api](auto&, auto&, auto& who) { return api->list_agent_tokens(who); });
+        [api](auto& q, auto&, auto& who) { return api->list_agent_tokens(q, who); });
   route("DELETE", "/v1/agent-tokens/{id}", scope::bind,
         [api](auto&, auto& p, auto& who) { return api->revoke_agent_token(p.at("id"), who); });
   route("POST", "/v1/backups", scope::admin,

@@ -345,6 +345,22 @@ TEST_CASE("a revoked token is refused at once; what it proposed lives on and set
   REQUIRE(list.size() == 1);
   CHECK(str(list[0], "state") == "revoked");
   CHECK_FALSE(list[0].as_object().contains("token_sha256"));
+  // Listed a page at a time; another owner's token neither fills a page nor
+  // names its cursor.
+  auto second = mint(c, "demo-user");
+  auto page = c.op("GET", "/v1/agent-tokens?limit=1").body;
+  REQUIRE(page.at("agent_tokens").as_array().size() == 1);
+  const std::string first_id = str(page.at("agent_tokens").as_array()[0], "id");
+  CHECK(str(page, "next_cursor") == first_id);
+  auto rest = c.op("GET", "/v1/agent-tokens?limit=1&cursor=" + first_id).body;
+  REQUIRE(rest.at("agent_tokens").as_array().size() == 1);
+  CHECK(str(rest.at("agent_tokens").as_array()[0], "id") != first_id);
+  CHECK(c.op("GET", "/v1/agent-tokens", "", kOutsiderToken)
+            .body.at("agent_tokens")
+            .as_array()
+            .empty());
+  CHECK(c.op("GET", "/v1/agent-tokens?limit=0").status == 400);
+  CHECK(c.op("DELETE", "/v1/agent-tokens/" + str(second, "id"), "", kOutsiderToken).status == 404);
   c.approve(kRefund, kAliceToken);
   auto op = c.wait_operation(kRefund, [](auto& o) { return str(o, "state") == "settled"; });
   CHECK(str(op, "outcome") == "succeeded");
