@@ -789,6 +789,8 @@ int report(const Context& c, const std::string& since) {
     for (const auto& [reason, count] : o.at("denial_reasons").as_object())
       std::cout << fmt::format("denied {}x: {}\n", count.as_int64(),
                                printable(std::string(reason)));
+    if (const int64_t other = n(o, "denials_for_other_reasons"); other > 0)
+      std::cout << fmt::format("denied {}x for other reasons\n", other);
     for (const auto& [who, a] : o.at("approvers").as_object())
       std::cout << fmt::format("{}: approved {}, denied {}\n", printable(std::string(who)),
                                n(a, "approved"), n(a, "denied"));

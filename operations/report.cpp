@@ -58,7 +58,10 @@ void DecisionReport::add(const pb::Operation& op) {
     ++executed_;
   } else if (is(op, Outcome::denied)) {
     decision_ms_.push_back(op.updated_at_ms() - op.created_at_ms());
-    ++denial_reasons_[op.decision_reason()];
+    if (denial_reasons_.size() < kReasonsKept || denial_reasons_.count(op.decision_reason()))
+      ++denial_reasons_[op.decision_reason()];
+    else
+      ++denials_for_other_reasons_;
     ++denials_by_[op.decided_by()];
   }
   if (op.unknown_since_ms() != 0) {
@@ -80,6 +83,19 @@ json::object DecisionReport::json() const {
   for (const auto& [who, n] : denials_by_) people[who].second = n;
   for (const auto& [who, counts] : people)
     approvers[who] = json::object{{"approved", counts.first}, {"denied", counts.second}};
+  // The most frequent reasons (then in text order); the rest counted.
+  std::vector<std::pair<std::string, int64_t>> reasons(denial_reasons_.begin(),
+                                                       denial_reasons_.end());
+  std::stable_sort(reasons.begin(), reasons.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  json::object shown_reasons;
+  int64_t other_reasons = denials_for_other_reasons_;
+  for (size_t i = 0; i < reasons.size(); ++i) {
+    if (i < kReasonsShown)
+      shown_reasons[reasons[i].first] = reasons[i].second;
+    else
+      other_reasons += reasons[i].second;
+  }
   return json::object{
       {"from_ms", from_ms_},
       {"proposals", proposals_},
@@ -92,7 +108,8 @@ json::object DecisionReport::json() const {
       {"escalated", escalated_},
       {"narrowed", json::object{{"count", narrowed_},
                                 {"amount_removed_minor", object_of(narrowed_off_minor_)}}},
-      {"denial_reasons", object_of(denial_reasons_)},
+      {"denial_reasons", std::move(shown_reasons)},
+      {"denials_for_other_reasons", other_reasons},
       {"outcome_unknown",
        json::object{{"count", unknown_},
                     {"of_executed", executed_},

@@ -36,7 +36,11 @@ class DecisionReport {
   int64_t narrowed_ = 0;
   std::map<std::string, int64_t> narrowed_off_minor_;  // by currency
   int64_t reminded_ = 0, escalated_ = 0;
+  // Denials by reason: at most kReasonsKept distinct ones are told apart,
+  // the rest counted together, and the kReasonsShown most frequent shown.
+  static constexpr size_t kReasonsKept = 1000, kReasonsShown = 20;
   std::map<std::string, int64_t> denial_reasons_;
+  int64_t denials_for_other_reasons_ = 0;
   int64_t executed_ = 0, unknown_ = 0;
   std::vector<int64_t> resolution_ms_;
   std::map<std::string, int64_t> approvals_by_;

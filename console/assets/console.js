@@ -614,6 +614,7 @@
         ["outcome_unknown", `${u.count} of ${u.of_executed} executed; resolved in p50 ` +
           `${secs(u.time_to_resolution_ms.p50)}`],
         ["Denial reasons", Object.entries(r.denial_reasons).map(([k, v]) => `${v}× ${k}`)
+          .concat(r.denials_for_other_reasons ? [`${r.denials_for_other_reasons}× other reasons`] : [])
           .join("; ") || "none"],
       ]);
       for (const chart of ["outcomes", "kinds", "approvers"])

@@ -87,3 +87,23 @@ TEST_CASE("an empty window reports zeros and no times") {
   CHECK(o.at("time_to_decision_ms").at("p50").is_null());
   CHECK(o.at("outcome_unknown").at("rate").as_double() == 0.0);
 }
+
+TEST_CASE("the report shows the 20 most frequent denial reasons and counts the rest") {
+  operations::DecisionReport r(0);
+  auto deny = [&](const std::string& reason) {
+    auto denied = op("full-refund", 800, "refund", 500);
+    denied.set_state(pb::STATE_SETTLED);
+    denied.set_outcome(pb::OUTCOME_DENIED);
+    denied.set_decided_by("bob");
+    denied.set_decision_reason(reason);
+    r.add(denied);
+  };
+  for (int i = 0; i < 5; ++i) deny("outside the window");
+  for (int i = 0; i < 1500; ++i) deny("reason " + std::to_string(i));
+  auto o = r.json();
+  const auto& shown = o.at("denial_reasons").as_object();
+  CHECK(shown.size() == 20);
+  CHECK(shown.at("outside the window").as_int64() == 5);
+  CHECK(o.at("denials_for_other_reasons").as_int64() == 1500 - 19);
+  CHECK(o.at("outcomes").at("denied").as_int64() == 1505);
+}
