@@ -164,9 +164,6 @@ struct Exchange {
   // handshaken) stream.
   template <typename Stream>
   void write_and_read(Stream& stream, bool reused) {
-    parser.emplace();
-    if (request.method == "HEAD") parser->skip(true);  // no body follows, whatever the length
-    parser->body_limit(64 * 1024 * 1024);
     buffer.clear();
     beast::get_lowest_layer(stream).expires_after(remaining());
     bhttp::async_write(stream, req, [this, &stream, reused](beast::error_code ec, size_t) {
@@ -174,13 +171,29 @@ struct Exchange {
         stale = reused && ec != beast::error::timeout;
         return fail(ec, true);
       }
-      beast::get_lowest_layer(stream).expires_after(remaining());
-      bhttp::async_read(stream, buffer, *parser, [this, reused](beast::error_code ec, size_t) {
-        if (!ec) return;
-        stale = reused && ec != beast::error::timeout && !parser->got_some() && buffer.size() == 0;
-        fail(ec, true);
-      });
+      read_answer(stream, reused);
     });
+  }
+
+  // Reads the final answer: an interim one (100 Continue, 103 Early Hints)
+  // is passed over.
+  template <typename Stream>
+  void read_answer(Stream& stream, bool reused) {
+    parser.emplace();
+    if (request.method == "HEAD") parser->skip(true);  // no body follows, whatever the length
+    parser->body_limit(64 * 1024 * 1024);
+    beast::get_lowest_layer(stream).expires_after(remaining());
+    bhttp::async_read(
+        stream, buffer, *parser, [this, &stream, reused](beast::error_code ec, size_t) {
+          if (!ec) {
+            const unsigned status = parser->get().result_int();
+            if (status / 100 == 1 && status != 101) read_answer(stream, false);
+            return;
+          }
+          stale =
+              reused && ec != beast::error::timeout && !parser->got_some() && buffer.size() == 0;
+          fail(ec, true);
+        });
   }
 };
 

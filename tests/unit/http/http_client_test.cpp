@@ -344,3 +344,21 @@ TEST_CASE("http client: a chunk-size line that never ends is refused, not buffer
   peer.thread.join();
   CHECK(written < (32u << 20));  // read no further than the buffer's bound, and closed
 }
+
+TEST_CASE("http client: an interim answer (103 Early Hints) is passed over for the final one") {
+  OneConnection peer([](tcp::socket& s) {
+    std::string head;
+    boost::system::error_code ec;
+    net::read_until(s, net::dynamic_buffer(head), "\r\n\r\n", ec);
+    net::write(s,
+               net::buffer(std::string("HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                                       "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")),
+               ec);
+  });
+  http::ClientRequest req;
+  req.url = "http://127.0.0.1:" + std::to_string(peer.port()) + "/";
+  auto res = http::send(req);
+  REQUIRE_MESSAGE(res.ok(), res.error().message);
+  CHECK(res->status == 200);
+  CHECK(res->body == "ok");
+}
