@@ -88,10 +88,9 @@ TEST_CASE("a denial makes no provider call and the session is told") {
       c.cli({"deny", "--operation", kKey, "--session", "sess_other", "--reason", "x"}, kAliceToken);
   CHECK(wrong_rc == 1);
   CHECK(str(c.operation(kKey), "state") == "pending");
-  auto [denied_rc, denied_out] =
-      c.cli({"deny", "--operation", kKey, "--reason", "not eligible"}, kAliceToken);
-  REQUIRE_MESSAGE(denied_rc == 0, denied_out);
-  CHECK(denied_out.find("denied: " + kKey + " is settled/denied") != std::string::npos);
+  const auto denied = c.cli({"deny", "--operation", kKey, "--reason", "not eligible"}, kAliceToken);
+  REQUIRE_MESSAGE(denied.first == 0, denied.second);
+  CHECK(denied.second.find("denied: " + kKey + " is settled/denied") != std::string::npos);
   auto sim = c.wait_session_sim(session, [](auto& s) { return root_status(s) == "completed"; });
   CHECK(str(json::parse(str(results(sim)[1], "output")), "status") == "denied");
   CHECK(last_message(sim).find("denied") != std::string::npos);
