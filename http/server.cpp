@@ -262,6 +262,9 @@ class Connection final : public ConnectionBase,
     // as no body, and its bytes as the next request (RFC 9112 6.3).
     if (header.count(bhttp::field::transfer_encoding) > 0 && !parser_->chunked())
       return refuse(errc::bad_request, "Only the chunked transfer coding is accepted.");
+    // RFC 9112 3.2: one Host, in every HTTP/1.1 request.
+    if (header.version() == 11 && header.count(bhttp::field::host) != 1)
+      return refuse(errc::bad_request, "An HTTP/1.1 request needs one Host header field.");
     if (static_cast<size_t>(std::distance(header.begin(), header.end())) > kMaxFields)
       return refuse(errc::header_too_large, "The request has too many header fields.");
     auto length = parser_->content_length();

@@ -176,3 +176,11 @@ TEST_CASE("http framing: a client still sending a refused body reads the refusal
   CHECK(got.starts_with("HTTP/1.1 413"));
   CHECK(f.handled == 0);
 }
+
+TEST_CASE("http framing: an HTTP/1.1 request without one Host is refused") {
+  Framing f;
+  CHECK(f.exchange("GET /x HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 400"));
+  CHECK(f.exchange("GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").starts_with("HTTP/1.1 400"));
+  CHECK(f.exchange("GET /x HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200"));
+  CHECK(f.handled == 1);
+}
