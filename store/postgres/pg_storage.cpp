@@ -1804,7 +1804,13 @@ Status PgStorage::transact(const std::function<Status(Transaction&)>& fn) {
   }
   if (early_released) {
     early_releases_++;
-    OPGATE_TRY(flush_.wait_past(*pool_));
+    // Committed and seen: a failure here is one of confirming it on disk,
+    // and says so (the caller cannot take it for "nothing happened").
+    if (Status flushed = flush_.wait_past(*pool_); !flushed)
+      return make_error(errc::storage_unavailable,
+                        "the change was committed, but its flush to disk could not be "
+                        "confirmed (a crash now may lose it): " +
+                            flushed.error().message);
   }
   if (read_after && !read_after->read) {
     reads_after_commit_alone_++;
