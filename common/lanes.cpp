@@ -16,16 +16,26 @@ Lanes::Lanes(std::string name, size_t threads, size_t max_waiting) : max_waiting
 
 Lanes::~Lanes() {
   stop();
-  for (auto& t : threads_) t.join();
+  join();
 }
 
-void Lanes::stop() {
+void Lanes::stop(bool drop_waiting) {
   {
     MutexLock lock(mu_);
     stopping_ = true;
+    if (drop_waiting) {
+      for (const auto& task : waiting_) busy_.erase(task.lane);
+      waiting_.clear();
+      if (busy_.empty()) idle_cv_.notify_all();
+    }
   }
   work_cv_.notify_all();
   free_cv_.notify_all();
+}
+
+void Lanes::join() {
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
 }
 
 bool Lanes::try_post(const std::string& lane, std::function<void()> task) {

@@ -57,8 +57,13 @@ class Lanes {
   size_t batch_for(size_t most) const EXCLUDES(mu_);
   // Waits until no task is in flight (tests, shutdown).
   void wait_idle() EXCLUDES(mu_);
-  // Stops accepting; the tasks accepted still run. Idempotent.
-  void stop() EXCLUDES(mu_);
+  // Stops accepting; the tasks accepted still run, or with `drop_waiting`
+  // only those already running (for work that is durable and redone after
+  // a restart). Idempotent.
+  void stop(bool drop_waiting = false) EXCLUDES(mu_);
+  // Waits until every thread has ended, on_done's last call returned
+  // included (after stop; not from a pool thread). Idempotent.
+  void join();
 
  private:
   void run() EXCLUDES(mu_);
