@@ -126,16 +126,24 @@ size_t SessionSync::dispatch_page(Lanes& lanes, int64_t now, bool& read_through)
 
 Result<std::vector<store::QueuedEvent>> SessionSync::unprocessed(
     const std::vector<store::QueuedEvent>& events) {
-  std::vector<store::QueuedEvent> out;
+  std::vector<store::QueuedEvent> out, done;
   auto& reader = storage_.reader();
   for (const auto& e : events) {
     // An entry whose event is gone stays: settling it removes the entry.
     if (!e.event.source().empty()) {
       OPGATE_ASSIGN_OR_RETURN(auto now, reader.event(e.event.source(), e.event.webhook_id()));
-      if (now && now->processed()) continue;
+      if (now && now->processed()) {
+        done.push_back(e);
+        continue;
+      }
     }
     out.push_back(e);
   }
+  if (!done.empty())
+    OPGATE_TRY(storage_.transact([&](store::Transaction& txn) {
+      for (const auto& e : done) txn.finish_event(e);
+      return Status::Ok();
+    }));
   return out;
 }
 

@@ -79,7 +79,10 @@ class SessionSync {
   // full page was handed over or is backing off.
   size_t dispatch_page(Lanes& lanes, int64_t now, bool& read_through);
   // The events not yet processed: a pass that read the queue while a lane
-  // was finishing these events hands them over again, after that lane.
+  // was finishing these events hands them over again, after that lane. The
+  // queue entries of those processed are removed (one can still stand: an
+  // event parked, released under a new entry and then finished by a lane
+  // that held its old one), uncounted.
   Result<std::vector<store::QueuedEvent>> unprocessed(
       const std::vector<store::QueuedEvent>& events);
   // Answers one required action not answered yet (operations/tool_calls.h);

@@ -512,3 +512,23 @@ TEST_CASE("events of an unbound session handed over twice wait once for its bind
   w.bind("sess_1");
   CHECK(*w.storage->reader().queued_count() == 1);
 }
+
+TEST_CASE("an event finished through its old queue entry after a release leaves no entry behind") {
+  World w;
+  w.require_lookup("call_1");
+  w.webhook("msg_1", "sess_1");
+  auto stale = w.storage->reader().queued("", 10);  // its first entry
+  REQUIRE(stale->size() == 1);
+  w.sync->process("sess_1", *stale);  // unbound: parked
+  w.bind("sess_1");                   // released under a new entry
+  REQUIRE(*w.storage->reader().queued_count() == 1);
+  // A lane that held the first entry answers, and finishes the event.
+  w.sync->process("sess_1", *stale);
+  CHECK(w.answered("call_1"));
+  CHECK(w.agents.fetches == 1);
+  // The new entry names a processed event: removed when next handed over,
+  // with no second fetch.
+  w.pump();
+  CHECK(*w.storage->reader().queued_count() == 0);
+  CHECK(w.agents.fetches == 1);
+}
