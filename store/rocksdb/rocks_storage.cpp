@@ -214,7 +214,9 @@ class KvReader : public virtual Reader {
               failed = op.error();
               return false;
             }
-            if (!op->has_value()) return true;  // the index runs ahead of nothing
+            // The index is read as of its scan's start and each operation
+            // after: one that left the state in between is left out.
+            if (!op->has_value() || (*op)->state() != *q.state) return true;
             return take(std::move(**op));
           },
           q.after.empty() ? "" : prefix + q.after + '\0');
@@ -397,7 +399,7 @@ class KvReader : public virtual Reader {
     if (!s) return s.error();
     if (failed) return *failed;
     if (raises_) floor.raise(from, first.value_or(prefix + keys::hex16(keys::time_part(now_ms))));
-    return items(ids);
+    return items(ids, now_ms);
   }
 
   Result<DuePage> due_after(Queue queue, int64_t now_ms, const DuePosition& after,
@@ -428,7 +430,7 @@ class KvReader : public virtual Reader {
         from);
     if (!s) return s.error();
     if (failed) return *failed;
-    OPGATE_ASSIGN_OR_RETURN(page.entries, items(ids));
+    OPGATE_ASSIGN_OR_RETURN(page.entries, items(ids, now_ms));
     return page;
   }
 
@@ -522,12 +524,18 @@ class KvReader : public virtual Reader {
   }
 
  private:
-  Result<std::vector<OutboxEntry>> items(std::vector<std::string>& ids) {
+  // The items the index named, as they are now. A due index is read as of
+  // its scan's start and each item after, so one postponed in between (due
+  // later than `due_by` now) is left out.
+  Result<std::vector<OutboxEntry>> items(std::vector<std::string>& ids,
+                                         std::optional<int64_t> due_by = std::nullopt) {
     std::vector<OutboxEntry> out;
     for (auto& id : ids) {
       auto item = load<pb::OutboxItem>(view_, Cf::outbox, keys::outbox_item(id));
       if (!item) return item.error();
-      if (item->has_value()) out.push_back({std::move(id), std::move(**item)});
+      if (!item->has_value()) continue;
+      if (due_by && keys::time_part((*item)->not_before_ms()) > keys::time_part(*due_by)) continue;
+      out.push_back({std::move(id), std::move(**item)});
     }
     return out;
   }
