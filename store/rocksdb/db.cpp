@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/text.h"
 #include "opgate.pb.h"
 
 namespace opgate::store::rocks {
@@ -318,12 +319,10 @@ Status Db::check_format(bool existed) {
                             "by one older than 0.2) and cannot be read");
     return set_format_version(kFormatVersion);
   }
-  int found = 0;
-  try {
-    found = std::stoi(**version);
-  } catch (...) {
+  const auto number = whole_number(**version);
+  if (!number || *number > 1'000'000)
     return make_error(errc::data_format, "data directory " + dir_ + " has a corrupt version");
-  }
+  const int found = static_cast<int>(*number);
   if (found > kFormatVersion)
     return make_error(errc::data_format,
                       "data directory " + dir_ + " holds data format " + std::to_string(found) +

@@ -12,6 +12,7 @@
 
 #include "common/crypto.h"
 #include "common/files.h"
+#include "common/text.h"
 #include "store/audit_chain.h"
 #include "store/rocksdb/keys.h"
 #include "store/rocksdb/upgrade.h"
@@ -37,6 +38,15 @@ Result<std::optional<Message>> load(const KvView& view, Cf cf, std::string_view 
 
 Error corrupt(std::string_view what) {
   return make_error(errc::corrupt_record, fmt::format("a stored {} does not parse", what));
+}
+
+// A stored count: absent is 0; anything but digits is corrupt.
+Result<int64_t> count_of(const Result<std::optional<std::string>>& raw) {
+  if (!raw) return raw.error();
+  if (!raw->has_value()) return int64_t{0};
+  auto n = whole_number(**raw);
+  if (!n) return corrupt("count");
+  return *n;
 }
 
 // Scans `cf` under `prefix` from `start`, parsing each value into one
@@ -281,15 +291,12 @@ class KvReader : public virtual Reader {
     StateCounts c;
     for (int i = pb::STATE_PENDING; i <= pb::STATE_SETTLED; ++i) {
       auto st = static_cast<pb::OperationState>(i);
-      auto raw = view_.get(Cf::meta, keys::state_count(st));
-      if (!raw) return raw.error();
-      c.operations[st] = raw->has_value() ? std::stoll(**raw) : 0;
+      OPGATE_ASSIGN_OR_RETURN(c.operations[st],
+                              count_of(view_.get(Cf::meta, keys::state_count(st))));
     }
     for (int i = pb::OUTCOME_SUCCEEDED; i <= pb::OUTCOME_CANCELLED; ++i) {
       auto o = static_cast<pb::Outcome>(i);
-      auto raw = view_.get(Cf::meta, keys::outcome_count(o));
-      if (!raw) return raw.error();
-      c.settled[o] = raw->has_value() ? std::stoll(**raw) : 0;
+      OPGATE_ASSIGN_OR_RETURN(c.settled[o], count_of(view_.get(Cf::meta, keys::outcome_count(o))));
     }
     return c;
   }
@@ -773,9 +780,7 @@ class RocksTransaction final : public Transaction, public KvReader {
     return add(keys::state_count(state), delta);
   }
   Status add(const std::string& counter, int64_t delta) {
-    auto raw = txn_.view.get(Cf::meta, counter);
-    if (!raw) return raw.error();
-    int64_t n = raw->has_value() ? std::stoll(**raw) : 0;
+    OPGATE_ASSIGN_OR_RETURN(const int64_t n, count_of(txn_.view.get(Cf::meta, counter)));
     txn_.writes.put(Cf::meta, counter, std::to_string(std::max<int64_t>(0, n + delta)));
     return Status::Ok();
   }

@@ -656,6 +656,7 @@ TEST_CASE("a stored record that does not parse is an error of every scan that me
     w.put(Cf::operations, keys::operation("k0"), garbage);
     w.put(Cf::ledger, "k0", garbage);
     w.put(Cf::calls, keys::call("sess_1", "turn_1", "call_1"), garbage);
+    w.put(Cf::meta, keys::state_count(pb::STATE_APPROVED), "12abc");  // once read as 12
     REQUIRE((*db)->write(w, true).ok());
   }
   auto storage = open(dir, clock);
@@ -675,6 +676,9 @@ TEST_CASE("a stored record that does not parse is an error of every scan that me
   auto calls = reader.calls_of("sess_1");
   REQUIRE_FALSE(calls.ok());
   CHECK(calls.error().message == "a stored tool call does not parse");
+  auto counts = reader.counts();
+  REQUIRE_FALSE(counts.ok());
+  CHECK(counts.error().message == "a stored count does not parse");
   // The records that parse are still read by key.
   auto k1 = reader.operation("k1");
   REQUIRE(k1.ok());
