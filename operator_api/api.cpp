@@ -207,18 +207,21 @@ class Api {
     }
     auto notes = operations::notes_json(reader, *calls);
     if (!notes) return from_error(notes.error());
-    // The first page of its ledger; the rest from GET /v1/ledger?session=
-    // from ledger_next_cursor.
-    auto ledger = reader.ledger({id, "", "", "", kSessionLedgerRows + 1});
-    if (!ledger) return from_error(ledger.error());
-    json::value ledger_next = nullptr;
-    if (ledger->size() > kSessionLedgerRows) {
-      ledger->pop_back();
-      ledger_next = json::string(ledger->back().operation_key());
-    }
+    // Its ledger rows are those of its operations that name it (read by
+    // key, not by a scan of every row): the first page, and the rest from
+    // GET /v1/ledger?session= from ledger_next_cursor.
     json::array rows;
-    for (const auto& l : *ledger)
-      if (p.may_act_for(l.owner())) rows.push_back(operations::ledger_json(l));
+    json::value ledger_next = nullptr;
+    for (const auto& k : op_keys) {
+      auto row = reader.ledger_entry(k);
+      if (!row) return from_error(row.error());
+      if (!*row || (*row)->session_id() != id || !p.may_act_for((*row)->owner())) continue;
+      if (rows.size() == kSessionLedgerRows) {
+        ledger_next = rows.back().at("operation_key");
+        break;
+      }
+      rows.push_back(operations::ledger_json(**row));
+    }
     return ok_json(json::object{{"session_id", id},
                                 {"owner", session->owner()},
                                 {"bound_by", session->bound_by()},

@@ -243,6 +243,12 @@ TEST_CASE(
                     l.set_owner("demo-user");
                     l.set_session_id("sess_1");
                     txn.put_ledger(l);
+                    pb::ToolCall c;  // the session's call that proposed it
+                    c.set_session_id("sess_1");
+                    c.set_turn_id("turn_9");
+                    c.set_call_id(fmt::format("call_{:04}", i));
+                    c.set_operation_key(key(i));
+                    txn.put_call(c);
                   }
                   return Status::Ok();
                 })
