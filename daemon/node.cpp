@@ -353,8 +353,8 @@ void Node::build_mcp() {
 }
 
 Status Node::listen(const ServeOptions& options) {
-  OPGATE_ASSIGN_OR_RETURN(const uint16_t ingress_port, ingress_server_->start());
-  OPGATE_ASSIGN_OR_RETURN(const uint16_t operator_port, operator_server_->start());
+  // The MCP listener first: the operator API, once serving, reads the URL
+  // it names in minted tokens.
   uint16_t mcp_port = 0;
   if (mcp_server_) {
     OPGATE_ASSIGN_OR_RETURN(mcp_port, mcp_server_->start());
@@ -364,6 +364,8 @@ Status Node::listen(const ServeOptions& options) {
             : fmt::format("{}://{}:{}", config_.mcp.tls.enabled() ? "https" : "http",
                           config_.mcp.listen.substr(0, config_.mcp.listen.rfind(':')), mcp_port);
   }
+  OPGATE_ASSIGN_OR_RETURN(const uint16_t ingress_port, ingress_server_->start());
+  OPGATE_ASSIGN_OR_RETURN(const uint16_t operator_port, operator_server_->start());
   // Notifications link to the console this daemon serves, unless the
   // configuration names the address people reach it at.
   console_default_ = default_console_url(config_, operator_port);
