@@ -113,33 +113,33 @@ size_t Engine::remind_and_escalate() {
   const auto& escalation = policy->escalation;
   if (escalation.remind_after_s <= 0 && escalation.escalate_after_s <= 0) return 0;
   const int64_t now = clock_.now_ms();
+  // At most a page a pass (a reload that makes thousands due at once must
+  // not hold the dispatcher up); those done are due no more, so the next
+  // pass takes the next ones.
   store::OperationQuery q;
   q.state = pb::STATE_PENDING;
-  q.limit = 500;
+  q.limit = kEscalationsPerPass;
   q.accept = [&](const pb::Operation& op) {
     return static_cast<bool>(operations::escalation_due(op, now, escalation));
   };
-  size_t changed = 0;
-  for (;;) {
-    auto page = storage_.reader().operations(q);
-    if (!page) {
-      spdlog::error("cannot list pending operations: {}", page.error().message);
-      return changed;
-    }
-    for (const auto& op : page->operations) {
-      operations::EscalationDue raised;
-      Status s = storage_.transact([&](store::Transaction& txn) -> Status {
-        OPGATE_ASSIGN_OR_RETURN(raised, operations::remind_or_escalate(txn, op.key(), *policy));
-        return Status::Ok();
-      });
-      if (!s)
-        spdlog::error("cannot remind about or escalate {}: {}", op.key(), s.error().message);
-      else if (raised)
-        ++changed;
-    }
-    if (page->next_after.empty()) return changed;
-    q.after = page->next_after;
+  auto page = storage_.reader().operations(q);
+  if (!page) {
+    spdlog::error("cannot list pending operations: {}", page.error().message);
+    return 0;
   }
+  size_t changed = 0;
+  for (const auto& op : page->operations) {
+    operations::EscalationDue raised;
+    Status s = storage_.transact([&](store::Transaction& txn) -> Status {
+      OPGATE_ASSIGN_OR_RETURN(raised, operations::remind_or_escalate(txn, op.key(), *policy));
+      return Status::Ok();
+    });
+    if (!s)
+      spdlog::error("cannot remind about or escalate {}: {}", op.key(), s.error().message);
+    else if (raised)
+      ++changed;
+  }
+  return changed;
 }
 
 size_t Engine::pass() {

@@ -61,9 +61,10 @@ class Engine {
   // `policy`'s [policy.escalation] (operations/escalation.h), looked at once
   // a second by the node that leads. Call before start().
   void escalate_with(const Live<operations::PolicyConfig>& policy);
-  // Raises the reminders and escalations due now; returns how many
-  // operations changed.
+  // Raises the reminders and escalations due now, at most
+  // kEscalationsPerPass of them; returns how many operations changed.
   size_t remind_and_escalate();
+  static constexpr size_t kEscalationsPerPass = 256;
 
  private:
   void loop() EXCLUDES(mu_);

@@ -5,6 +5,7 @@
 #include "operations/decisions.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <boost/json.hpp>
 
@@ -691,6 +692,29 @@ TEST_CASE("an expired proposal is settled as it was proposed, not as an approver
   CHECK(w.outcome() == "expired");
   CHECK(op.proposal().amount_minor() == 2500);
   CHECK(op.proposal().original_amount_minor() == 0);
+}
+
+TEST_CASE("reminders are raised a page a pass, so many due at once do not hold the dispatcher") {
+  operations::PolicyConfig policy;
+  policy.approval_ttl_s = 3600;
+  policy.escalation.remind_after_s = 600;
+  World w(policy);
+  // 299 more proposals, pending since the first.
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                for (int i = 0; i < 299; ++i) {
+                  pb::Operation op = w.operation(kRefund);
+                  op.set_key(fmt::format("demo-user:ORDER-X{:03}:full-refund:v1", i));
+                  op.mutable_proposal()->set_order_id(fmt::format("ORDER-X{:03}", i));
+                  OPGATE_TRY(txn.put_operation(op));
+                }
+                return Status::Ok();
+              })
+              .ok());
+  w.clock.advance_ms(600 * 1000);
+  CHECK(w.engine->remind_and_escalate() == daemon::Engine::kEscalationsPerPass);
+  CHECK(w.engine->remind_and_escalate() == 300 - daemon::Engine::kEscalationsPerPass);
+  CHECK(w.engine->remind_and_escalate() == 0);
 }
 
 TEST_CASE("a proposal nobody decides is reminded about, then escalated, once each; expiry stands") {
