@@ -181,7 +181,7 @@ struct Exchange {
   void read_answer(Stream& stream, bool reused) {
     parser.emplace();
     if (request.method == "HEAD") parser->skip(true);  // no body follows, whatever the length
-    parser->body_limit(64 * 1024 * 1024);
+    parser->body_limit(request.max_body_bytes);
     beast::get_lowest_layer(stream).expires_after(remaining());
     bhttp::async_read(
         stream, buffer, *parser, [this, &stream, reused](beast::error_code ec, size_t) {

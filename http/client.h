@@ -29,6 +29,8 @@ struct ClientRequest {
   // https: the trusted CA certificates (PEM); empty means the system store.
   // The peer's certificate is always verified, host name included.
   std::string ca_file;
+  // The most of an answer's body read; a longer one is a failed call.
+  size_t max_body_bytes = 64 << 20;
 };
 
 // Error codes: "bad_url", "unsupported_scheme", "connect_failed", "tls_setup",

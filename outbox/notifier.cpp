@@ -108,6 +108,9 @@ http::ClientRequest delivery_request(const NotifyEndpoint& endpoint, const pb::N
   req.method = "POST";
   req.url = endpoint.url;
   req.timeout = std::chrono::milliseconds(endpoint.timeout_ms);
+  // Only the status and Retry-After are read: a receiver's answer is
+  // never held at the client's 64 MiB.
+  req.max_body_bytes = 1 << 20;
   req.headers["Content-Type"] = "application/json";
   req.headers["User-Agent"] = "opgate-notifier";
   req.headers["webhook-id"] = n.webhook_id();

@@ -362,3 +362,20 @@ TEST_CASE("http client: an interim answer (103 Early Hints) is passed over for t
   CHECK(res->status == 200);
   CHECK(res->body == "ok");
 }
+
+TEST_CASE("http client: an answer's body past the request's bound is a failed call") {
+  OneConnection peer([](tcp::socket& s) {
+    std::string head;
+    boost::system::error_code ec;
+    net::read_until(s, net::dynamic_buffer(head), "\r\n\r\n", ec);
+    net::write(
+        s, net::buffer("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + std::string(100, 'x')),
+        ec);
+  });
+  http::ClientRequest req;
+  req.url = "http://127.0.0.1:" + std::to_string(peer.port()) + "/";
+  req.max_body_bytes = 10;
+  auto res = http::send(req);
+  REQUIRE_FALSE(res.ok());
+  CHECK(res.error().code == "connection_lost");
+}
