@@ -100,6 +100,11 @@ Status Journal::run(const std::function<Status(Txn&)>& fn) {
   {
     MutexLock lock(mu_);
     if (stopping_) return make_error(errc::shutting_down, "The store is closing.");
+    // After a failed write whose audit head could not be read again, a
+    // record chained now could follow records that were never written.
+    if (!head_known_ && !try_read_head())
+      return make_error(errc::storage_unavailable,
+                        "The audit chain's head is unknown since a write failed; retry shortly.");
     // The transaction reads its own writes first.
     WriteSet writes;
     LayeredView view(db_, {&writes, &open_, &writing_});
@@ -161,13 +166,20 @@ void Journal::committer() {
       open_.clear();
       open_transactions_ = 0;
       open_outcome_ = std::make_shared<Outcome>();
-      if (auto head = read_head())
-        head_ = *head;
-      else
-        spdlog::critical("cannot re-read the audit chain's head: {}", head.error().message);
+      if (!try_read_head())
+        spdlog::critical(
+            "cannot re-read the audit chain's head; transactions are refused until "
+            "it can be");
     }
     writing_outcome_.reset();
   }
+}
+
+bool Journal::try_read_head() {
+  auto head = read_head();
+  head_known_ = head.ok();
+  if (head) head_ = *head;
+  return head_known_;
 }
 
 // The only access to writing_ without the lock: no one else changes it

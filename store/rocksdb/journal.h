@@ -117,6 +117,9 @@ class Journal {
   // Writes writing_ with the lock released; called with it held.
   Status write_unlocked() REQUIRES(mu_);
   Result<AuditHead> read_head() const;
+  // Reads the durable head into head_; false (head_known_ false) if it
+  // cannot be read.
+  bool try_read_head() REQUIRES(mu_);
 
   Db& db_;
   const Clock& clock_;
@@ -129,7 +132,8 @@ class Journal {
   // writing: it is only changed under the lock, by the committer itself.
   WriteSet writing_ GUARDED_BY(mu_);
   std::shared_ptr<Outcome> writing_outcome_ GUARDED_BY(mu_);
-  AuditHead head_ GUARDED_BY(mu_);  // the chain's head including staged records
+  AuditHead head_ GUARDED_BY(mu_);          // the chain's head including staged records
+  bool head_known_ GUARDED_BY(mu_) = true;  // false: re-read before the next transaction
   bool stopping_ GUARDED_BY(mu_) = false;
   // Written by the committer, read without the lock (a metrics scrape or
   // a readiness check must not wait behind a transaction).
