@@ -1074,13 +1074,36 @@ Result<BackupInfo> RocksStorage::restore(const std::string& backup_dir, const st
                     "({}), but its data ends at #{} ({}); it is not restored.",
                     manifest.audit_head.seq, crypto::to_hex(manifest.audit_head.hash).substr(0, 16),
                     info.audit_head.seq, crypto::to_hex(info.audit_head.hash).substr(0, 16)));
-  fs::create_directories(fs::path(data_dir).parent_path(), ec);
-  fs::copy(from, data_dir, fs::copy_options::recursive, ec);
-  if (ec) return make_error(errc::data_dir, "Cannot copy into " + data_dir + ": " + ec.message());
-  fs::permissions(data_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
-  for (auto& entry : fs::directory_iterator(data_dir, ec))
-    fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
-                    fs::perm_options::replace, ec);
+  // Copied beside it, synced, then renamed into place: a copy cut short
+  // (a full disk) leaves no data directory that a start would take for a
+  // new, empty one.
+  const fs::path target(data_dir);
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path staging = fs::path(data_dir + ".restoring");
+  fs::create_directories(parent, ec);
+  fs::remove_all(staging, ec);  // left by a restore cut short
+  fs::copy(from, staging, fs::copy_options::recursive, ec);
+  Status placed = ec ? Status(make_error(errc::data_dir, "Cannot copy into " + staging.string() +
+                                                             ": " + ec.message()))
+                     : Status::Ok();
+  if (placed) {
+    fs::permissions(staging, fs::perms::owner_all, fs::perm_options::replace, ec);
+    for (auto& entry : fs::directory_iterator(staging, ec))
+      fs::permissions(entry.path(), fs::perms::owner_read | fs::perms::owner_write,
+                      fs::perm_options::replace, ec);
+    placed = sync_directory(staging.string(), /*files=*/true);
+  }
+  if (placed) {
+    fs::rename(staging, target, ec);
+    if (ec)
+      placed =
+          make_error(errc::data_dir, "Cannot move the copy to " + data_dir + ": " + ec.message());
+  }
+  if (placed) placed = sync_directory(parent.string());
+  if (!placed) {
+    fs::remove_all(staging, ec);
+    return placed.error();
+  }
   info.dir = data_dir;
   info.created_at_ms = manifest.created_at_ms;
   return info;

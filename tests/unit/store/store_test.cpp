@@ -308,10 +308,17 @@ TEST_CASE("a restore compares the manifest with the copy and refuses a mismatch"
     CHECK(r.error().code == "data_format");
   }
   SUBCASE("the manifest as written") {
+    // What a restore cut short left beside the data directory goes.
+    const auto staging = restored.path.string() + ".restoring";
+    std::filesystem::create_directories(staging);
+    std::ofstream(staging + "/CURRENT") << "half a copy";
     auto r = with(original);
     REQUIRE_MESSAGE(r.ok(), r.error().message);
     CHECK(r->audit_head.seq == 2);
     CHECK(r->format_version == store::rocks::kFormatVersion);
+    CHECK_FALSE(std::filesystem::exists(staging));
+    auto reopened = open(restored, clock);
+    CHECK(reopened->reader().operation("k2")->has_value());
   }
   CHECK(std::filesystem::exists(restored.path) == (original == [&] {
           std::ifstream in(manifest);
