@@ -1203,14 +1203,14 @@ class Api {
         {"endpoint", name}, {to.empty() ? "discarded" : "replayed", *moved}, {"to", to}});
   }
 
-  Response notify_replay(const Request& req, const std::string& name) {
+  Response notify_replay(const Request& req, const std::string& name, const Principal& who) {
     auto body = body_object(req);
     if (!body) return from_error(body.error());
     auto* since = body->if_contains("since_ms");
     if (!since || !since->is_int64() || since->as_int64() < 0)
       return error_response(errc::bad_request, "since_ms (Unix milliseconds) is required.");
     if (!d_.notifier) return error_response(errc::not_found, "No notification endpoints.");
-    auto queued = d_.notifier->replay(name, since->as_int64());
+    auto queued = d_.notifier->replay(name, since->as_int64(), who.name);
     if (!queued) return from_error(queued.error());
     d_.wake_worker();
     return ok_json(json::object{{"endpoint", name}, {"queued", *queued}});
@@ -1412,7 +1412,7 @@ http::Router make_router(ApiDeps& deps) {
   route("GET", "/v1/notify/endpoints", scope::admin,
         [api](auto&, auto&, auto&) { return api->notify_endpoints(); });
   route("POST", "/v1/notify/endpoints/{name}/replay", scope::admin,
-        [api](auto& q, auto& p, auto&) { return api->notify_replay(q, p.at("name")); });
+        [api](auto& q, auto& p, auto& who) { return api->notify_replay(q, p.at("name"), who); });
   route("POST", "/v1/notify/endpoints/{name}/enable", scope::admin,
         [api](auto&, auto& p, auto&) { return api->notify_enable(p.at("name")); });
   route("POST", "/v1/notify/held/{name}/release", scope::admin, [api](auto& q, auto& p, auto& who) {

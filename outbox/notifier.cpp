@@ -523,7 +523,8 @@ void Notifier::deliver(const store::OutboxEntry& dispatched, const NotifyEndpoin
   report_attempt(*entry, attempt);
 }
 
-Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
+Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms,
+                                const std::string& principal) {
   auto config = config_.get();
   const NotifyEndpoint* endpoint = nullptr;
   for (const auto& e : config->endpoints)
@@ -555,6 +556,9 @@ Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
         *delivery.mutable_notification() = event;
         delivery.mutable_notification()->set_endpoint(name);
         delivery.mutable_notification()->set_webhook_id(webhook_id(event.event_id(), name));
+        if (queued >= kReplayAtOnce)
+          delivery.set_not_before_ms(txn.now_ms() +
+                                     static_cast<int64_t>(queued - kReplayAtOnce) * kReplayPaceMs);
         txn.enqueue(std::move(delivery));
         state.set_backlog(state.backlog() + 1);
         ++queued;
@@ -562,7 +566,11 @@ Result<size_t> Notifier::replay(const std::string& name, int64_t since_ms) {
       txn.put_endpoint_state(state);
       return Status::Ok();
     }));
-    if (page.size() < limit) return queued;
+    if (page.size() < limit) {
+      spdlog::info("{} replayed {} kept event(s) since {} to {}", principal, queued, since_ms,
+                   name);
+      return queued;
+    }
     if (events.empty()) {
       limit *= 2;
       continue;

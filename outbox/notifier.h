@@ -83,8 +83,13 @@ class Notifier {
   // Fans out due events and hands due deliveries to lanes; returns how many.
   size_t dispatch() EXCLUDES(mu_);
   // Queues again, for one endpoint, every kept event since since_ms that it
-  // subscribes to (same webhook-ids: receivers see repeats as such).
-  Result<size_t> replay(const std::string& endpoint, int64_t since_ms);
+  // subscribes to (same webhook-ids: receivers see repeats as such), for
+  // `principal`. Past the first kReplayAtOnce, one every kReplayPaceMs: a
+  // long replay does not stand in front of new events.
+  Result<size_t> replay(const std::string& endpoint, int64_t since_ms,
+                        const std::string& principal);
+  static constexpr size_t kReplayAtOnce = 100;
+  static constexpr int64_t kReplayPaceMs = 10;
   // Re-enables an endpoint disabled by a 410.
   Status enable(const std::string& endpoint);
   // The deliveries held for an endpoint no longer configured here: sent

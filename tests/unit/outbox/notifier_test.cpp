@@ -575,7 +575,7 @@ TEST_CASE("replay queues an endpoint's kept events again since a time, with the 
   REQUIRE(first.size() == 3);
   const auto chat_before = w.sent_to("chat").size();
   // Everything since before the proposal: the three events again, to ops only.
-  auto queued = w.notifier->replay("ops", w.clock.now_ms() - 3'600'000);
+  auto queued = w.notifier->replay("ops", w.clock.now_ms() - 3'600'000, "alice");
   REQUIRE(queued.ok());
   CHECK(*queued == 3);
   w.pump_all();
@@ -587,8 +587,8 @@ TEST_CASE("replay queues an endpoint's kept events again since a time, with the 
   }
   CHECK(w.sent_to("chat").size() == chat_before);
   // Since a time after every event: nothing; an unknown endpoint: an error.
-  CHECK(*w.notifier->replay("ops", w.clock.now_ms() + 1) == 0);
-  CHECK_FALSE(w.notifier->replay("nobody", 0).ok());
+  CHECK(*w.notifier->replay("ops", w.clock.now_ms() + 1, "alice") == 0);
+  CHECK_FALSE(w.notifier->replay("nobody", 0, "alice").ok());
 }
 
 TEST_CASE("reloaded endpoints: a new one hears later events, a removed one hears nothing more") {
@@ -627,7 +627,7 @@ TEST_CASE("replay pages through events that share a millisecond, each queued onc
                 return Status::Ok();
               })
               .ok());
-  auto queued = w.notifier->replay("ops", t0);
+  auto queued = w.notifier->replay("ops", t0, "alice");
   REQUIRE(queued.ok());
   CHECK(*queued == 1'201);
   std::multiset<std::string> events;
@@ -639,6 +639,18 @@ TEST_CASE("replay pages through events that share a millisecond, each queued onc
       events.insert(e.item.notification().event_id());
   CHECK(events.size() == 1'201);
   CHECK(std::set<std::string>(events.begin(), events.end()) == kept);
+  // Past the first hundred, paced: a new event queued now goes ahead of
+  // all but those.
+  auto now_due = w.storage->reader().due(store::Queue::notifications, w.clock.now_ms(), 5'000, {});
+  REQUIRE(now_due.ok());
+  CHECK(now_due->size() == outbox::Notifier::kReplayAtOnce + 1);
+  auto last_due =
+      w.storage->reader().due(store::Queue::notifications,
+                              w.clock.now_ms() + (1'201 - outbox::Notifier::kReplayAtOnce - 1) *
+                                                     outbox::Notifier::kReplayPaceMs,
+                              5'000, {});
+  REQUIRE(last_due.ok());
+  CHECK(last_due->size() == 1'201);
 }
 
 TEST_CASE("with no endpoint configured nothing is queued to fan out; replay reaches a later one") {
@@ -656,7 +668,7 @@ TEST_CASE("with no endpoint configured nothing is queued to fan out; replay reac
   c.endpoints = {endpoint("ops")};
   w.notify.set(c);
   w.storage->fan_out_notifications(true);
-  auto queued = w.notifier->replay("ops", 0);
+  auto queued = w.notifier->replay("ops", 0, "alice");
   REQUIRE(queued.ok());
   CHECK(*queued == 3);
   w.pump_all();
