@@ -310,9 +310,18 @@ Status Db::check_format(bool existed) {
   auto version = get(Cf::meta, kFormatKey);
   if (!version) return version.error();
   if (!version->has_value()) {
+    // A directory holding nothing at all is new, whatever RocksDB left in
+    // it: a first start cut short before its version was written.
+    bool empty = true;
+    for (size_t i = 0; i < kCfCount && empty; ++i) {
+      if (!handles_[i]) continue;
+      auto last = last_key(static_cast<Cf>(i), "");
+      if (!last) return last.error();
+      empty = !last->has_value();
+    }
     // Read-only too: a copy or a directory with no version is not one
     // this opgate wrote, and nothing it reads from it could be trusted.
-    if (existed || read_only_)
+    if ((existed && !empty) || read_only_)
       return make_error(errc::data_format,
                         "data directory " + dir_ +
                             " records no format version: it was not written by this opgate (or "

@@ -691,3 +691,32 @@ TEST_CASE("a stored record that does not parse is an error of every scan that me
   REQUIRE(k1.ok());
   CHECK(k1->has_value());
 }
+
+TEST_CASE("a first start cut short before its format version was written starts again as new") {
+  TempDir dir;
+  ManualClock clock(0);
+  {
+    // What the cut-short start left: RocksDB's files, and no record at all.
+    auto db = store::rocks::Db::open(dir.path.string(), store::rocks::OpenOptions{});
+    REQUIRE(db.ok());
+    store::rocks::WriteSet w;
+    w.del(store::rocks::Cf::meta, "format_version");
+    REQUIRE((*db)->write(w, true).ok());
+  }
+  {
+    auto storage = RocksStorage::open(dir.path.string(), {}, clock);
+    REQUIRE_MESSAGE(storage.ok(), storage.error().message);
+    REQUIRE(propose(**storage, "k1").ok());
+  }
+  // A directory that holds records and no version is still refused.
+  {
+    auto db = store::rocks::Db::open(dir.path.string(), store::rocks::OpenOptions{});
+    REQUIRE(db.ok());
+    store::rocks::WriteSet w;
+    w.del(store::rocks::Cf::meta, "format_version");
+    REQUIRE((*db)->write(w, true).ok());
+  }
+  auto refused = RocksStorage::open(dir.path.string(), {}, clock);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("no format version") != std::string::npos);
+}
