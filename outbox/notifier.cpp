@@ -153,7 +153,7 @@ size_t Notifier::dispatch() {
   // Due items are read oldest first: those left where they are would be
   // read first again, and an endpoint with a backlog it has no room for
   // would fill every read, starving the others.
-  std::vector<store::OutboxEntry> busy;
+  std::vector<store::OutboxEntry> busy, held;
   for (auto& entry : *due) {
     if (entry.item.kind() == pb::OUTBOX_NOTIFY_EVENT) {
       events.push_back(entry);
@@ -165,7 +165,7 @@ size_t Notifier::dispatch() {
       if (e.name == name) endpoint = &e;
     if (!endpoint) {
       // Not (or no longer, or not yet) in this node's configuration: held.
-      hold(entry);
+      held.push_back(entry);
       continue;
     }
     {
@@ -188,6 +188,7 @@ size_t Notifier::dispatch() {
       finish(name);  // its lane is busy with an earlier one of its operation: soon free
     }
   }
+  if (!held.empty()) hold(held);
   if (!busy.empty())
     if (auto moved = postpone(busy, kBusyRecheckMs); !moved)
       spdlog::error("cannot move {} deliveries waiting for room: {}", busy.size(),
@@ -242,31 +243,41 @@ Result<size_t> Notifier::postpone(const std::vector<store::OutboxEntry>& entries
   return moved;
 }
 
-void Notifier::hold(const store::OutboxEntry& entry) {
-  const auto& name = entry.item.notification().endpoint();
-  if (shared_store_ && set_aside_.size() < kMaxSetAside) {
-    set_aside_[entry.id] = clock_.now_ms() + kHeldRecheckMs;
-  } else {
-    auto held = postpone({entry}, kHeldRecheckMs);
-    if (!held) {
-      spdlog::error("cannot hold a delivery to {}: {}", name, held.error().message);
-      return;
+void Notifier::hold(const std::vector<store::OutboxEntry>& entries) {
+  // Set aside in memory on a shared store while there is room; else moved
+  // on in the store, all of a pass's in one transaction.
+  std::vector<store::OutboxEntry> postponed;
+  std::vector<std::string> names;
+  for (const auto& entry : entries) {
+    if (shared_store_ && set_aside_.size() < kMaxSetAside) {
+      set_aside_[entry.id] = clock_.now_ms() + kHeldRecheckMs;
+      names.push_back(entry.item.notification().endpoint());
+    } else {
+      postponed.push_back(entry);
     }
-    if (*held == 0) return;  // another process has it
   }
-  metrics_.inc("opgate_notifications_held_total", {{"endpoint", name}});
-  bool first = false;
-  {
-    MutexLock lock(mu_);
-    first = held_logged_.insert(name).second;
+  if (!postponed.empty()) {
+    auto moved = postpone(postponed, kHeldRecheckMs);
+    if (!moved)
+      spdlog::error("cannot hold {} deliveries: {}", postponed.size(), moved.error().message);
+    else if (*moved > 0)  // (those another process has are its own to hold)
+      for (const auto& entry : postponed) names.push_back(entry.item.notification().endpoint());
   }
-  if (first)
-    log_event(spdlog::level::warn, "notify.delivery_held",
-              fmt::format("deliveries to endpoint {} are held: this node's configuration does not "
-                          "name it; they are sent once it does, or replayed elsewhere or "
-                          "discarded with `opgate notify held`",
-                          name),
-              {{"endpoint", name}});
+  for (const auto& name : names) {
+    metrics_.inc("opgate_notifications_held_total", {{"endpoint", name}});
+    bool first = false;
+    {
+      MutexLock lock(mu_);
+      first = held_logged_.insert(name).second;
+    }
+    if (first)
+      log_event(spdlog::level::warn, "notify.delivery_held",
+                fmt::format("deliveries to endpoint {} are held: this node's configuration does "
+                            "not name it; they are sent once it does, or replayed elsewhere or "
+                            "discarded with `opgate notify held`",
+                            name),
+                {{"endpoint", name}});
+  }
 }
 
 void Notifier::expand(const std::vector<store::OutboxEntry>& events) {

@@ -120,10 +120,11 @@ class Notifier {
   void expand(const std::vector<store::OutboxEntry>& events);
   // Removes a delivery nobody will send (its endpoint disabled by a 410).
   void drop(const store::OutboxEntry& entry);
-  // Leaves a delivery for an endpoint this node does not know queued, to be
-  // looked at again after kHeldRecheckMs (set aside, on a shared store);
-  // logged once per endpoint.
-  void hold(const store::OutboxEntry& entry) EXCLUDES(mu_);
+  // Leaves a pass's deliveries for endpoints this node does not know
+  // queued, to be looked at again after kHeldRecheckMs (set aside, on a
+  // shared store; else moved on in one transaction); logged once per
+  // endpoint.
+  void hold(const std::vector<store::OutboxEntry>& entries) EXCLUDES(mu_);
   // Moves deliveries `by_ms` later in the queue, in one transaction (those
   // another process took since are left as they are); how many it moved.
   Result<size_t> postpone(const std::vector<store::OutboxEntry>& entries, int64_t by_ms);

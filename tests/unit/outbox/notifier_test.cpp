@@ -779,6 +779,17 @@ TEST_CASE("a delivery for an endpoint this node does not know is held and counte
   }
 }
 
+TEST_CASE("a pass holds all its deliveries for unknown endpoints in one transaction") {
+  World w({endpoint("ops")});
+  w.propose();
+  w.pump_all();
+  queue_delivery_for(w, "chat", 10);  // fewer than a pass reads
+  const auto before = w.storage->stats().synced_writes;
+  w.pump();
+  CHECK(held_total(w, "chat") == 10);
+  CHECK(w.storage->stats().synced_writes - before == 1);  // one transaction, not one each
+}
+
 TEST_CASE("held deliveries are replayed to another endpoint or discarded on demand, counted") {
   World w({endpoint("ops"), endpoint("audit")});
   w.propose();
