@@ -48,6 +48,8 @@ class Lanes {
   size_t in_flight() const EXCLUDES(mu_);
   // Threads with nothing to run now.
   size_t idle() const EXCLUDES(mu_);
+  // Threads in the pool.
+  size_t threads() const { return threads_.size(); }
   // How many due tasks a dispatcher pass should load, at most `most`: until
   // twice as many as there are threads are in flight (every thread busy and
   // as many queued behind them, so none runs dry before the next pass), and

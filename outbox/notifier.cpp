@@ -148,6 +148,12 @@ size_t Notifier::dispatch() {
     return 0;
   }
   auto config = config_.get();
+  // No endpoint takes the threads every other endpoint needs one of: one
+  // that hangs cannot hold them all, nor have the others' deliveries wait
+  // in the pool's queue behind its own.
+  const size_t others = config->endpoints.empty() ? 0 : config->endpoints.size() - 1;
+  const int share =
+      static_cast<int>(lanes_.threads() > others + 1 ? lanes_.threads() - others : size_t{1});
   size_t handed = 0;
   std::vector<store::OutboxEntry> events;
   // Due items are read oldest first: those left where they are would be
@@ -170,7 +176,7 @@ size_t Notifier::dispatch() {
     }
     {
       MutexLock lock(mu_);
-      if (in_flight_[name] >= endpoint->max_in_flight) {
+      if (in_flight_[name] >= std::min(endpoint->max_in_flight, share)) {
         busy.push_back(entry);
         continue;
       }

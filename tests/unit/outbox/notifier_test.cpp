@@ -323,6 +323,21 @@ TEST_CASE("an operation's events reach an endpoint in order, also when the first
 
 namespace {
 
+// A delivery to `to` of operation i's proposal, as a fan-out queues it.
+pb::OutboxItem delivery(const std::string& to, int i) {
+  pb::OutboxItem item;
+  item.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
+  item.set_operation_key(fmt::format("demo-user:ORDER-{}:full-refund:v1", i));
+  auto& n = *item.mutable_notification();
+  n.set_type("operation.proposed");
+  n.set_event_id(fmt::format("evt_{}_0", i));
+  n.set_operation_json(
+      json::serialize(json::object{{"key", item.operation_key()}, {"state", "pending"}}));
+  n.set_endpoint(to);
+  n.set_webhook_id(fmt::format("msg_{}_{}", to, i));
+  return item;
+}
+
 // The World's sends to the endpoint "slow" hang until released; a send to
 // "fast" wakes whoever waits for one.
 struct HangingEndpoint {
@@ -391,19 +406,6 @@ TEST_CASE("a backlog an endpoint has no room for waits out of the way of other e
   HangingEndpoint hang(w);
   // 300 deliveries to "slow" (of as many operations), queued before 3 to
   // "fast": far more than one read of the queue holds.
-  auto delivery = [](const std::string& to, int i) {
-    pb::OutboxItem item;
-    item.set_kind(pb::OUTBOX_NOTIFY_DELIVERY);
-    item.set_operation_key(fmt::format("demo-user:ORDER-{}:full-refund:v1", i));
-    auto& n = *item.mutable_notification();
-    n.set_type("operation.proposed");
-    n.set_event_id(fmt::format("evt_{}_0", i));
-    n.set_operation_json(
-        json::serialize(json::object{{"key", item.operation_key()}, {"state", "pending"}}));
-    n.set_endpoint(to);
-    n.set_webhook_id(fmt::format("msg_{}_{}", to, i));
-    return item;
-  };
   REQUIRE(w.storage
               ->transact([&](store::Transaction& txn) -> Status {
                 for (int i = 0; i < 300; ++i) txn.enqueue(delivery("slow", i));
@@ -422,6 +424,30 @@ TEST_CASE("a backlog an endpoint has no room for waits out of the way of other e
   }
   CHECK(to_fast == 3);
   CHECK(w.sent_to("slow").size() == 0);  // both in flight, held
+  hang.release();
+  w.notify_lanes->wait_idle();
+}
+
+TEST_CASE("an endpoint that hangs takes no more than its share of the notification threads") {
+  auto slow = endpoint("slow");
+  slow.max_in_flight = 8;  // more than the pool's four threads
+  World w({slow, endpoint("fast")});
+  HangingEndpoint hang(w);
+  REQUIRE(w.storage
+              ->transact([&](store::Transaction& txn) -> Status {
+                for (int i = 0; i < 10; ++i) txn.enqueue(delivery("slow", i));
+                txn.enqueue(delivery("fast", 1000));
+                return Status::Ok();
+              })
+              .ok());
+  // Without a share, "slow" would hold every thread and queue behind them
+  // the delivery to "fast". The deadline only ends a failing run.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (w.sent_to("fast").empty() && std::chrono::steady_clock::now() < deadline) {
+    w.notifier->dispatch();
+    hang.wait_for_fast(std::chrono::milliseconds(5));
+  }
+  CHECK(w.sent_to("fast").size() == 1);
   hang.release();
   w.notify_lanes->wait_idle();
 }
