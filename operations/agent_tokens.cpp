@@ -96,10 +96,6 @@ Status require_live_agent_token(store::Reader& reader, const std::string& token_
   return Status::Ok();
 }
 
-Result<std::optional<pb::AgentToken>> agent_token(store::Reader& reader, const std::string& id) {
-  return by_id(reader, id);
-}
-
 Result<AgentTokenPage> agent_tokens(store::Reader& reader, const std::string& after, size_t limit,
                                     const std::function<bool(const pb::AgentToken&)>& accept) {
   AgentTokenPage out;
@@ -120,10 +116,12 @@ Result<AgentTokenPage> agent_tokens(store::Reader& reader, const std::string& af
   }
 }
 
-Result<pb::AgentToken> revoke_agent_token(store::Transaction& txn, const std::string& id,
-                                          const std::string& principal) {
+Result<pb::AgentToken> revoke_agent_token(
+    store::Transaction& txn, const std::string& id, const std::string& principal,
+    const std::function<bool(const pb::AgentToken&)>& visible) {
   OPGATE_ASSIGN_OR_RETURN(auto t, by_id(txn, id));
-  if (!t) return make_error(errc::not_found, "No agent token with that id.");
+  if (!t || (visible && !visible(*t)))
+    return make_error(errc::not_found, "No agent token with that id.");
   if (t->revoked_at_ms() != 0) return std::move(*t);
   t->set_revoked_at_ms(txn.now_ms());
   t->set_revoked_by(principal);

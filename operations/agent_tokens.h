@@ -9,6 +9,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,9 +47,6 @@ Result<std::optional<pb::AgentToken>> authenticate_agent(store::Reader& reader,
 Status require_live_agent_token(store::Reader& reader, const std::string& token_sha256,
                                 int64_t now_ms);
 
-// The token with this id, if one was minted.
-Result<std::optional<pb::AgentToken>> agent_token(store::Reader& reader, const std::string& id);
-
 struct AgentTokenPage {
   std::vector<pb::AgentToken> tokens;
   std::string next_after;  // "" when there are no more
@@ -59,9 +57,11 @@ struct AgentTokenPage {
 Result<AgentTokenPage> agent_tokens(store::Reader& reader, const std::string& after, size_t limit,
                                     const std::function<bool(const pb::AgentToken&)>& accept);
 
-// Revokes the token with this id (again: no change); not_found if none.
-Result<pb::AgentToken> revoke_agent_token(store::Transaction& txn, const std::string& id,
-                                          const std::string& principal);
+// Revokes the token with this id (again: no change); not_found if none,
+// or if `visible` (when given) does not take it.
+Result<pb::AgentToken> revoke_agent_token(
+    store::Transaction& txn, const std::string& id, const std::string& principal,
+    const std::function<bool(const pb::AgentToken&)>& visible = {});
 
 // "agent:{id}": who acts, in the audit, when the token does.
 std::string agent_principal(const pb::AgentToken& token);

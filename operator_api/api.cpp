@@ -179,21 +179,26 @@ class Api {
     d_.wake_worker();
     // Reopened whether or not the platform answered now: a 200 that says
     // why the sync failed, and the worker syncs it as the platform answers.
-    Response view = session_view(params.at("id"), p);
-    if (!*recovered && view.status == 200) {
-      auto body = json::parse(view.body).as_object();
-      body["sync_error"] = recovered->error().message;
-      return ok_json(body);
-    }
-    return view;
+    auto view = session_json(params.at("id"), p);
+    if (!view) return from_error(view.error());
+    if (!*recovered) (*view)["sync_error"] = recovered->error().message;
+    return ok_json(*view);
   }
 
   Response session_view(const std::string& id, const Principal& p) {
+    auto view = session_json(id, p);
+    if (!view) return from_error(view.error());
+    return ok_json(*view);
+  }
+
+  // A session the principal may see: its calls, notes, operations and
+  // ledger rows.
+  Result<json::object> session_json(const std::string& id, const Principal& p) {
     auto session = visible_session(id, p);
-    if (!session) return from_error(session.error());
+    if (!session) return session.error();
     auto& reader = d_.storage.reader();
     auto calls = reader.calls_of(id);
-    if (!calls) return from_error(calls.error());
+    if (!calls) return calls.error();
     json::array call_rows, operations;
     std::set<std::string> op_keys;
     for (const auto& c : *calls) {
@@ -202,11 +207,11 @@ class Api {
     }
     for (const auto& k : op_keys) {
       auto op = reader.operation(k);
-      if (!op) return from_error(op.error());
+      if (!op) return op.error();
       if (*op) operations.push_back(op_json(**op));
     }
     auto notes = operations::notes_json(reader, *calls);
-    if (!notes) return from_error(notes.error());
+    if (!notes) return notes.error();
     // Its ledger rows are those of its operations that name it (read by
     // key, not by a scan of every row): the first page, and the rest from
     // GET /v1/ledger?session= from ledger_next_cursor.
@@ -214,7 +219,7 @@ class Api {
     json::value ledger_next = nullptr;
     for (const auto& k : op_keys) {
       auto row = reader.ledger_entry(k);
-      if (!row) return from_error(row.error());
+      if (!row) return row.error();
       if (!*row || (*row)->session_id() != id || !p.may_act_for((*row)->owner())) continue;
       if (rows.size() == kSessionLedgerRows) {
         ledger_next = rows.back().at("operation_key");
@@ -222,17 +227,17 @@ class Api {
       }
       rows.push_back(operations::ledger_json(**row));
     }
-    return ok_json(json::object{{"session_id", id},
-                                {"owner", session->owner()},
-                                {"bound_by", session->bound_by()},
-                                {"closed", session->closed()},
-                                {"last_sync_ms", session->last_sync_ms()},
-                                {"last_sync_error", session->last_sync_error()},
-                                {"calls", call_rows},
-                                {"notes", std::move(*notes)},
-                                {"operations", operations},
-                                {"ledger", rows},
-                                {"ledger_next_cursor", ledger_next}});
+    return json::object{{"session_id", id},
+                        {"owner", session->owner()},
+                        {"bound_by", session->bound_by()},
+                        {"closed", session->closed()},
+                        {"last_sync_ms", session->last_sync_ms()},
+                        {"last_sync_error", session->last_sync_error()},
+                        {"calls", call_rows},
+                        {"notes", std::move(*notes)},
+                        {"operations", operations},
+                        {"ledger", rows},
+                        {"ledger_next_cursor", ledger_next}};
   }
 
   // Root turn statuses and every page of saved items, from the platform,
@@ -690,7 +695,7 @@ class Api {
 
   // One approval of `key`, as `request` asks (`body` holds its fields).
   Response approve_one(const std::string& key, const json::object& body,
-                       const operations::ApprovalRequest request, const Principal& p) {
+                       operations::ApprovalRequest request, const Principal& p) {
     // The order is read ahead with the operation: the one its key names, or
     // with an order service, the one the operation names, read first to
     // source the order there.
@@ -1288,10 +1293,10 @@ class Api {
     std::optional<pb::AgentToken> revoked;
     Status s = d_.storage.transact([&](store::Transaction& txn) -> Status {
       // Outside the caller's owners a token does not exist (no oracle).
-      OPGATE_ASSIGN_OR_RETURN(auto token, operations::agent_token(txn, id));
-      if (!token || !p.may_act_for(token->owner()))
-        return make_error(errc::not_found, "No agent token with that id.");
-      OPGATE_ASSIGN_OR_RETURN(revoked, operations::revoke_agent_token(txn, id, p.name));
+      OPGATE_ASSIGN_OR_RETURN(
+          revoked, operations::revoke_agent_token(txn, id, p.name, [&](const pb::AgentToken& t) {
+            return p.may_act_for(t.owner());
+          }));
       return Status::Ok();
     });
     if (!s) return from_error(s.error());

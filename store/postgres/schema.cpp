@@ -271,6 +271,10 @@ const std::vector<Migration>& migrations() {
   return all;
 }
 
+// The schema's version: the newest migration recorded.
+constexpr const char* kCurrentVersion =
+    "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations";
+
 Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
   ConnOptions o = options;
   o.statement_timeout_ms = 0;  // a migration may take long; the lock wait too
@@ -281,8 +285,7 @@ Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
   const int newest = std::min(up_to, migrations().back().version);
   OPGATE_TRY(conn->prepare("exists", "SELECT to_regclass('schema_migrations') IS NOT NULL"));
   if (auto exists = conn->run("exists", {}); exists && !exists->empty() && exists->boolean(0, 0)) {
-    OPGATE_TRY(conn->prepare("current_unlocked",
-                             "SELECT coalesce(max(version), 0)::bigint FROM schema_migrations"));
+    OPGATE_TRY(conn->prepare("current_unlocked", kCurrentVersion));
     OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("current_unlocked", {}));
     const int current = static_cast<int>(rows.int8(0, 0));
     if (current >= newest && current <= migrations().back().version)
@@ -295,9 +298,7 @@ Result<MigrationReport> migrate(const ConnOptions& options, int up_to) {
     OPGATE_TRY(
         conn->exec("CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
                    "description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"));
-    OPGATE_TRY(conn->prepare("current",
-                             "SELECT coalesce(max(version), 0)::bigint FROM "
-                             "schema_migrations"));
+    OPGATE_TRY(conn->prepare("current", kCurrentVersion));
     OPGATE_ASSIGN_OR_RETURN(auto rows, conn->run("current", {}));
     MigrationReport report;
     report.from_version = static_cast<int>(rows.int8(0, 0));
